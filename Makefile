@@ -1,0 +1,81 @@
+# scralloc build.  `make` builds the release and debug libraries;
+# `make test` runs every test lane; `make bench` runs the benchmarks.
+# Parts of the project add their own targets in mk/*.mk (python, lua,
+# process allocator) and hook them into TEST_STEPS / BENCH_STEPS.
+
+CC      ?= cc
+PYTHON  ?= python3
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
+CSTD    := -std=gnu11
+INC     := -Icore/include -Icore/src
+BASE    := $(CSTD) $(WARN) $(INC) -fPIC -fvisibility=hidden -pthread
+
+REL_FLAGS   := $(BASE) -O2 -DNDEBUG -DSCR_DEBUG=0
+DBG_FLAGS   := $(BASE) -O1 -g -DSCR_DEBUG=3
+ASAN_FLAGS  := $(BASE) -O1 -g -DSCR_DEBUG=2 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+TSAN_FLAGS  := $(BASE) -O1 -g -DSCR_DEBUG=1 -fsanitize=thread
+WERROR      ?= -Werror
+
+CORE_SRC := $(shell find core/src -name '*.c')
+CORE_HDR := $(shell find core -name '*.h')
+
+B := build
+LIBS := $(B)/release/libscralloc.a $(B)/release/libscralloc.so \
+        $(B)/debug/libscralloc.a $(B)/debug/libscralloc.so
+
+.PHONY: all lib test test-c bench bench-core clean
+all: lib
+lib: $(LIBS)
+
+# One unity compile per flavour (core/src/static.c includes every source).
+# The static archive holds the scr_* API only; the shared library also
+# defines malloc & co. (SCR_OVERRIDE) so that LD_PRELOAD replaces malloc.
+define flavour
+$(B)/$(1)/static.o: $(CORE_SRC) $(CORE_HDR) | $(B)/$(1)
+	$$(CC) $(2) $(WERROR) -c core/src/static.c -o $$@
+$(B)/$(1)/override.o: $(CORE_SRC) $(CORE_HDR) | $(B)/$(1)
+	$$(CC) $(2) $(WERROR) -DSCR_OVERRIDE=1 -c core/src/static.c -o $$@
+$(B)/$(1)/libscralloc.a: $(B)/$(1)/static.o
+	rm -f $$@ && ar rcs $$@ $$^
+$(B)/$(1)/libscralloc.so: $(B)/$(1)/override.o
+	$$(CC) $(2) -shared -o $$@ $$^ -ldl
+$(B)/$(1):
+	mkdir -p $$@
+endef
+$(eval $(call flavour,release,$(REL_FLAGS)))
+$(eval $(call flavour,debug,$(DBG_FLAGS)))
+$(eval $(call flavour,asan,$(ASAN_FLAGS)))
+$(eval $(call flavour,tsan,$(TSAN_FLAGS)))
+
+# ---- C tests: every tests/c/test_*.c, in the debug and ASan+UBSan builds.
+C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_*.c))
+TEST_STEPS  := test-c
+BENCH_STEPS := bench-core
+
+define ctest
+$(B)/$(1)/tests/$(2): tests/c/$(2).c tests/c/check.h $(B)/$(1)/libscralloc.a
+	@mkdir -p $$(dir $$@)
+	$$(CC) $(3) $(WERROR) -Itests/c -o $$@ $$< $(B)/$(1)/libscralloc.a -ldl
+endef
+$(foreach t,$(C_TESTS),$(eval $(call ctest,debug,$(t),$(DBG_FLAGS))))
+$(foreach t,$(C_TESTS),$(eval $(call ctest,asan,$(t),$(ASAN_FLAGS))))
+
+test-c: $(foreach t,$(C_TESTS),$(B)/debug/tests/$(t) $(B)/asan/tests/$(t))
+	@set -e; for t in $(C_TESTS); do \
+	  echo "== debug $$t"; $(B)/debug/tests/$$t; \
+	  echo "== asan+ubsan $$t"; ASAN_OPTIONS=detect_leaks=1 $(B)/asan/tests/$$t; \
+	done
+
+$(B)/release/bench/bench_pairs: bench/bench_pairs.c $(B)/release/libscralloc.a
+	@mkdir -p $(dir $@)
+	$(CC) $(REL_FLAGS) -o $@ $< $(B)/release/libscralloc.a -ldl
+bench-core: $(B)/release/bench/bench_pairs
+	$(B)/release/bench/bench_pairs
+
+-include mk/*.mk
+
+test: $(TEST_STEPS)
+bench: $(BENCH_STEPS)
+
+clean:
+	rm -rf $(B) *.egg-info bindings/python/*.so

@@ -1,0 +1,205 @@
+/* scralloc: an allocator that shows and controls how memory goes back to
+ * the OS.  This is the whole public C API; the Python and Lua bindings use
+ * nothing else.
+ *
+ * Two layers:
+ *  - allocator objects (scr_heap): each has its own pages, counters and
+ *    retention policy.  A heap belongs to one thread at a time (no locks).
+ *  - the process allocator (scr_malloc and friends, and the malloc symbols
+ *    of libscralloc.so): thread-safe, one arena per thread.
+ *
+ * Bad input: the unchecked calls (scr_heap_free, scr_heap_realloc, ...)
+ * trust their pointer, as malloc/free do.  The *_checked calls classify any
+ * address exactly (foreign, interior, never handed out, double free) and
+ * return an error code; the heap stays consistent afterwards.
+ */
+#ifndef SCRALLOC_H
+#define SCRALLOC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SCR_API __attribute__((visibility("default")))
+#else
+#define SCR_API
+#endif
+
+#define SCR_VERSION_MAJOR 0
+#define SCR_VERSION_MINOR 1
+#define SCR_VERSION_PATCH 0
+#define SCR_VERSION "0.1.0"
+
+/* Geometry (fixed at build time). */
+#define SCR_PAGE_SIZE    ((size_t)64 * 1024)        /* one size-class page */
+#define SCR_SEGMENT_SIZE ((size_t)4 * 1024 * 1024)  /* reservation unit: 64 pages, page 0 holds metadata */
+#define SCR_SMALL_MAX    ((size_t)16 * 1024)        /* largest size-class block */
+#define SCR_MIN_ALIGN    ((size_t)16)               /* every block is at least this aligned */
+#define SCR_CLASS_COUNT  36                         /* number of size classes */
+
+/* ---- errors -------------------------------------------------------- */
+
+typedef enum scr_error {
+  SCR_OK = 0,
+  SCR_ENOMEM = 1,      /* the OS refused memory, or the heap's byte limit */
+  SCR_EINVAL = 2,      /* bad size or alignment */
+  SCR_EFOREIGN = 3,    /* the address is not in any memory of this heap */
+  SCR_EINTERIOR = 4,   /* inside a block of this heap, but not its start */
+  SCR_ENOTALLOC = 5,   /* a block position of this heap never handed out */
+  SCR_EDOUBLEFREE = 6, /* a block of this heap that is already free */
+} scr_error;
+
+SCR_API const char *scr_strerror(int err);
+
+/* A handler called when scralloc detects misuse or an internal failure in
+ * a call that cannot return an error code (an unchecked free of a bad
+ * pointer in a debug build, a failed munmap).  Default: print to stderr
+ * in debug builds, nothing in release builds. */
+typedef void scr_error_handler(int err, const char *msg, void *arg);
+SCR_API void scr_set_error_handler(scr_error_handler *fn, void *arg);
+
+/* ---- options ------------------------------------------------------- */
+
+/* X(type, name, default, min, max, description).  Every option has an
+ * environment name SCRALLOC_<NAME> (upper case), read by
+ * scr_options_from_env().  Sizes accept K, M, G suffixes there. */
+#define SCR_OPTIONS(X)                                                          \
+  X(unsigned, retain, 1, 0, 1u << 20,                                           \
+    "empty pages kept per size class before they are decommitted")             \
+  X(size_t, retain_bytes, (size_t)8 << 20, 0, SIZE_MAX,                         \
+    "cap on the bytes of all retained empty pages of a heap")                  \
+  X(unsigned, large_cache, 8, 0, 1024,                                          \
+    "freed large blocks kept for reuse")                                       \
+  X(size_t, large_cache_bytes, (size_t)16 << 20, 0, SIZE_MAX,                   \
+    "cap on the bytes of cached large blocks")                                 \
+  X(size_t, huge_threshold, (size_t)1 << 20, SCR_SMALL_MAX, SCR_SEGMENT_SIZE / 2, \
+    "blocks above this get a mapping of their own")                            \
+  X(size_t, madv_free_below, 0, 0, SIZE_MAX,                                    \
+    "decommit runs shorter than this with MADV_FREE, longer with MADV_DONTNEED")\
+  X(size_t, limit_bytes, 0, 0, SIZE_MAX,                                        \
+    "refuse (ENOMEM) to hold more than this many committed bytes; 0 = no limit")
+
+typedef struct scr_options {
+#define SCR_OPTION_FIELD_(type, name, def, lo, hi, doc) type name;
+  SCR_OPTIONS(SCR_OPTION_FIELD_)
+#undef SCR_OPTION_FIELD_
+} scr_options;
+
+SCR_API void scr_options_init(scr_options *opt);     /* defaults */
+SCR_API void scr_options_from_env(scr_options *opt); /* override from SCRALLOC_<NAME> */
+/* Set one option by name from text ("4M", "0"); returns SCR_OK or SCR_EINVAL. */
+SCR_API int scr_options_set(scr_options *opt, const char *name, const char *value);
+
+/* ---- statistics ---------------------------------------------------- */
+
+/* X(name, description).  Every field is a uint64_t. */
+#define SCR_STATS_FIELDS(X)                                                     \
+  X(allocs, "live blocks")                                                      \
+  X(mmaps, "live OS mappings (segments and dedicated large mappings)")          \
+  X(bytes, "committed bytes held from the OS and not given back")              \
+  X(mmap_calls, "mmap calls made (cumulative)")                                 \
+  X(munmap_calls, "munmap calls made (cumulative)")                             \
+  X(madvise_calls, "madvise calls made (cumulative)")                           \
+  X(mremap_calls, "mremap calls made (cumulative)")                             \
+  X(os_failures, "OS calls that failed (cumulative)")                           \
+  X(heap_total, "bytes held for blocks: pages in use, retained and cached")     \
+  X(heap_used, "bytes in live blocks (usable sizes)")                           \
+  X(retained_pages, "empty size-class pages kept")                              \
+  X(retained_bytes, "bytes of empty size-class pages kept")                     \
+  X(cached_blocks, "freed large blocks kept for reuse")                         \
+  X(cached_bytes, "bytes of freed large blocks kept for reuse")                 \
+  X(large_allocs, "live blocks above the size classes")                         \
+  X(large_bytes, "bytes of live blocks above the size classes")                 \
+  X(reserved_bytes, "address space mapped (committed or not)")                  \
+  X(meta_bytes, "bytes of segment headers (page descriptors)")                  \
+  X(decommits, "page runs decommitted (cumulative)")                            \
+  X(page_acquires, "pages taken from segments or the OS (cumulative)")          \
+  X(page_releases, "pages given back to segments or the OS (cumulative)")
+
+#define SCR_CLASS_STATS_FIELDS(X)                                               \
+  X(block_size, "bytes per block")                                              \
+  X(live, "live blocks")                                                        \
+  X(pages, "pages holding this class (retained included)")                      \
+  X(retained, "empty pages kept for this class")
+
+typedef struct scr_class_stats {
+#define SCR_STATS_FIELD_(name, doc) uint64_t name;
+  SCR_CLASS_STATS_FIELDS(SCR_STATS_FIELD_)
+} scr_class_stats;
+
+/* Like struct stat and stat(): the type is `struct scr_stats` and the
+ * process allocator's function of the same name, scr_stats(), fills one. */
+struct scr_stats {
+  SCR_STATS_FIELDS(SCR_STATS_FIELD_)
+  scr_class_stats classes[SCR_CLASS_COUNT];
+#undef SCR_STATS_FIELD_
+};
+
+/* ---- size classes -------------------------------------------------- */
+
+SCR_API size_t scr_class_size(unsigned cls);  /* 0 if cls >= SCR_CLASS_COUNT */
+SCR_API int scr_size_class(size_t n);         /* class of a request, -1 above SCR_SMALL_MAX */
+
+/* ---- allocator objects --------------------------------------------- */
+
+typedef struct scr_heap scr_heap;
+
+/* NULL opt means defaults (environment not read).  Returns NULL with errno
+ * ENOMEM when the heap's descriptor cannot be mapped. */
+SCR_API scr_heap *scr_heap_new(const scr_options *opt);
+/* Close: unmaps every segment and mapping, live blocks included. NULL ok. */
+SCR_API void scr_heap_destroy(scr_heap *h);
+SCR_API void scr_heap_options(const scr_heap *h, scr_options *out);
+
+/* malloc(0) returns a unique minimum-size block.  Overflowing or absurd
+ * sizes return NULL with errno ENOMEM; a bad alignment (zero, not a power
+ * of two) returns NULL with errno EINVAL. */
+SCR_API void *scr_heap_malloc(scr_heap *h, size_t n);
+SCR_API void *scr_heap_calloc(scr_heap *h, size_t count, size_t size);
+SCR_API void *scr_heap_aligned_alloc(scr_heap *h, size_t alignment, size_t n);
+/* realloc(NULL, n) = malloc(n).  realloc(p, 0) frees p and returns NULL
+ * (glibc's behaviour).  On failure p is untouched and NULL is returned. */
+SCR_API void *scr_heap_realloc(scr_heap *h, void *p, size_t n);
+SCR_API void scr_heap_free(scr_heap *h, void *p);          /* NULL ok */
+SCR_API size_t scr_heap_usable_size(const scr_heap *h, const void *p); /* 0 for NULL */
+
+/* Checked forms: exact classification of any address, never a crash. */
+SCR_API int scr_heap_check(const scr_heap *h, const void *p);  /* SCR_OK if p is a live block */
+SCR_API int scr_heap_free_checked(scr_heap *h, void *p);        /* NULL -> SCR_OK */
+SCR_API int scr_heap_realloc_checked(scr_heap *h, void *p, size_t n, void **out);
+SCR_API int scr_heap_usable_size_checked(const scr_heap *h, const void *p, size_t *out);
+
+/* Give back every retained page and cached large block; returns the number
+ * of committed bytes given back.  With no live block, afterwards
+ * allocs == mmaps == bytes == 0. */
+SCR_API size_t scr_heap_trim(scr_heap *h);
+
+SCR_API void scr_heap_stats(const scr_heap *h, struct scr_stats *out);
+/* Writes the stats as one JSON object; returns the length it needs (like
+ * snprintf: the output is complete when the result < len). */
+SCR_API size_t scr_heap_stats_json(const scr_heap *h, char *buf, size_t len);
+SCR_API size_t scr_stats_json(const struct scr_stats *st, char *buf, size_t len);
+
+/* Runs the heap validator (every page, every queue, every counter);
+ * returns SCR_OK or SCR_EINVAL and reports through the error handler. */
+SCR_API int scr_heap_validate(const scr_heap *h);
+
+/* ---- testing hooks ------------------------------------------------- */
+
+/* Make the n-th OS call from now (mmap, munmap, madvise, mremap; 1 = the
+ * next) fail with ENOMEM.  0 disables.  Process-wide; for tests. */
+SCR_API void scr_debug_fail_os_call(unsigned long n);
+/* Number of OS calls made by the whole process so far (every heap). */
+SCR_API unsigned long scr_debug_os_calls(void);
+
+/* ---- process allocator --------------------------------------------- */
+/* (owned by core/src/process/; declarations added there) */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SCRALLOC_H */

@@ -1,0 +1,762 @@
+/* scralloc for Lua: the module `require "scralloc"`.
+ *
+ * Allocator objects (full userdata "scralloc.allocator") own one scr_heap.
+ * Addresses cross into Lua as integers; every address that comes back
+ * from Lua goes through the checked calls of the core, so a bad address
+ * is a Lua error and never a crash.  Blocks are counted in a scrl_acct
+ * (scrlua.h), shared with the lua_Alloc adapter, which also carries the
+ * failure limits (count and bytes) used to drive out-of-memory paths.
+ *
+ * Uses only lua.h, lauxlib.h, lualib.h and scralloc.h. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "lauxlib.h"
+#include "lualib.h"
+#include "scrlua.h"
+
+#define LSCR_ALLOCATOR "scralloc.allocator"
+#define LSCR_RUNGUARD  "scralloc.runguard"
+
+typedef struct lscr_alloc {
+  scrl_acct acct;          /* acct.heap == NULL once closed */
+  int busy;                /* states of run() open on this heap */
+} lscr_alloc;
+
+/* ---- errors -------------------------------------------------------- */
+
+static const char *lscr_code_name(int err) {
+  switch (err) {
+    case SCR_OK: return "SCR_OK";
+    case SCR_ENOMEM: return "SCR_ENOMEM";
+    case SCR_EINVAL: return "SCR_EINVAL";
+    case SCR_EFOREIGN: return "SCR_EFOREIGN";
+    case SCR_EINTERIOR: return "SCR_EINTERIOR";
+    case SCR_ENOTALLOC: return "SCR_ENOTALLOC";
+    case SCR_EDOUBLEFREE: return "SCR_EDOUBLEFREE";
+    default: return "SCR_E?";
+  }
+}
+
+/* "what(0x1234): text (SCR_ECODE)"; the name in parentheses is stable,
+ * the text comes from scr_strerror. */
+static int lscr_error(lua_State *L, const char *what, const void *p, int err,
+                      const char *extra) {
+  char addr[32];
+  snprintf(addr, sizeof addr, "0x%" PRIxPTR, (uintptr_t)p);
+  return luaL_error(L, "%s(%s): %s (%s%s)", what, addr, scr_strerror(err),
+                    lscr_code_name(err), extra ? extra : "");
+}
+
+static int lscr_size_error(lua_State *L, const char *what, lua_Integer n, int err,
+                           const char *extra) {
+  return luaL_error(L, "%s(%I): %s (%s%s)", what, n, scr_strerror(err),
+                    lscr_code_name(err), extra ? extra : "");
+}
+
+/* ---- arguments ----------------------------------------------------- */
+
+static lscr_alloc *lscr_checkobj(lua_State *L) {
+  return (lscr_alloc *)luaL_checkudata(L, 1, LSCR_ALLOCATOR);
+}
+
+static lscr_alloc *lscr_checkopen(lua_State *L) {
+  lscr_alloc *A = lscr_checkobj(L);
+  if (A->acct.heap == NULL)
+    luaL_error(L, "scralloc: the allocator is closed");
+  return A;
+}
+
+static void *lscr_checkaddr(lua_State *L, int idx) {
+  return (void *)(uintptr_t)(lua_Unsigned)luaL_checkinteger(L, idx);
+}
+
+static void lscr_pushaddr(lua_State *L, const void *p) {
+  lua_pushinteger(L, (lua_Integer)(uintptr_t)p);
+}
+
+/* A size argument: negative sizes are SCR_EINVAL errors. */
+static size_t lscr_checksize(lua_State *L, int idx, const char *what) {
+  lua_Integer n = luaL_checkinteger(L, idx);
+  if (n < 0)
+    lscr_size_error(L, what, n, SCR_EINVAL, NULL);
+  return (size_t)n;
+}
+
+/* The usable size of a live block at p, or a Lua error naming what. */
+static size_t lscr_checkblock(lua_State *L, lscr_alloc *A, void *p, const char *what) {
+  size_t us = 0;
+  int err = scr_heap_usable_size_checked(A->acct.heap, p, &us);
+  if (err != SCR_OK)
+    lscr_error(L, what, p, err, NULL);
+  return us;
+}
+
+/* Push a new block or raise the error its NULL stands for. */
+static int lscr_pushblock(lua_State *L, lscr_alloc *A, void *p, const char *what,
+                          lua_Integer n) {
+  if (p == NULL)
+    return lscr_size_error(L, what, n, errno == EINVAL ? SCR_EINVAL : SCR_ENOMEM, NULL);
+  scrl_account(&A->acct, 0, scr_heap_usable_size(A->acct.heap, p));
+  lscr_pushaddr(L, p);
+  return 1;
+}
+
+static void lscr_admit(lua_State *L, lscr_alloc *A, size_t n, const char *what,
+                       lua_Integer shown) {
+  if (!scrl_admit(&A->acct, n))
+    lscr_size_error(L, what, shown, SCR_ENOMEM, ", refused by the allocator's limit");
+}
+
+/* ---- allocation ---------------------------------------------------- */
+
+static int lscr_malloc(lua_State *L) {
+  lscr_alloc *A = lscr_checkopen(L);
+  size_t n = lscr_checksize(L, 2, "malloc");
+  lscr_admit(L, A, n, "malloc", (lua_Integer)n);
+  return lscr_pushblock(L, A, scr_heap_malloc(A->acct.heap, n), "malloc", (lua_Integer)n);
+}
+
+static int lscr_calloc(lua_State *L) {
+  lscr_alloc *A = lscr_checkopen(L);
+  size_t count = lscr_checksize(L, 2, "calloc");
+  size_t size = lscr_checksize(L, 3, "calloc");
+  size_t total = size != 0 && count > SIZE_MAX / size ? SIZE_MAX : count * size;
+  lscr_admit(L, A, total, "calloc", (lua_Integer)total);
+  return lscr_pushblock(L, A, scr_heap_calloc(A->acct.heap, count, size), "calloc",
+                        (lua_Integer)total);
+}
+
+static int lscr_aligned_alloc(lua_State *L) {
+  lscr_alloc *A = lscr_checkopen(L);
+  lua_Integer al = luaL_checkinteger(L, 2);
+  size_t n = lscr_checksize(L, 3, "aligned_alloc");
+  if (al <= 0)
+    return luaL_error(L, "aligned_alloc(%I, %I): %s (SCR_EINVAL)", al, (lua_Integer)n,
+                      scr_strerror(SCR_EINVAL));
+  lscr_admit(L, A, n, "aligned_alloc", (lua_Integer)n);
+  errno = 0;
+  void *p = scr_heap_aligned_alloc(A->acct.heap, (size_t)al, n);
+  if (p == NULL) {
+    int err = errno == EINVAL ? SCR_EINVAL : SCR_ENOMEM;
+    return luaL_error(L, "aligned_alloc(%I, %I): %s (%s)", al, (lua_Integer)n,
+                      scr_strerror(err), lscr_code_name(err));
+  }
+  return lscr_pushblock(L, A, p, "aligned_alloc", (lua_Integer)n);
+}
+
+static int lscr_free(lua_State *L) {
+  lscr_alloc *A = lscr_checkopen(L);
+  void *p = lscr_checkaddr(L, 2);
+  if (p == NULL)
+    return 0;
+  size_t us = lscr_checkblock(L, A, p, "free");
+  int err = scr_heap_free_checked(A->acct.heap, p);
+  if (err != SCR_OK)
+    return lscr_error(L, "free", p, err, NULL);
+  scrl_account(&A->acct, us, 0);
+  return 0;
+}
+
+/* realloc(0, n) = malloc(n); realloc(p, 0) frees p and returns nil; on
+ * an error the block is untouched. */
+static int lscr_realloc(lua_State *L) {
+  lscr_alloc *A = lscr_checkopen(L);
+  void *p = lscr_checkaddr(L, 2);
+  size_t n = lscr_checksize(L, 3, "realloc");
+  if (p == NULL) {
+    lscr_admit(L, A, n, "realloc", (lua_Integer)n);
+    return lscr_pushblock(L, A, scr_heap_malloc(A->acct.heap, n), "realloc", (lua_Integer)n);
+  }
+  size_t old = lscr_checkblock(L, A, p, "realloc");
+  if (n == 0) {
+    int err = scr_heap_free_checked(A->acct.heap, p);
+    if (err != SCR_OK)
+      return lscr_error(L, "realloc", p, err, NULL);
+    scrl_account(&A->acct, old, 0);
+    lua_pushnil(L);
+    return 1;
+  }
+  if (n > old && !scrl_admit(&A->acct, n - old))
+    return lscr_error(L, "realloc", p, SCR_ENOMEM, ", refused by the allocator's limit");
+  void *q = NULL;
+  int err = scr_heap_realloc_checked(A->acct.heap, p, n, &q);
+  if (err == SCR_OK && q == NULL)
+    err = SCR_ENOMEM;
+  if (err != SCR_OK)
+    return lscr_error(L, "realloc", p, err, NULL);
+  scrl_account(&A->acct, old, scr_heap_usable_size(A->acct.heap, q));
+  lscr_pushaddr(L, q);
+  return 1;
+}
+
+static int lscr_usable_size(lua_State *L) {
+  lscr_alloc *A = lscr_checkopen(L);
+  void *p = lscr_checkaddr(L, 2);
+  lua_pushinteger(L, (lua_Integer)lscr_checkblock(L, A, p, "usable_size"));
+  return 1;
+}
+
+/* check(addr) -> true | false, message, code name */
+static int lscr_check(lua_State *L) {
+  lscr_alloc *A = lscr_checkopen(L);
+  void *p = lscr_checkaddr(L, 2);
+  int err = scr_heap_check(A->acct.heap, p);
+  if (err == SCR_OK) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lua_pushboolean(L, 0);
+  lua_pushstring(L, scr_strerror(err));
+  lua_pushstring(L, lscr_code_name(err));
+  return 3;
+}
+
+/* The byte range [off, off + n) of the live block at p, bounds-checked
+ * against its usable size. */
+static char *lscr_range(lua_State *L, lscr_alloc *A, void *p, lua_Integer off, size_t n,
+                        const char *what) {
+  size_t us = lscr_checkblock(L, A, p, what);
+  if (off < 0 || (size_t)off > us || n > us - (size_t)off) {
+    char addr[32];
+    snprintf(addr, sizeof addr, "0x%" PRIxPTR, (uintptr_t)p);
+    luaL_error(L, "%s(%s): bytes [%I, %I) are outside the block's usable size %I (SCR_EINVAL)",
+               what, addr, off, off + (lua_Integer)n, (lua_Integer)us);
+  }
+  return (char *)p + off;
+}
+
+/* write(addr, string [, offset]) */
+static int lscr_write(lua_State *L) {
+  lscr_alloc *A = lscr_checkopen(L);
+  void *p = lscr_checkaddr(L, 2);
+  size_t len;
+  const char *s = luaL_checklstring(L, 3, &len);
+  lua_Integer off = luaL_optinteger(L, 4, 0);
+  memcpy(lscr_range(L, A, p, off, len, "write"), s, len);
+  return 0;
+}
+
+/* read(addr, n [, offset]) -> string */
+static int lscr_read(lua_State *L) {
+  lscr_alloc *A = lscr_checkopen(L);
+  void *p = lscr_checkaddr(L, 2);
+  lua_Integer n = luaL_checkinteger(L, 3);
+  lua_Integer off = luaL_optinteger(L, 4, 0);
+  if (n < 0)
+    return lscr_size_error(L, "read", n, SCR_EINVAL, NULL);
+  const char *src = lscr_range(L, A, p, off, (size_t)n, "read");
+  lua_pushlstring(L, src, (size_t)n);
+  return 1;
+}
+
+static int lscr_trim(lua_State *L) {
+  lscr_alloc *A = lscr_checkopen(L);
+  lua_pushinteger(L, (lua_Integer)scr_heap_trim(A->acct.heap));
+  return 1;
+}
+
+static int lscr_validate(lua_State *L) {
+  lscr_alloc *A = lscr_checkopen(L);
+  int err = scr_heap_validate(A->acct.heap);
+  if (err != SCR_OK)
+    return luaL_error(L, "validate: the heap is inconsistent: %s (%s)", scr_strerror(err),
+                      lscr_code_name(err));
+  lua_pushboolean(L, 1);
+  return 1;
+}
+
+/* ---- statistics and options ---------------------------------------- */
+
+static void lscr_pushu64(lua_State *L, uint64_t v) {
+  if (v <= (uint64_t)LUA_MAXINTEGER)
+    lua_pushinteger(L, (lua_Integer)v);
+  else
+    lua_pushnumber(L, (lua_Number)v);
+}
+
+static void lscr_pushstats(lua_State *L, const struct scr_stats *st) {
+  lua_createtable(L, 0, 24);
+#define LSCR_FIELD_(name, doc) lscr_pushu64(L, st->name); lua_setfield(L, -2, #name);
+  SCR_STATS_FIELDS(LSCR_FIELD_)
+  lua_createtable(L, SCR_CLASS_COUNT, 0);
+  for (int i = 0; i < SCR_CLASS_COUNT; i++) {
+    const scr_class_stats *cs = &st->classes[i];
+    lua_createtable(L, 0, 4);
+#define LSCR_CFIELD_(name, doc) lscr_pushu64(L, cs->name); lua_setfield(L, -2, #name);
+    SCR_CLASS_STATS_FIELDS(LSCR_CFIELD_)
+    lua_rawseti(L, -2, i + 1);
+  }
+  lua_setfield(L, -2, "classes");
+#undef LSCR_FIELD_
+#undef LSCR_CFIELD_
+}
+
+static int lscr_stats(lua_State *L) {
+  lscr_alloc *A = lscr_checkopen(L);
+  struct scr_stats st;
+  scr_heap_stats(A->acct.heap, &st);
+  lscr_pushstats(L, &st);
+  return 1;
+}
+
+static int lscr_stats_json(lua_State *L) {
+  lscr_alloc *A = lscr_checkopen(L);
+  char small[2048];
+  size_t need = scr_heap_stats_json(A->acct.heap, small, sizeof small);
+  if (need < sizeof small) {
+    lua_pushlstring(L, small, need);
+    return 1;
+  }
+  luaL_Buffer b;
+  char *buf = luaL_buffinitsize(L, &b, need + 1);
+  scr_heap_stats_json(A->acct.heap, buf, need + 1);
+  luaL_pushresultsize(&b, need);
+  return 1;
+}
+
+static void lscr_pushoptions(lua_State *L, const scr_options *o) {
+  lua_createtable(L, 0, 8);
+#define LSCR_OPT_(type, name, def, lo, hi, doc) \
+  lscr_pushu64(L, (uint64_t)o->name);           \
+  lua_setfield(L, -2, #name);
+  SCR_OPTIONS(LSCR_OPT_)
+#undef LSCR_OPT_
+}
+
+static int lscr_options(lua_State *L) {
+  lscr_alloc *A = lscr_checkopen(L);
+  scr_options o;
+  scr_heap_options(A->acct.heap, &o);
+  lscr_pushoptions(L, &o);
+  return 1;
+}
+
+/* usage() -> the binding's own figures: live_bytes, peak_bytes,
+ * allocations, failures, and the limits when set. */
+static int lscr_usage(lua_State *L) {
+  lscr_alloc *A = lscr_checkopen(L);
+  const scrl_acct *a = &A->acct;
+  lua_createtable(L, 0, 6);
+  lscr_pushu64(L, a->live);
+  lua_setfield(L, -2, "live_bytes");
+  lscr_pushu64(L, a->peak);
+  lua_setfield(L, -2, "peak_bytes");
+  lscr_pushu64(L, a->allocs);
+  lua_setfield(L, -2, "allocations");
+  lscr_pushu64(L, a->failures);
+  lua_setfield(L, -2, "failures");
+  if (a->limit_count != UINT64_MAX) {
+    lscr_pushu64(L, a->limit_count);
+    lua_setfield(L, -2, "limit_count");
+  }
+  if (a->limit_bytes != SIZE_MAX) {
+    lscr_pushu64(L, a->limit_bytes);
+    lua_setfield(L, -2, "limit_bytes");
+  }
+  return 1;
+}
+
+/* limit{count = n, bytes = b}: admit n more allocations, and refuse any
+ * allocation that would take the live bytes above b; limit() lifts both.
+ * Frees and shrinks are never refused.  Returns usage(). */
+static int lscr_limit(lua_State *L) {
+  lscr_alloc *A = lscr_checkopen(L);
+  uint64_t count = UINT64_MAX;
+  size_t bytes = SIZE_MAX;
+  if (!lua_isnoneornil(L, 2)) {
+    luaL_checktype(L, 2, LUA_TTABLE);
+    lua_pushnil(L);
+    while (lua_next(L, 2) != 0) {
+      const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
+      if (strcmp(k, "count") != 0 && strcmp(k, "bytes") != 0)
+        return luaL_error(L, "limit: unknown key '%s' (expected 'count' or 'bytes')", k);
+      if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0)
+        return luaL_error(L, "limit: '%s' must be a non-negative integer", k);
+      if (k[0] == 'c')
+        count = (uint64_t)lua_tointeger(L, -1);
+      else
+        bytes = (size_t)lua_tointeger(L, -1);
+      lua_pop(L, 1);
+    }
+  }
+  A->acct.limit_count = count;
+  A->acct.limit_bytes = bytes;
+  lua_settop(L, 1);
+  return lscr_usage(L);
+}
+
+/* ---- running Lua on the heap --------------------------------------- */
+
+/* A to-be-closed guard on the caller's stack owns the child state, so that
+ * any error (in the child or while copying its results) closes it. */
+typedef struct lscr_run {
+  lua_State *child;        /* NULL once closed */
+  lscr_alloc *owner;       /* allocator whose heap the child runs on */
+  scrl_warn warn;          /* the child's warning state */
+  lua_State *parent;       /* where the arguments are */
+  const char *code;        /* the chunk */
+  size_t len;              /* its length */
+  int arg0, nargs;         /* arguments: parent stack arg0 .. arg0+nargs-1 */
+} lscr_run;
+
+static int lscr_run_close(lua_State *L) {
+  lscr_run *r = (lscr_run *)luaL_checkudata(L, 1, LSCR_RUNGUARD);
+  if (r->child != NULL) {
+    lua_close(r->child);
+    r->child = NULL;
+    r->owner->busy--;
+  }
+  return 0;
+}
+
+static int lscr_scalar(int t) {
+  return t == LUA_TNIL || t == LUA_TBOOLEAN || t == LUA_TNUMBER || t == LUA_TSTRING;
+}
+
+/* Copy the scalar at index i of `from` onto `to` (strings allocate). */
+static void lscr_xmove(lua_State *from, int i, lua_State *to) {
+  switch (lua_type(from, i)) {
+    case LUA_TBOOLEAN: lua_pushboolean(to, lua_toboolean(from, i)); break;
+    case LUA_TNUMBER:
+      if (lua_isinteger(from, i))
+        lua_pushinteger(to, lua_tointeger(from, i));
+      else
+        lua_pushnumber(to, lua_tonumber(from, i));
+      break;
+    case LUA_TSTRING: {
+      size_t len;
+      const char *s = lua_tolstring(from, i, &len);
+      lua_pushlstring(to, s, len);
+      break;
+    }
+    default: lua_pushnil(to); break;
+  }
+}
+
+/* Runs in the child, protected: open the libraries, load, call. */
+static int lscr_run_main(lua_State *C) {
+  lscr_run *r = (lscr_run *)lua_touserdata(C, 1);
+  luaL_openlibs(C);
+  if (luaL_loadbufferx(C, r->code, r->len, "=(run)", "t") != LUA_OK)
+    return lua_error(C);
+  luaL_checkstack(C, r->nargs, "too many arguments");
+  for (int i = 0; i < r->nargs; i++)
+    lscr_xmove(r->parent, r->arg0 + i, C);
+  lua_call(C, r->nargs, LUA_MULTRET);
+  return lua_gettop(C) - 1;
+}
+
+/* run(code, ...) -> the chunk's results.  The chunk runs in a fresh state
+ * whose every allocation comes from this allocator's heap (and obeys its
+ * limits); nil, booleans, numbers and strings cross in both directions.
+ * An error in the chunk is raised here with the chunk's message. */
+static int lscr_runchunk(lua_State *L) {
+  lscr_alloc *A = lscr_checkopen(L);
+  size_t len;
+  const char *code = luaL_checklstring(L, 2, &len);
+  int top = lua_gettop(L);
+  for (int i = 3; i <= top; i++)
+    if (!lscr_scalar(lua_type(L, i)))
+      return luaL_argerror(L, i, "only nil, booleans, numbers and strings go to run()");
+  lscr_run *r = (lscr_run *)lua_newuserdatauv(L, sizeof *r, 0);
+  memset(r, 0, sizeof *r);
+  luaL_setmetatable(L, LSCR_RUNGUARD);
+  int guard = lua_gettop(L);
+  lua_toclose(L, guard);
+  r->owner = A;
+  r->parent = L;
+  r->code = code;
+  r->len = len;
+  r->arg0 = 3;
+  r->nargs = top - 2;
+  r->child = scrl_newstate(&A->acct, &r->warn);
+  if (r->child == NULL)
+    return luaL_error(L, "run: not enough memory to create a state (SCR_ENOMEM)");
+  A->busy++;
+  lua_State *C = r->child;
+  lua_pushcfunction(C, lscr_run_main);  /* neither push allocates */
+  lua_pushlightuserdata(C, r);
+  int status = lua_pcall(C, 1, LUA_MULTRET, 0);
+  if (status != LUA_OK) {
+    if (lua_type(C, -1) == LUA_TSTRING)
+      lscr_xmove(C, -1, L);
+    else
+      lua_pushfstring(L, "(error object is a %s value)", luaL_typename(C, -1));
+    return lua_error(L);  /* the guard closes the child */
+  }
+  int n = lua_gettop(C);
+  for (int i = 1; i <= n; i++)
+    if (!lscr_scalar(lua_type(C, i)))
+      return luaL_error(L, "run: result #%d is a %s; only nil, booleans, numbers and "
+                           "strings come back", i, luaL_typename(C, i));
+  luaL_checkstack(L, n, "too many results");
+  for (int i = 1; i <= n; i++)
+    lscr_xmove(C, i, L);
+  lua_closeslot(L, guard);
+  return n;
+}
+
+/* ---- life cycle ---------------------------------------------------- */
+
+/* close(), __close and __gc: idempotent. */
+static int lscr_close(lua_State *L) {
+  lscr_alloc *A = lscr_checkobj(L);
+  if (A->acct.heap != NULL) {
+    if (A->busy > 0)
+      return luaL_error(L, "scralloc: cannot close an allocator while run() uses it");
+    scr_heap_destroy(A->acct.heap);
+    A->acct.heap = NULL;
+  }
+  return 0;
+}
+
+static int lscr_gc(lua_State *L) {
+  lscr_alloc *A = lscr_checkobj(L);
+  if (A->acct.heap != NULL && A->busy == 0) {
+    scr_heap_destroy(A->acct.heap);
+    A->acct.heap = NULL;
+  }
+  return 0;
+}
+
+static int lscr_tostring(lua_State *L) {
+  lscr_alloc *A = lscr_checkobj(L);
+  if (A->acct.heap == NULL) {
+    lua_pushfstring(L, "scralloc.allocator (closed) (%p)", (void *)A);
+    return 1;
+  }
+  struct scr_stats st;
+  scr_heap_stats(A->acct.heap, &st);
+  lua_pushfstring(L, "scralloc.allocator (%p): allocs=%I mmaps=%I bytes=%I", (void *)A,
+                  (lua_Integer)st.allocs, (lua_Integer)st.mmaps, (lua_Integer)st.bytes);
+  return 1;
+}
+
+/* Fields: allocs, mmaps, bytes (live figures), closed; then the methods. */
+static int lscr_index(lua_State *L) {
+  lscr_alloc *A = lscr_checkobj(L);
+  const char *k = lua_tostring(L, 2);
+  if (k != NULL && lua_type(L, 2) == LUA_TSTRING) {
+    if (strcmp(k, "closed") == 0) {
+      lua_pushboolean(L, A->acct.heap == NULL);
+      return 1;
+    }
+    if (strcmp(k, "allocs") == 0 || strcmp(k, "mmaps") == 0 || strcmp(k, "bytes") == 0) {
+      struct scr_stats st;
+      lscr_checkopen(L);
+      scr_heap_stats(A->acct.heap, &st);
+      lscr_pushu64(L, k[0] == 'a' ? st.allocs : k[0] == 'm' ? st.mmaps : st.bytes);
+      return 1;
+    }
+  }
+  lua_pushvalue(L, 2);
+  lua_rawget(L, lua_upvalueindex(1));
+  return 1;
+}
+
+/* new{retain = 1, ...}: keys are the core's options (integers, or text
+ * such as "4M"); env = true first applies the SCRALLOC_<NAME> variables. */
+static int lscr_setopt(lua_State *L, scr_options *o, const char *key, int vidx) {
+  if (lua_isinteger(L, vidx)) {
+    lua_Integer v = lua_tointeger(L, vidx);
+#define LSCR_SETOPT_(type, name, def, lo, hi, doc)                                       \
+  if (strcmp(key, #name) == 0) {                                                          \
+    uint64_t lo_ = (uint64_t)(lo), hi_ = (uint64_t)(hi);                                  \
+    if (v < 0 || (uint64_t)v < lo_ || (uint64_t)v > hi_)                                  \
+      return luaL_error(L, "new: option '%s' = %I is out of range [%I, %I]", key, v,      \
+                        (lua_Integer)lo_,                                                 \
+                        hi_ > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : (lua_Integer)hi_); \
+    o->name = (type)v;                                                                    \
+    return 0;                                                                             \
+  }
+    SCR_OPTIONS(LSCR_SETOPT_)
+#undef LSCR_SETOPT_
+  } else if (lua_type(L, vidx) == LUA_TSTRING) {
+#define LSCR_ISOPT_(type, name, def, lo, hi, doc) || strcmp(key, #name) == 0
+    if (0 SCR_OPTIONS(LSCR_ISOPT_)) {
+      if (scr_options_set(o, key, lua_tostring(L, vidx)) != SCR_OK)
+        return luaL_error(L, "new: bad value '%s' for option '%s'", lua_tostring(L, vidx), key);
+      return 0;
+    }
+#undef LSCR_ISOPT_
+  } else {
+    return luaL_error(L, "new: option '%s' must be an integer or a string, not %s", key,
+                      luaL_typename(L, vidx));
+  }
+  return luaL_error(L, "new: unknown option '%s'", key);
+}
+
+static int lscr_new(lua_State *L) {
+  scr_options o;
+  scr_options_init(&o);
+  if (!lua_isnoneornil(L, 1)) {
+    luaL_checktype(L, 1, LUA_TTABLE);
+    if (lua_getfield(L, 1, "env") != LUA_TNIL && lua_toboolean(L, -1))
+      scr_options_from_env(&o);
+    lua_pop(L, 1);
+    lua_pushnil(L);
+    while (lua_next(L, 1) != 0) {
+      if (lua_type(L, -2) != LUA_TSTRING)
+        return luaL_error(L, "new: option names must be strings");
+      const char *k = lua_tostring(L, -2);
+      if (strcmp(k, "env") != 0)
+        lscr_setopt(L, &o, k, lua_gettop(L));
+      lua_pop(L, 1);
+    }
+  }
+  lscr_alloc *A = (lscr_alloc *)lua_newuserdatauv(L, sizeof *A, 0);
+  scrl_acct_init(&A->acct, NULL);
+  A->busy = 0;
+  luaL_setmetatable(L, LSCR_ALLOCATOR);
+  scr_heap *h = scr_heap_new(&o);
+  if (h == NULL)
+    return luaL_error(L, "new: cannot create a heap: %s (SCR_ENOMEM)", scr_strerror(SCR_ENOMEM));
+  A->acct.heap = h;
+  return 1;
+}
+
+/* ---- module functions ---------------------------------------------- */
+
+/* heap_stats() -> stats of the heap the calling Lua state runs on (in
+ * scralua, or in run()), or nil when it does not run on scralloc. */
+static int lscr_heap_stats(lua_State *L) {
+  scrl_acct *a = scrl_state_acct(L);
+  if (a == NULL || a->heap == NULL)
+    return 0;
+  struct scr_stats st;
+  scr_heap_stats(a->heap, &st);
+  lscr_pushstats(L, &st);
+  return 1;
+}
+
+static int lscr_class_size(lua_State *L) {
+  lua_Integer i = luaL_checkinteger(L, 1);
+  if (i < 1 || i > SCR_CLASS_COUNT)
+    return 0;
+  lua_pushinteger(L, (lua_Integer)scr_class_size((unsigned)(i - 1)));
+  return 1;
+}
+
+/* size_class(n) -> index into stats().classes, or nil above small_max */
+static int lscr_size_class(lua_State *L) {
+  lua_Integer n = luaL_checkinteger(L, 1);
+  int c = n < 0 ? -1 : scr_size_class((size_t)n);
+  if (c < 0)
+    return 0;
+  lua_pushinteger(L, c + 1);
+  return 1;
+}
+
+static int lscr_strerror(lua_State *L) {
+  int err = (int)luaL_checkinteger(L, 1);
+  lua_pushstring(L, scr_strerror(err));
+  lua_pushstring(L, lscr_code_name(err));
+  return 2;
+}
+
+static int lscr_fail_os_call(lua_State *L) {
+  lua_Integer n = luaL_checkinteger(L, 1);
+  scr_debug_fail_os_call(n < 0 ? 0 : (unsigned long)n);
+  return 0;
+}
+
+static int lscr_os_calls(lua_State *L) {
+  lua_pushinteger(L, (lua_Integer)scr_debug_os_calls());
+  return 1;
+}
+
+static void lscr_pushoptinfo(lua_State *L) {
+  lua_newtable(L);
+  int i = 0;
+#define LSCR_OPTINFO_(type, name, def, lo, hi, doc)   \
+  lua_createtable(L, 0, 5);                           \
+  lua_pushliteral(L, #name);                          \
+  lua_setfield(L, -2, "name");                        \
+  lscr_pushu64(L, (uint64_t)(def));                   \
+  lua_setfield(L, -2, "default");                     \
+  lscr_pushu64(L, (uint64_t)(lo));                    \
+  lua_setfield(L, -2, "min");                         \
+  lscr_pushu64(L, (uint64_t)(hi));                    \
+  lua_setfield(L, -2, "max");                         \
+  lua_pushliteral(L, doc);                            \
+  lua_setfield(L, -2, "doc");                         \
+  lua_rawseti(L, -2, ++i);
+  SCR_OPTIONS(LSCR_OPTINFO_)
+#undef LSCR_OPTINFO_
+}
+
+static const luaL_Reg lscr_methods[] = {
+  {"malloc", lscr_malloc},
+  {"calloc", lscr_calloc},
+  {"aligned_alloc", lscr_aligned_alloc},
+  {"realloc", lscr_realloc},
+  {"free", lscr_free},
+  {"usable_size", lscr_usable_size},
+  {"check", lscr_check},
+  {"write", lscr_write},
+  {"read", lscr_read},
+  {"trim", lscr_trim},
+  {"stats", lscr_stats},
+  {"stats_json", lscr_stats_json},
+  {"options", lscr_options},
+  {"validate", lscr_validate},
+  {"limit", lscr_limit},
+  {"usage", lscr_usage},
+  {"run", lscr_runchunk},
+  {"close", lscr_close},
+  {NULL, NULL}
+};
+
+static const luaL_Reg lscr_meta[] = {
+  {"__gc", lscr_gc},
+  {"__close", lscr_gc},
+  {"__tostring", lscr_tostring},
+  {NULL, NULL}
+};
+
+static const luaL_Reg lscr_funcs[] = {
+  {"new", lscr_new},
+  {"heap_stats", lscr_heap_stats},
+  {"class_size", lscr_class_size},
+  {"size_class", lscr_size_class},
+  {"strerror", lscr_strerror},
+  {"debug_fail_os_call", lscr_fail_os_call},
+  {"debug_os_calls", lscr_os_calls},
+  {NULL, NULL}
+};
+
+SCRL_EXPORT int luaopen_scralloc(lua_State *L) {
+  luaL_checkversion(L);
+  if (luaL_newmetatable(L, LSCR_ALLOCATOR)) {
+    luaL_setfuncs(L, lscr_meta, 0);
+    luaL_newlib(L, lscr_methods);
+    lua_pushcclosure(L, lscr_index, 1);
+    lua_setfield(L, -2, "__index");
+    lua_pushliteral(L, "scralloc.allocator");
+    lua_setfield(L, -2, "__name");
+  }
+  lua_pop(L, 1);
+  if (luaL_newmetatable(L, LSCR_RUNGUARD)) {
+    lua_pushcfunction(L, lscr_run_close);
+    lua_setfield(L, -2, "__close");
+    lua_pushcfunction(L, lscr_run_close);
+    lua_setfield(L, -2, "__gc");
+  }
+  lua_pop(L, 1);
+  luaL_newlib(L, lscr_funcs);
+  lua_pushliteral(L, SCR_VERSION);
+  lua_setfield(L, -2, "version");
+#define LSCR_CONST_(name, v) lua_pushinteger(L, (lua_Integer)(v)); lua_setfield(L, -2, name);
+  LSCR_CONST_("page_size", SCR_PAGE_SIZE)
+  LSCR_CONST_("segment_size", SCR_SEGMENT_SIZE)
+  LSCR_CONST_("small_max", SCR_SMALL_MAX)
+  LSCR_CONST_("min_align", SCR_MIN_ALIGN)
+  LSCR_CONST_("class_count", SCR_CLASS_COUNT)
+#undef LSCR_CONST_
+  lscr_pushoptinfo(L);
+  lua_setfield(L, -2, "option_info");
+  return 1;
+}

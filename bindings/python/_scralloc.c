@@ -1,0 +1,1526 @@
+/* scralloc._scralloc: the CPython binding of scralloc's allocator objects.
+ *
+ * This file uses only the public header, scralloc.h, as lauxlib.c uses only
+ * Lua's official API.  Conventions (see shared/STYLE.md):
+ *  - multi-phase initialization (PEP 489); the types and exceptions live in
+ *    the module state, so every interpreter that imports the module gets its
+ *    own;
+ *  - heap types created with PyType_FromModuleAndSpec, no static types;
+ *  - no Argument Clinic: arguments are parsed by hand (METH_O, METH_FASTCALL);
+ *  - raw memory is exposed as in Modules/mmapmodule.c: a memoryview over a
+ *    block is backed by a Block object whose bf_getbuffer/bf_releasebuffer
+ *    count exports, and free, realloc and close of a block (or allocator)
+ *    with live exports raise BufferError instead of leaving a dangling view.
+ *
+ * Every address that comes from Python goes through the checked calls
+ * (scr_heap_free_checked, scr_heap_realloc_checked, ...), so a bad address
+ * is an exception, never a crash.
+ *
+ * Ownership:
+ *   Allocator.views  : dict  address(int) -> Block, holding exactly the
+ *                      Blocks with exports > 0 (strong refs);
+ *   Block.alloc      : strong ref, so the heap outlives every view.
+ * Invariant: Allocator.views is empty  <=>  no memoryview points into the
+ * heap; close() and free()/realloc() of a viewed block are refused otherwise.
+ * The cycle Allocator -> views -> Block -> Allocator exists only while a
+ * buffer is exported and is broken when the last export is released (or by
+ * the GC through Allocator's tp_clear).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "scralloc.h"
+
+#if defined(SCR_OVERRIDE) && SCR_OVERRIDE
+#error "the Python extension must not replace malloc (SCR_OVERRIDE)"
+#endif
+
+#ifndef SCR_DEBUG
+#define SCR_DEBUG 0
+#endif
+
+/* The process allocator (scr_malloc, scr_stats()) is optional: setup.py
+ * defines SCR_HAVE_PROCESS when the header declares scr_stats(). */
+#ifndef SCR_HAVE_PROCESS
+#define SCR_HAVE_PROCESS 0
+#endif
+
+/* ---- module state -------------------------------------------------- */
+
+typedef struct AllocatorObject AllocatorObject;
+
+typedef struct {
+  PyTypeObject *Allocator_type;  /* scralloc.Allocator */
+  PyTypeObject *Block_type;      /* scralloc._scralloc.Block (backs views) */
+  PyObject *InvalidPointerError; /* ValueError subclass */
+  PyObject *DoubleFreeError;     /* InvalidPointerError subclass */
+  AllocatorObject *open;         /* open allocators (borrowed), for memory_usage */
+} module_state;
+
+struct AllocatorObject {
+  PyObject_HEAD
+  scr_heap *heap;               /* NULL once closed */
+  PyObject *views;              /* dict: address -> Block with exports > 0 */
+  PyObject *weakreflist;        /* weak references */
+  AllocatorObject *next;        /* next open allocator of the module */
+  AllocatorObject **pprev;      /* link that points at this one; NULL when unlinked */
+};
+
+/* A block exposed to the buffer protocol.  A Block lives for one run of
+ * exports: once its last export is released it is dead and refuses new
+ * ones, so a stale Block can never expose a later block at the same
+ * address. */
+typedef struct {
+  PyObject_HEAD
+  AllocatorObject *alloc;       /* strong */
+  PyObject *key;                /* the address as an int (key in alloc->views) */
+  uintptr_t addr;               /* start of the block */
+  Py_ssize_t len;               /* usable size when the view was made */
+  Py_ssize_t exports;           /* live Py_buffers */
+  int dead;                     /* exports went back to 0: no new exports */
+} BlockObject;
+
+static inline module_state *
+get_state(PyObject *module)
+{
+  void *st = PyModule_GetState(module);
+  assert(st != NULL);
+  return (module_state *)st;
+}
+
+static inline module_state *
+type_state(PyTypeObject *tp)
+{
+  void *st = PyType_GetModuleState(tp);
+  assert(st != NULL);
+  return (module_state *)st;
+}
+
+/* ---- errors -------------------------------------------------------- */
+
+static const char *
+reason_of(int err)
+{
+  switch (err) {
+  case SCR_EFOREIGN: return "foreign";
+  case SCR_EINTERIOR: return "interior";
+  case SCR_ENOTALLOC: return "not allocated";
+  case SCR_EDOUBLEFREE: return "double free";
+  default: return "unknown";
+  }
+}
+
+static const char *
+strerror_of(int err)
+{
+  const char *s = scr_strerror(err);
+  return s != NULL ? s : "unknown scralloc error";
+}
+
+/* Raise the exception for a checked call's error code; returns NULL. */
+static PyObject *
+raise_scr(module_state *st, int err, const char *op, uintptr_t addr)
+{
+  PyObject *type, *msg, *exc, *val;
+
+  switch (err) {
+  case SCR_ENOMEM:
+    PyErr_Format(PyExc_MemoryError, "%s: %s", op, strerror_of(err));
+    return NULL;
+  case SCR_EINVAL:
+    PyErr_Format(PyExc_ValueError, "%s: %s", op, strerror_of(err));
+    return NULL;
+  case SCR_EFOREIGN:
+  case SCR_EINTERIOR:
+  case SCR_ENOTALLOC:
+    type = st->InvalidPointerError;
+    break;
+  case SCR_EDOUBLEFREE:
+    type = st->DoubleFreeError;
+    break;
+  default:
+    PyErr_Format(PyExc_SystemError, "%s: unexpected scralloc error %d", op, err);
+    return NULL;
+  }
+  msg = PyUnicode_FromFormat("%s(%p): %s", op, (void *)addr, strerror_of(err));
+  if (msg == NULL)
+    return NULL;
+  exc = PyObject_CallOneArg(type, msg);
+  Py_DECREF(msg);
+  if (exc == NULL)
+    return NULL;
+  val = PyLong_FromUnsignedLongLong((unsigned long long)addr);
+  if (val == NULL || PyObject_SetAttrString(exc, "address", val) < 0)
+    goto fail;
+  Py_DECREF(val);
+  val = PyUnicode_FromString(reason_of(err));
+  if (val == NULL || PyObject_SetAttrString(exc, "reason", val) < 0)
+    goto fail;
+  Py_DECREF(val);
+  val = PyLong_FromLong(err);
+  if (val == NULL || PyObject_SetAttrString(exc, "code", val) < 0)
+    goto fail;
+  Py_DECREF(val);
+  PyErr_SetObject(type, exc);
+  Py_DECREF(exc);
+  return NULL;
+fail:
+  Py_XDECREF(val);
+  Py_DECREF(exc);
+  return NULL;
+}
+
+/* An unchecked allocation call returned NULL: errno says why. */
+static PyObject *
+raise_errno(module_state *st, int saved_errno, const char *op)
+{
+  return raise_scr(st, saved_errno == EINVAL ? SCR_EINVAL : SCR_ENOMEM, op, 0);
+}
+
+/* ---- argument conversion ------------------------------------------- */
+
+/* An address: any int-like; an int that cannot be an address at all
+ * (negative, wider than a pointer) is an InvalidPointerError. */
+static int
+get_addr(module_state *st, PyObject *arg, const char *op, uintptr_t *out)
+{
+  PyObject *idx = PyNumber_Index(arg);
+  unsigned long long v;
+
+  if (idx == NULL)
+    return -1;
+  v = PyLong_AsUnsignedLongLong(idx);
+  if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+    if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+      Py_DECREF(idx);
+      return -1;
+    }
+    PyErr_Clear();
+    PyErr_Format(st->InvalidPointerError, "%s(%R): not an address", op, idx);
+    Py_DECREF(idx);
+    return -1;
+  }
+  Py_DECREF(idx);
+  if (v > (unsigned long long)UINTPTR_MAX) {
+    PyErr_Format(st->InvalidPointerError, "%s(%llu): not an address", op, v);
+    return -1;
+  }
+  *out = (uintptr_t)v;
+  return 0;
+}
+
+/* A size: ValueError if negative, OverflowError above PY_SSIZE_T_MAX
+ * (no block can be viewed beyond that). */
+static int
+get_size(PyObject *arg, const char *op, const char *what, size_t *out)
+{
+  PyObject *idx = PyNumber_Index(arg);
+  int overflow = 0;
+  long long v;
+
+  if (idx == NULL)
+    return -1;
+  v = PyLong_AsLongLongAndOverflow(idx, &overflow);
+  Py_DECREF(idx);
+  if (v == -1 && PyErr_Occurred())
+    return -1;
+  if (overflow < 0 || (overflow == 0 && v < 0)) {
+    PyErr_Format(PyExc_ValueError, "%s: %s must be >= 0", op, what);
+    return -1;
+  }
+  if (overflow > 0 || (unsigned long long)v > (unsigned long long)PY_SSIZE_T_MAX) {
+    PyErr_Format(PyExc_OverflowError, "%s: %s is too large", op, what);
+    return -1;
+  }
+  *out = (size_t)v;
+  return 0;
+}
+
+static int
+check_nargs(const char *op, Py_ssize_t nargs, Py_ssize_t want)
+{
+  if (nargs == want)
+    return 0;
+  PyErr_Format(PyExc_TypeError, "%s() takes exactly %zd argument%s (%zd given)",
+               op, want, want == 1 ? "" : "s", nargs);
+  return -1;
+}
+
+static PyObject *
+addr_result(void *p)
+{
+  return PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)p);
+}
+
+/* ---- options (one keyword per entry of SCR_OPTIONS) --------------- */
+
+typedef struct {
+  const char *name;             /* keyword and option name */
+  unsigned long long def;       /* default */
+  unsigned long long lo, hi;    /* accepted range, inclusive */
+  const char *doc;              /* one line */
+} option_desc;
+
+static const option_desc option_table[] = {
+#define X(type, name, def, lo, hi, doc) \
+  {#name, (unsigned long long)(def), (unsigned long long)(lo), (unsigned long long)(hi), doc},
+  SCR_OPTIONS(X)
+#undef X
+};
+#define OPTION_COUNT (sizeof(option_table) / sizeof(option_table[0]))
+
+static void
+option_put(scr_options *o, size_t i, unsigned long long v)
+{
+  size_t k = 0;
+#define X(type, name, def, lo, hi, doc) \
+  if (i == k++) {                       \
+    o->name = (type)v;                  \
+    return;                             \
+  }
+  SCR_OPTIONS(X)
+#undef X
+}
+
+static unsigned long long
+option_get(const scr_options *o, size_t i)
+{
+  size_t k = 0;
+#define X(type, name, def, lo, hi, doc) \
+  if (i == k++)                         \
+    return (unsigned long long)o->name;
+  SCR_OPTIONS(X)
+#undef X
+  return 0;
+}
+
+/* Apply keyword arguments to *opt; TypeError for an unknown keyword,
+ * ValueError/OverflowError for a value out of the option's range. */
+static int
+options_from_kwargs(PyObject *kwds, scr_options *opt)
+{
+  Py_ssize_t pos = 0;
+  PyObject *key, *value;
+
+  if (kwds == NULL)
+    return 0;
+  while (PyDict_Next(kwds, &pos, &key, &value)) {
+    const char *name = PyUnicode_AsUTF8(key);
+    size_t i;
+    PyObject *idx;
+    int overflow = 0;
+    long long v;
+
+    if (name == NULL)
+      return -1;
+    for (i = 0; i < OPTION_COUNT; i++)
+      if (strcmp(name, option_table[i].name) == 0)
+        break;
+    if (i == OPTION_COUNT) {
+      PyErr_Format(PyExc_TypeError, "Allocator() got an unexpected keyword argument '%s'",
+                   name);
+      return -1;
+    }
+    idx = PyNumber_Index(value);
+    if (idx == NULL)
+      return -1;
+    v = PyLong_AsLongLongAndOverflow(idx, &overflow);
+    if (v == -1 && PyErr_Occurred()) {
+      Py_DECREF(idx);
+      return -1;
+    }
+    if (overflow < 0 || (overflow == 0 && v < 0)) {
+      Py_DECREF(idx);
+      PyErr_Format(PyExc_ValueError, "Allocator(): %s must be >= 0", name);
+      return -1;
+    }
+    if (overflow > 0) {
+      unsigned long long u = PyLong_AsUnsignedLongLong(idx);
+      Py_DECREF(idx);
+      if (u == (unsigned long long)-1 && PyErr_Occurred())
+        return -1;
+      if (u < option_table[i].lo || u > option_table[i].hi)
+        goto range;
+      option_put(opt, i, u);
+      continue;
+    }
+    Py_DECREF(idx);
+    if ((unsigned long long)v < option_table[i].lo || (unsigned long long)v > option_table[i].hi)
+      goto range;
+    option_put(opt, i, (unsigned long long)v);
+    continue;
+  range:
+    PyErr_Format(PyExc_ValueError, "Allocator(): %s must be between %llu and %llu", name,
+                 option_table[i].lo, option_table[i].hi);
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *
+options_to_dict(const scr_options *opt)
+{
+  PyObject *d = PyDict_New();
+  size_t i;
+
+  if (d == NULL)
+    return NULL;
+  for (i = 0; i < OPTION_COUNT; i++) {
+    PyObject *v = PyLong_FromUnsignedLongLong(option_get(opt, i));
+    if (v == NULL || PyDict_SetItemString(d, option_table[i].name, v) < 0) {
+      Py_XDECREF(v);
+      Py_DECREF(d);
+      return NULL;
+    }
+    Py_DECREF(v);
+  }
+  return d;
+}
+
+/* ---- stats (fields from SCR_STATS_FIELDS / SCR_CLASS_STATS_FIELDS) - */
+
+static int
+put_u64(PyObject *d, const char *name, uint64_t value)
+{
+  PyObject *v = PyLong_FromUnsignedLongLong((unsigned long long)value);
+  int r;
+
+  if (v == NULL)
+    return -1;
+  r = PyDict_SetItemString(d, name, v);
+  Py_DECREF(v);
+  return r;
+}
+
+static PyObject *
+class_stats_to_dict(const scr_class_stats *c)
+{
+  PyObject *d = PyDict_New();
+
+  if (d == NULL)
+    return NULL;
+#define X(name, doc)                       \
+  if (put_u64(d, #name, c->name) < 0) {    \
+    Py_DECREF(d);                          \
+    return NULL;                           \
+  }
+  SCR_CLASS_STATS_FIELDS(X)
+#undef X
+  return d;
+}
+
+static PyObject *
+stats_to_dict(const struct scr_stats *s)
+{
+  PyObject *d = PyDict_New(), *classes = NULL;
+  unsigned i;
+
+  if (d == NULL)
+    return NULL;
+#define X(name, doc)                       \
+  if (put_u64(d, #name, s->name) < 0)      \
+    goto fail;
+  SCR_STATS_FIELDS(X)
+#undef X
+  classes = PyList_New(SCR_CLASS_COUNT);
+  if (classes == NULL)
+    goto fail;
+  for (i = 0; i < SCR_CLASS_COUNT; i++) {
+    PyObject *c = class_stats_to_dict(&s->classes[i]);
+    if (c == NULL)
+      goto fail;
+    PyList_SET_ITEM(classes, i, c);
+  }
+  if (PyDict_SetItemString(d, "classes", classes) < 0)
+    goto fail;
+  Py_DECREF(classes);
+  return d;
+fail:
+  Py_XDECREF(classes);
+  Py_DECREF(d);
+  return NULL;
+}
+
+/* ---- Block: the exporter behind Allocator.view() ------------------- */
+
+static int
+Block_getbuffer(PyObject *op, Py_buffer *view, int flags)
+{
+  BlockObject *b = (BlockObject *)op;
+
+  if (b->dead || b->alloc->heap == NULL || b->alloc->views == NULL) {
+    PyErr_SetString(PyExc_BufferError,
+                    "this view of a scralloc block has expired; call Allocator.view() again");
+    view->obj = NULL;
+    return -1;
+  }
+  if (b->exports == 0 && PyDict_SetItem(b->alloc->views, b->key, op) < 0) {
+    view->obj = NULL;
+    return -1;
+  }
+  if (PyBuffer_FillInfo(view, op, (void *)b->addr, b->len, 0, flags) < 0) {
+    if (b->exports == 0)
+      b->dead = 1;  /* cannot happen (writable); keep views consistent anyway */
+    return -1;
+  }
+  b->exports++;
+  return 0;
+}
+
+static void
+Block_releasebuffer(PyObject *op, Py_buffer *view)
+{
+  BlockObject *b = (BlockObject *)op;
+
+  assert(b->exports > 0);
+  if (--b->exports > 0)
+    return;
+  b->dead = 1;
+  if (b->alloc->views != NULL) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    if (PyDict_DelItem(b->alloc->views, b->key) < 0)
+      PyErr_WriteUnraisable(op);
+    PyErr_Restore(type, value, tb);
+  }
+}
+
+static int
+Block_traverse(PyObject *op, visitproc visit, void *arg)
+{
+  BlockObject *b = (BlockObject *)op;
+  Py_VISIT(Py_TYPE(op));
+  Py_VISIT(b->alloc);
+  Py_VISIT(b->key);
+  return 0;
+}
+
+static void
+Block_dealloc(PyObject *op)
+{
+  BlockObject *b = (BlockObject *)op;
+  PyTypeObject *tp = Py_TYPE(op);
+
+  assert(b->exports == 0);
+  PyObject_GC_UnTrack(op);
+  Py_CLEAR(b->alloc);
+  Py_CLEAR(b->key);
+  tp->tp_free(op);
+  Py_DECREF(tp);
+}
+
+static PyObject *
+Block_repr(PyObject *op)
+{
+  BlockObject *b = (BlockObject *)op;
+  return PyUnicode_FromFormat("<scralloc block %p, %zd bytes, %zd export%s%s>", (void *)b->addr,
+                              b->len, b->exports, b->exports == 1 ? "" : "s",
+                              b->dead ? ", expired" : "");
+}
+
+static PyMemberDef Block_members[] = {
+  {"exports", T_PYSSIZET, offsetof(BlockObject, exports), READONLY, "live buffer exports"},
+  {NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot Block_slots[] = {
+  {Py_bf_getbuffer, Block_getbuffer},
+  {Py_bf_releasebuffer, Block_releasebuffer},
+  {Py_tp_traverse, Block_traverse},
+  {Py_tp_dealloc, Block_dealloc},
+  {Py_tp_repr, Block_repr},
+  {Py_tp_members, Block_members},
+  {Py_tp_doc, (void *)"The exporter behind Allocator.view(): one block, counted exports."},
+  {0, NULL},
+};
+
+static PyType_Spec Block_spec = {
+  .name = "scralloc._scralloc.Block",
+  .basicsize = sizeof(BlockObject),
+  .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC
+#ifdef Py_TPFLAGS_IMMUTABLETYPE
+           | Py_TPFLAGS_IMMUTABLETYPE
+#endif
+#ifdef Py_TPFLAGS_DISALLOW_INSTANTIATION
+           | Py_TPFLAGS_DISALLOW_INSTANTIATION
+#endif
+  ,
+  .slots = Block_slots,
+};
+
+/* ---- Allocator ----------------------------------------------------- */
+
+static void
+allocator_link(module_state *st, AllocatorObject *a)
+{
+  a->next = st->open;
+  if (a->next != NULL)
+    a->next->pprev = &a->next;
+  st->open = a;
+  a->pprev = &st->open;
+}
+
+static void
+allocator_unlink(AllocatorObject *a)
+{
+  if (a->pprev == NULL)
+    return;
+  *a->pprev = a->next;
+  if (a->next != NULL)
+    a->next->pprev = a->pprev;
+  a->next = NULL;
+  a->pprev = NULL;
+}
+
+/* The heap of an open allocator, or NULL with ValueError. */
+static scr_heap *
+open_heap(AllocatorObject *a)
+{
+  if (a->heap == NULL)
+    PyErr_SetString(PyExc_ValueError, "I/O operation on closed allocator");
+  return a->heap;
+}
+
+static PyObject *
+allocator_create(PyTypeObject *type, const scr_options *opt)
+{
+  module_state *st = type_state(type);
+  AllocatorObject *a;
+  scr_heap *h;
+
+  a = (AllocatorObject *)type->tp_alloc(type, 0);
+  if (a == NULL)
+    return NULL;
+  a->views = PyDict_New();
+  if (a->views == NULL) {
+    Py_DECREF(a);
+    return NULL;
+  }
+  errno = 0;
+  h = scr_heap_new(opt);
+  if (h == NULL) {
+    Py_DECREF(a);
+    return raise_scr(st, SCR_ENOMEM, "Allocator", 0);
+  }
+  a->heap = h;
+  allocator_link(st, a);
+  return (PyObject *)a;
+}
+
+static PyObject *
+Allocator_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+  scr_options opt;
+
+  if (PyTuple_GET_SIZE(args) != 0) {
+    PyErr_SetString(PyExc_TypeError, "Allocator() takes only keyword arguments");
+    return NULL;
+  }
+  scr_options_init(&opt);
+  if (options_from_kwargs(kwds, &opt) < 0)
+    return NULL;
+  return allocator_create(type, &opt);
+}
+
+static PyObject *
+Allocator_from_env(PyObject *cls, PyObject *args, PyObject *kwds)
+{
+  scr_options opt;
+
+  if (PyTuple_GET_SIZE(args) != 0) {
+    PyErr_SetString(PyExc_TypeError, "Allocator.from_env() takes only keyword arguments");
+    return NULL;
+  }
+  scr_options_init(&opt);
+  scr_options_from_env(&opt);
+  if (options_from_kwargs(kwds, &opt) < 0)
+    return NULL;
+  return allocator_create((PyTypeObject *)cls, &opt);
+}
+
+/* Close: refused while a view is exported (like mmap.close()). */
+static int
+allocator_close(AllocatorObject *a)
+{
+  if (a->heap == NULL)
+    return 0;
+  if (a->views != NULL && PyDict_GET_SIZE(a->views) > 0) {
+    PyErr_Format(PyExc_BufferError,
+                 "cannot close allocator: %zd block(s) still exported as memoryviews",
+                 PyDict_GET_SIZE(a->views));
+    return -1;
+  }
+  allocator_unlink(a);
+  scr_heap_destroy(a->heap);
+  a->heap = NULL;
+  return 0;
+}
+
+static int
+Allocator_traverse(PyObject *op, visitproc visit, void *arg)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
+  Py_VISIT(Py_TYPE(op));
+  Py_VISIT(a->views);
+  return 0;
+}
+
+static int
+Allocator_clear(PyObject *op)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
+  Py_CLEAR(a->views);
+  return 0;
+}
+
+static void
+Allocator_dealloc(PyObject *op)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
+  PyTypeObject *tp = Py_TYPE(op);
+
+  PyObject_GC_UnTrack(op);
+  if (a->weakreflist != NULL)
+    PyObject_ClearWeakRefs(op);
+  /* No Block can be exported here: each holds a reference to us. */
+  Py_CLEAR(a->views);
+  allocator_unlink(a);
+  if (a->heap != NULL) {
+    scr_heap_destroy(a->heap);
+    a->heap = NULL;
+  }
+  tp->tp_free(op);
+  Py_DECREF(tp);
+}
+
+/* The Block exporting addr, or NULL (no exception) when none does. */
+static BlockObject *
+exported_block(AllocatorObject *a, PyObject *key)
+{
+  PyObject *b;
+
+  if (a->views == NULL)
+    return NULL;
+  b = PyDict_GetItemWithError(a->views, key);
+  return (BlockObject *)b;
+}
+
+/* -1 with BufferError if the block at addr has live views. */
+static int
+refuse_if_exported(AllocatorObject *a, const char *op, uintptr_t addr)
+{
+  PyObject *key;
+  BlockObject *b;
+
+  if (a->views == NULL || PyDict_GET_SIZE(a->views) == 0)
+    return 0;
+  key = PyLong_FromUnsignedLongLong((unsigned long long)addr);
+  if (key == NULL)
+    return -1;
+  b = exported_block(a, key);
+  Py_DECREF(key);
+  if (b == NULL)
+    return PyErr_Occurred() ? -1 : 0;
+  PyErr_Format(PyExc_BufferError, "cannot %s block %p: %zd memoryview export(s) exist", op,
+               (void *)addr, b->exports);
+  return -1;
+}
+
+static PyObject *
+Allocator_malloc(PyObject *op, PyObject *arg)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
+  scr_heap *h = open_heap(a);
+  size_t n;
+  void *p;
+
+  if (h == NULL || get_size(arg, "malloc", "size", &n) < 0)
+    return NULL;
+  errno = 0;
+  p = scr_heap_malloc(h, n);
+  if (p == NULL)
+    return raise_errno(type_state(Py_TYPE(op)), errno, "malloc");
+  return addr_result(p);
+}
+
+static PyObject *
+Allocator_calloc(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
+  scr_heap *h = open_heap(a);
+  size_t count, size;
+  void *p;
+
+  if (h == NULL || check_nargs("calloc", nargs, 2) < 0 ||
+      get_size(args[0], "calloc", "count", &count) < 0 ||
+      get_size(args[1], "calloc", "size", &size) < 0)
+    return NULL;
+  if (size != 0 && count > (size_t)PY_SSIZE_T_MAX / size) {
+    PyErr_SetString(PyExc_OverflowError, "calloc: count * size is too large");
+    return NULL;
+  }
+  errno = 0;
+  p = scr_heap_calloc(h, count, size);
+  if (p == NULL)
+    return raise_errno(type_state(Py_TYPE(op)), errno, "calloc");
+  return addr_result(p);
+}
+
+static PyObject *
+Allocator_aligned_alloc(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
+  scr_heap *h = open_heap(a);
+  size_t alignment, size;
+  void *p;
+
+  if (h == NULL || check_nargs("aligned_alloc", nargs, 2) < 0 ||
+      get_size(args[0], "aligned_alloc", "alignment", &alignment) < 0 ||
+      get_size(args[1], "aligned_alloc", "size", &size) < 0)
+    return NULL;
+  if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
+    PyErr_Format(PyExc_ValueError, "aligned_alloc: alignment must be a power of two, not %zu",
+                 alignment);
+    return NULL;
+  }
+  errno = 0;
+  p = scr_heap_aligned_alloc(h, alignment, size);
+  if (p == NULL)
+    return raise_errno(type_state(Py_TYPE(op)), errno, "aligned_alloc");
+  if (((uintptr_t)p & (alignment - 1)) != 0) {
+    /* The core broke its contract: do not hand out a misaligned block. */
+    scr_heap_free(h, p);
+    PyErr_Format(PyExc_SystemError, "aligned_alloc: scralloc returned %p, not %zu-aligned", p,
+                 alignment);
+    return NULL;
+  }
+  return addr_result(p);
+}
+
+static PyObject *
+Allocator_realloc(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
+  module_state *st = type_state(Py_TYPE(op));
+  scr_heap *h = open_heap(a);
+  uintptr_t addr;
+  size_t n;
+  void *out = NULL;
+  int err;
+
+  if (h == NULL || check_nargs("realloc", nargs, 2) < 0 ||
+      get_addr(st, args[0], "realloc", &addr) < 0 ||
+      get_size(args[1], "realloc", "size", &n) < 0)
+    return NULL;
+  if (addr != 0 && refuse_if_exported(a, "realloc", addr) < 0)
+    return NULL;
+  err = scr_heap_realloc_checked(h, (void *)addr, n, &out);
+  if (err != SCR_OK)
+    return raise_scr(st, err, "realloc", addr);
+  return addr_result(out);
+}
+
+static PyObject *
+Allocator_free(PyObject *op, PyObject *arg)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
+  module_state *st = type_state(Py_TYPE(op));
+  scr_heap *h = open_heap(a);
+  uintptr_t addr;
+  int err;
+
+  if (h == NULL || get_addr(st, arg, "free", &addr) < 0)
+    return NULL;
+  if (addr == 0)
+    Py_RETURN_NONE;
+  if (refuse_if_exported(a, "free", addr) < 0)
+    return NULL;
+  err = scr_heap_free_checked(h, (void *)addr);
+  if (err != SCR_OK)
+    return raise_scr(st, err, "free", addr);
+  Py_RETURN_NONE;
+}
+
+static PyObject *
+Allocator_usable_size(PyObject *op, PyObject *arg)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
+  module_state *st = type_state(Py_TYPE(op));
+  scr_heap *h = open_heap(a);
+  uintptr_t addr;
+  size_t n = 0;
+  int err;
+
+  if (h == NULL || get_addr(st, arg, "usable_size", &addr) < 0)
+    return NULL;
+  if (addr == 0)
+    return PyLong_FromLong(0);
+  err = scr_heap_usable_size_checked(h, (const void *)addr, &n);
+  if (err != SCR_OK)
+    return raise_scr(st, err, "usable_size", addr);
+  return PyLong_FromSize_t(n);
+}
+
+static PyObject *
+Allocator_check(PyObject *op, PyObject *arg)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
+  module_state *st = type_state(Py_TYPE(op));
+  scr_heap *h = open_heap(a);
+  uintptr_t addr;
+  int err;
+
+  if (h == NULL || get_addr(st, arg, "check", &addr) < 0)
+    return NULL;
+  if (addr == 0)
+    return raise_scr(st, SCR_EFOREIGN, "check", 0);
+  err = scr_heap_check(h, (const void *)addr);
+  if (err != SCR_OK)
+    return raise_scr(st, err, "check", addr);
+  Py_RETURN_NONE;
+}
+
+static PyObject *
+Allocator_owns(PyObject *op, PyObject *arg)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
+  module_state *st = type_state(Py_TYPE(op));
+  scr_heap *h = open_heap(a);
+  uintptr_t addr;
+
+  if (h == NULL)
+    return NULL;
+  if (get_addr(st, arg, "owns", &addr) < 0) {
+    if (!PyErr_ExceptionMatches(st->InvalidPointerError))
+      return NULL;
+    PyErr_Clear();
+    Py_RETURN_FALSE;
+  }
+  return PyBool_FromLong(addr != 0 && scr_heap_check(h, (const void *)addr) == SCR_OK);
+}
+
+static PyObject *
+Allocator_view(PyObject *op, PyObject *arg)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
+  module_state *st = type_state(Py_TYPE(op));
+  scr_heap *h = open_heap(a);
+  uintptr_t addr;
+  size_t n = 0;
+  int err;
+  PyObject *key, *mv;
+  BlockObject *b;
+
+  if (h == NULL || get_addr(st, arg, "view", &addr) < 0)
+    return NULL;
+  if (addr == 0)
+    return raise_scr(st, SCR_EFOREIGN, "view", 0);
+  key = PyLong_FromUnsignedLongLong((unsigned long long)addr);
+  if (key == NULL)
+    return NULL;
+  b = exported_block(a, key);
+  if (b != NULL) {
+    Py_DECREF(key);
+    return PyMemoryView_FromObject((PyObject *)b);
+  }
+  if (PyErr_Occurred()) {
+    Py_DECREF(key);
+    return NULL;
+  }
+  err = scr_heap_usable_size_checked(h, (const void *)addr, &n);
+  if (err != SCR_OK) {
+    Py_DECREF(key);
+    return raise_scr(st, err, "view", addr);
+  }
+  if (n > (size_t)PY_SSIZE_T_MAX) {
+    Py_DECREF(key);
+    PyErr_SetString(PyExc_OverflowError, "view: block too large");
+    return NULL;
+  }
+  b = PyObject_GC_New(BlockObject, st->Block_type);
+  if (b == NULL) {
+    Py_DECREF(key);
+    return NULL;
+  }
+  Py_INCREF(a);
+  b->alloc = a;
+  b->key = key;
+  b->addr = addr;
+  b->len = (Py_ssize_t)n;
+  b->exports = 0;
+  b->dead = 0;
+  PyObject_GC_Track((PyObject *)b);
+  mv = PyMemoryView_FromObject((PyObject *)b);
+  Py_DECREF(b);
+  return mv;
+}
+
+static PyObject *
+Allocator_trim(PyObject *op, PyObject *unused)
+{
+  scr_heap *h = open_heap((AllocatorObject *)op);
+  if (h == NULL)
+    return NULL;
+  return PyLong_FromSize_t(scr_heap_trim(h));
+}
+
+static PyObject *
+Allocator_stats(PyObject *op, PyObject *unused)
+{
+  scr_heap *h = open_heap((AllocatorObject *)op);
+  struct scr_stats s;
+
+  if (h == NULL)
+    return NULL;
+  memset(&s, 0, sizeof s);
+  scr_heap_stats(h, &s);
+  return stats_to_dict(&s);
+}
+
+static PyObject *
+Allocator_stats_json(PyObject *op, PyObject *unused)
+{
+  scr_heap *h = open_heap((AllocatorObject *)op);
+  char small[4096], *buf = small;
+  size_t need;
+  PyObject *r;
+
+  if (h == NULL)
+    return NULL;
+  need = scr_heap_stats_json(h, small, sizeof small);
+  if (need >= sizeof small) {
+    buf = PyMem_Malloc(need + 1);
+    if (buf == NULL)
+      return PyErr_NoMemory();
+    need = scr_heap_stats_json(h, buf, need + 1);
+  }
+  r = PyUnicode_FromStringAndSize(buf, (Py_ssize_t)need);
+  if (buf != small)
+    PyMem_Free(buf);
+  return r;
+}
+
+static PyObject *
+Allocator_validate(PyObject *op, PyObject *unused)
+{
+  scr_heap *h = open_heap((AllocatorObject *)op);
+  if (h == NULL)
+    return NULL;
+  if (scr_heap_validate(h) != SCR_OK) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "scralloc heap validation failed (details went to the error handler)");
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject *
+Allocator_close(PyObject *op, PyObject *unused)
+{
+  if (allocator_close((AllocatorObject *)op) < 0)
+    return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *
+Allocator_enter(PyObject *op, PyObject *unused)
+{
+  if (open_heap((AllocatorObject *)op) == NULL)
+    return NULL;
+  return Py_NewRef(op);
+}
+
+static PyObject *
+Allocator_exit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
+{
+  if (allocator_close((AllocatorObject *)op) < 0)
+    return NULL;
+  Py_RETURN_FALSE;
+}
+
+/* The live-figure getters (allocs, mmaps, bytes) and their seed-style
+ * aliases; the closure is the byte offset of the field in struct scr_stats. */
+static PyObject *
+Allocator_get_stat(PyObject *op, void *closure)
+{
+  scr_heap *h = open_heap((AllocatorObject *)op);
+  struct scr_stats s;
+  uint64_t v;
+
+  if (h == NULL)
+    return NULL;
+  memset(&s, 0, sizeof s);
+  scr_heap_stats(h, &s);
+  memcpy(&v, (const char *)&s + (size_t)(uintptr_t)closure, sizeof v);
+  return PyLong_FromUnsignedLongLong((unsigned long long)v);
+}
+
+static PyObject *
+Allocator_get_closed(PyObject *op, void *closure)
+{
+  return PyBool_FromLong(((AllocatorObject *)op)->heap == NULL);
+}
+
+static PyObject *
+Allocator_get_options(PyObject *op, void *closure)
+{
+  scr_heap *h = open_heap((AllocatorObject *)op);
+  scr_options opt;
+
+  if (h == NULL)
+    return NULL;
+  scr_heap_options(h, &opt);
+  return options_to_dict(&opt);
+}
+
+static PyObject *
+Allocator_get_exports(PyObject *op, void *closure)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
+  Py_ssize_t n = 0, pos = 0;
+  PyObject *k, *v;
+
+  if (a->views != NULL)
+    while (PyDict_Next(a->views, &pos, &k, &v))
+      n += ((BlockObject *)v)->exports;
+  return PyLong_FromSsize_t(n);
+}
+
+static PyObject *
+Allocator_repr(PyObject *op)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
+  struct scr_stats s;
+  scr_options opt;
+
+  if (a->heap == NULL)
+    return PyUnicode_FromFormat("<scralloc.Allocator closed at %p>", (void *)a);
+  memset(&s, 0, sizeof s);
+  scr_heap_stats(a->heap, &s);
+  scr_heap_options(a->heap, &opt);
+  return PyUnicode_FromFormat(
+      "<scralloc.Allocator retain=%u allocs=%llu mmaps=%llu bytes=%llu heap_used=%llu "
+      "heap_total=%llu>",
+      (unsigned)opt.retain, (unsigned long long)s.allocs, (unsigned long long)s.mmaps,
+      (unsigned long long)s.bytes, (unsigned long long)s.heap_used,
+      (unsigned long long)s.heap_total);
+}
+
+#define STAT_CLOSURE(field) ((void *)(uintptr_t)offsetof(struct scr_stats, field))
+
+static PyGetSetDef Allocator_getset[] = {
+  {"allocs", Allocator_get_stat, NULL, "live blocks", STAT_CLOSURE(allocs)},
+  {"mmaps", Allocator_get_stat, NULL, "live OS mappings", STAT_CLOSURE(mmaps)},
+  {"bytes", Allocator_get_stat, NULL, "committed bytes held from the OS", STAT_CLOSURE(bytes)},
+  {"Allocs", Allocator_get_stat, NULL, "alias of allocs (the seed's name)", STAT_CLOSURE(allocs)},
+  {"Mmaps", Allocator_get_stat, NULL, "alias of mmaps (the seed's name)", STAT_CLOSURE(mmaps)},
+  {"Bytes", Allocator_get_stat, NULL, "alias of bytes (the seed's name)", STAT_CLOSURE(bytes)},
+  {"heap_total", Allocator_get_stat, NULL, "bytes held for blocks", STAT_CLOSURE(heap_total)},
+  {"heap_used", Allocator_get_stat, NULL, "bytes in live blocks", STAT_CLOSURE(heap_used)},
+  {"closed", Allocator_get_closed, NULL, "True once close() has run", NULL},
+  {"options", Allocator_get_options, NULL, "the effective options, as a dict", NULL},
+  {"exports", Allocator_get_exports, NULL, "live memoryview exports over this heap's blocks",
+   NULL},
+  {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef Allocator_methods[] = {
+  {"malloc", Allocator_malloc, METH_O,
+   "malloc(size, /) -> int\n--\n\nAllocate size bytes; return the block's address."},
+  {"calloc", (PyCFunction)(void (*)(void))Allocator_calloc, METH_FASTCALL,
+   "calloc(count, size, /) -> int\n--\n\nAllocate count*size zeroed bytes."},
+  {"aligned_alloc", (PyCFunction)(void (*)(void))Allocator_aligned_alloc, METH_FASTCALL,
+   "aligned_alloc(alignment, size, /) -> int\n--\n\nAllocate size bytes aligned to alignment "
+   "(a power of two)."},
+  {"realloc", (PyCFunction)(void (*)(void))Allocator_realloc, METH_FASTCALL,
+   "realloc(addr, size, /) -> int\n--\n\nResize a block; realloc(0, n) is malloc(n), "
+   "realloc(addr, 0) frees and returns 0."},
+  {"free", Allocator_free, METH_O, "free(addr, /) -> None\n--\n\nFree a block; free(0) does nothing."},
+  {"usable_size", Allocator_usable_size, METH_O,
+   "usable_size(addr, /) -> int\n--\n\nThe usable size of a live block (0 for 0)."},
+  {"check", Allocator_check, METH_O,
+   "check(addr, /) -> None\n--\n\nRaise InvalidPointerError unless addr is a live block."},
+  {"owns", Allocator_owns, METH_O,
+   "owns(addr, /) -> bool\n--\n\nTrue if addr is a live block of this allocator."},
+  {"view", Allocator_view, METH_O,
+   "view(addr, /) -> memoryview\n--\n\nA writable memoryview over the block's usable size."},
+  {"trim", Allocator_trim, METH_NOARGS,
+   "trim($self, /)\n--\n\nGive back every retained page and cached block; return the bytes."},
+  {"stats", Allocator_stats, METH_NOARGS,
+   "stats($self, /)\n--\n\nEvery core figure as a dict, with the per-class list as 'classes'."},
+  {"stats_json", Allocator_stats_json, METH_NOARGS,
+   "stats_json($self, /)\n--\n\nThe core's JSON rendering of stats()."},
+  {"validate", Allocator_validate, METH_NOARGS,
+   "validate($self, /)\n--\n\nRun the core's heap validator; RuntimeError if it fails."},
+  {"close", Allocator_close, METH_NOARGS,
+   "close($self, /)\n--\n\nGive every byte back to the OS; BufferError while views exist."},
+  {"from_env", (PyCFunction)(void (*)(void))Allocator_from_env,
+   METH_CLASS | METH_VARARGS | METH_KEYWORDS,
+   "from_env(**options)\n--\n\nAn Allocator whose options come from the SCRALLOC_<NAME> "
+   "environment variables, then from the keywords."},
+  {"__enter__", Allocator_enter, METH_NOARGS, NULL},
+  {"__exit__", (PyCFunction)(void (*)(void))Allocator_exit, METH_FASTCALL, NULL},
+  {NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Allocator_members[] = {
+  {"__weaklistoffset__", T_PYSSIZET, offsetof(AllocatorObject, weakreflist), READONLY, NULL},
+  {NULL, 0, 0, 0, NULL},
+};
+
+PyDoc_STRVAR(Allocator_doc,
+             "Allocator(**options)\n--\n\n"
+             "A scralloc heap: its own pages, counters and retention policy.\n"
+             "Keywords are the core options (see scralloc.OPTIONS), e.g. retain=1.");
+
+static PyType_Slot Allocator_slots[] = {
+  {Py_tp_new, Allocator_new},
+  {Py_tp_dealloc, Allocator_dealloc},
+  {Py_tp_traverse, Allocator_traverse},
+  {Py_tp_clear, Allocator_clear},
+  {Py_tp_repr, Allocator_repr},
+  {Py_tp_methods, Allocator_methods},
+  {Py_tp_getset, Allocator_getset},
+  {Py_tp_members, Allocator_members},
+  {Py_tp_doc, (void *)Allocator_doc},
+  {0, NULL},
+};
+
+static PyType_Spec Allocator_spec = {
+  .name = "scralloc.Allocator",
+  .basicsize = sizeof(AllocatorObject),
+  .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC
+#ifdef Py_TPFLAGS_IMMUTABLETYPE
+           | Py_TPFLAGS_IMMUTABLETYPE
+#endif
+  ,
+  .slots = Allocator_slots,
+};
+
+/* ---- module functions ---------------------------------------------- */
+
+/* Sums over the open allocators of this module (and the process
+ * allocator when it exists), for scralloc.memory_usage(). */
+static PyObject *
+mod_heap_totals(PyObject *module, PyObject *unused)
+{
+  module_state *st = get_state(module);
+  AllocatorObject *a;
+  unsigned long long total = 0, used = 0, meta = 0, bytes = 0, count = 0;
+  struct scr_stats s;
+
+  for (a = st->open; a != NULL; a = a->next) {
+    memset(&s, 0, sizeof s);
+    scr_heap_stats(a->heap, &s);
+    total += s.heap_total;
+    used += s.heap_used;
+    meta += s.meta_bytes;
+    bytes += s.bytes;
+    count++;
+  }
+#if SCR_HAVE_PROCESS
+  memset(&s, 0, sizeof s);
+  scr_stats(&s);
+  total += s.heap_total;
+  used += s.heap_used;
+  meta += s.meta_bytes;
+  bytes += s.bytes;
+#endif
+  return Py_BuildValue("{sKsKsKsKsK}", "heap_total", total, "heap_used", used, "meta_bytes",
+                       meta, "bytes", bytes, "allocators", count);
+}
+
+static PyObject *
+mod_process_stats(PyObject *module, PyObject *unused)
+{
+#if SCR_HAVE_PROCESS
+  struct scr_stats s;
+  memset(&s, 0, sizeof s);
+  scr_stats(&s);
+  return stats_to_dict(&s);
+#else
+  Py_RETURN_NONE;
+#endif
+}
+
+static PyObject *
+mod_size_class(PyObject *module, PyObject *arg)
+{
+  size_t n;
+  if (get_size(arg, "size_class", "size", &n) < 0)
+    return NULL;
+  return PyLong_FromLong(scr_size_class(n));
+}
+
+static PyObject *
+mod_strerror(PyObject *module, PyObject *arg)
+{
+  int overflow = 0;
+  long code = PyLong_AsLongAndOverflow(arg, &overflow);
+  if (code == -1 && PyErr_Occurred())
+    return NULL;
+  if (overflow != 0 || code < INT_MIN || code > INT_MAX)
+    code = -1;
+  return PyUnicode_FromString(strerror_of((int)code));
+}
+
+static PyObject *
+mod_debug_fail_os_call(PyObject *module, PyObject *arg)
+{
+  size_t n;
+  if (get_size(arg, "debug_fail_os_call", "n", &n) < 0)
+    return NULL;
+  scr_debug_fail_os_call((unsigned long)n);
+  Py_RETURN_NONE;
+}
+
+static PyObject *
+mod_debug_os_calls(PyObject *module, PyObject *unused)
+{
+  return PyLong_FromUnsignedLong(scr_debug_os_calls());
+}
+
+static PyMethodDef module_methods[] = {
+  {"_heap_totals", mod_heap_totals, METH_NOARGS,
+   "Sums of heap_total, heap_used, meta_bytes, bytes over the open allocators."},
+  {"process_stats", mod_process_stats, METH_NOARGS,
+   "process_stats()\n--\n\nThe process allocator's stats() dict, or None when this build "
+   "has no process allocator."},
+  {"size_class", mod_size_class, METH_O,
+   "size_class(size, /)\n--\n\nThe size class of a request, -1 above SMALL_MAX."},
+  {"strerror", mod_strerror, METH_O, "strerror(code, /)\n--\n\nThe text of a scralloc error code."},
+  {"debug_fail_os_call", mod_debug_fail_os_call, METH_O,
+   "debug_fail_os_call(n, /)\n--\n\nMake the n-th OS call from now fail with ENOMEM (0 "
+   "disables).  Process-wide; for tests."},
+  {"debug_os_calls", mod_debug_os_calls, METH_NOARGS,
+   "debug_os_calls()\n--\n\nOS calls made by the whole process so far."},
+  {NULL, NULL, 0, NULL},
+};
+
+/* ---- module init (PEP 489) ----------------------------------------- */
+
+static int
+add_u64(PyObject *m, const char *name, unsigned long long v)
+{
+  PyObject *o = PyLong_FromUnsignedLongLong(v);
+  int r;
+  if (o == NULL)
+    return -1;
+  r = PyModule_AddObjectRef(m, name, o);
+  Py_DECREF(o);
+  return r;
+}
+
+static int
+add_new(PyObject *m, const char *name, PyObject *o)
+{
+  int r;
+  if (o == NULL)
+    return -1;
+  r = PyModule_AddObjectRef(m, name, o);
+  Py_DECREF(o);
+  return r;
+}
+
+static const struct {
+  const char *name;
+  int code;
+} error_codes[] = {
+  {"SCR_OK", SCR_OK},           {"SCR_ENOMEM", SCR_ENOMEM},       {"SCR_EINVAL", SCR_EINVAL},
+  {"SCR_EFOREIGN", SCR_EFOREIGN}, {"SCR_EINTERIOR", SCR_EINTERIOR}, {"SCR_ENOTALLOC", SCR_ENOTALLOC},
+  {"SCR_EDOUBLEFREE", SCR_EDOUBLEFREE},
+};
+
+static int
+add_doc(PyObject *d, const char *name, const char *doc)
+{
+  PyObject *v = PyUnicode_FromString(doc);
+  int r;
+  if (v == NULL)
+    return -1;
+  r = PyDict_SetItemString(d, name, v);
+  Py_DECREF(v);
+  return r;
+}
+
+static PyObject *
+field_docs(int classes)
+{
+  PyObject *d = PyDict_New();
+  if (d == NULL)
+    return NULL;
+#define X(name, doc)                                 \
+  if (add_doc(d, #name, doc) < 0) {                  \
+    Py_DECREF(d);                                    \
+    return NULL;                                     \
+  }
+  if (classes) {
+    SCR_CLASS_STATS_FIELDS(X)
+  } else {
+    SCR_STATS_FIELDS(X)
+  }
+#undef X
+  return d;
+}
+
+static PyObject *
+option_docs(void)
+{
+  PyObject *d = PyDict_New();
+  size_t i;
+  if (d == NULL)
+    return NULL;
+  for (i = 0; i < OPTION_COUNT; i++) {
+    const option_desc *o = &option_table[i];
+    PyObject *t = Py_BuildValue("{sKsKsKss}", "default", o->def, "min", o->lo, "max", o->hi,
+                                "doc", o->doc);
+    if (t == NULL || PyDict_SetItemString(d, o->name, t) < 0) {
+      Py_XDECREF(t);
+      Py_DECREF(d);
+      return NULL;
+    }
+    Py_DECREF(t);
+  }
+  return d;
+}
+
+static int
+module_exec(PyObject *m)
+{
+  module_state *st = get_state(m);
+  PyObject *classes, *attrs;
+  size_t i;
+
+  st->open = NULL;
+  st->Block_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Block_spec, NULL);
+  if (st->Block_type == NULL)
+    return -1;
+  st->Allocator_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Allocator_spec, NULL);
+  if (st->Allocator_type == NULL)
+    return -1;
+  if (PyModule_AddType(m, st->Allocator_type) < 0 || PyModule_AddType(m, st->Block_type) < 0)
+    return -1;
+
+  attrs = Py_BuildValue("{sOsOsO}", "address", Py_None, "reason", Py_None, "code", Py_None);
+  if (attrs == NULL)
+    return -1;
+  st->InvalidPointerError = PyErr_NewExceptionWithDoc(
+      "scralloc.InvalidPointerError",
+      "An address the allocator does not own, an interior address, or a block never handed "
+      "out.  Attributes: address (int), reason (str), code (the scralloc error code).",
+      PyExc_ValueError, attrs);
+  Py_DECREF(attrs);
+  if (st->InvalidPointerError == NULL)
+    return -1;
+  st->DoubleFreeError = PyErr_NewExceptionWithDoc(
+      "scralloc.DoubleFreeError", "A block of this allocator that is already free.",
+      st->InvalidPointerError, NULL);
+  if (st->DoubleFreeError == NULL)
+    return -1;
+  if (PyModule_AddObjectRef(m, "InvalidPointerError", st->InvalidPointerError) < 0 ||
+      PyModule_AddObjectRef(m, "DoubleFreeError", st->DoubleFreeError) < 0)
+    return -1;
+
+  if (PyModule_AddStringConstant(m, "VERSION", SCR_VERSION) < 0 ||
+      PyModule_AddStringConstant(m, "__version__", SCR_VERSION) < 0 ||
+      add_new(m, "version_info",
+              Py_BuildValue("(iii)", SCR_VERSION_MAJOR, SCR_VERSION_MINOR, SCR_VERSION_PATCH)) < 0 ||
+      add_u64(m, "PAGE_SIZE", SCR_PAGE_SIZE) < 0 ||
+      add_u64(m, "SEGMENT_SIZE", SCR_SEGMENT_SIZE) < 0 ||
+      add_u64(m, "SMALL_MAX", SCR_SMALL_MAX) < 0 ||
+      add_u64(m, "MIN_ALIGN", SCR_MIN_ALIGN) < 0 ||
+      add_u64(m, "CLASS_COUNT", SCR_CLASS_COUNT) < 0 ||
+      PyModule_AddIntConstant(m, "DEBUG", SCR_DEBUG) < 0 ||
+      add_new(m, "HAVE_PROCESS", PyBool_FromLong(SCR_HAVE_PROCESS)) < 0)
+    return -1;
+  for (i = 0; i < sizeof error_codes / sizeof error_codes[0]; i++)
+    if (PyModule_AddIntConstant(m, error_codes[i].name, error_codes[i].code) < 0)
+      return -1;
+
+  classes = PyTuple_New(SCR_CLASS_COUNT);
+  if (classes == NULL)
+    return -1;
+  for (i = 0; i < SCR_CLASS_COUNT; i++) {
+    PyObject *v = PyLong_FromSize_t(scr_class_size((unsigned)i));
+    if (v == NULL) {
+      Py_DECREF(classes);
+      return -1;
+    }
+    PyTuple_SET_ITEM(classes, (Py_ssize_t)i, v);
+  }
+  if (add_new(m, "SIZE_CLASSES", classes) < 0 ||
+      add_new(m, "OPTIONS", option_docs()) < 0 ||
+      add_new(m, "STATS_FIELDS", field_docs(0)) < 0 ||
+      add_new(m, "CLASS_STATS_FIELDS", field_docs(1)) < 0)
+    return -1;
+  return 0;
+}
+
+static int
+module_traverse(PyObject *m, visitproc visit, void *arg)
+{
+  module_state *st = get_state(m);
+  Py_VISIT(st->Allocator_type);
+  Py_VISIT(st->Block_type);
+  Py_VISIT(st->InvalidPointerError);
+  Py_VISIT(st->DoubleFreeError);
+  return 0;
+}
+
+static int
+module_clear(PyObject *m)
+{
+  module_state *st = get_state(m);
+  Py_CLEAR(st->Allocator_type);
+  Py_CLEAR(st->Block_type);
+  Py_CLEAR(st->InvalidPointerError);
+  Py_CLEAR(st->DoubleFreeError);
+  return 0;
+}
+
+static void
+module_free(void *m)
+{
+  (void)module_clear((PyObject *)m);
+}
+
+static PyModuleDef_Slot module_slots[] = {
+  {Py_mod_exec, module_exec},
+#ifdef Py_mod_multiple_interpreters
+  {Py_mod_multiple_interpreters, Py_MOD_MULTIPLE_INTERPRETERS_SUPPORTED},
+#endif
+#ifdef Py_mod_gil
+  {Py_mod_gil, Py_MOD_GIL_USED},
+#endif
+  {0, NULL},
+};
+
+PyDoc_STRVAR(module_doc,
+             "The C part of scralloc: Allocator objects over the scralloc core.\n"
+             "Import the package `scralloc` instead.");
+
+static struct PyModuleDef scralloc_module = {
+  PyModuleDef_HEAD_INIT,
+  .m_name = "scralloc._scralloc",
+  .m_doc = module_doc,
+  .m_size = sizeof(module_state),
+  .m_methods = module_methods,
+  .m_slots = module_slots,
+  .m_traverse = module_traverse,
+  .m_clear = module_clear,
+  .m_free = module_free,
+};
+
+PyMODINIT_FUNC PyInit__scralloc(void);
+
+PyMODINIT_FUNC
+PyInit__scralloc(void)
+{
+  return PyModuleDef_Init(&scralloc_module);
+}

@@ -1,0 +1,104 @@
+"""scralloc: allocator objects that show and control how memory goes back
+to the OS.
+
+    >>> import scralloc
+    >>> with scralloc.Allocator(retain=1) as a:
+    ...     p = a.malloc(64)
+    ...     a.view(p)[:5] = b"hello"
+    ...     a.free(p)
+
+Addresses are plain ints.  Every address handed back to the allocator is
+checked: a foreign, interior or never-allocated address raises
+InvalidPointerError (a ValueError), a double free DoubleFreeError (a
+subclass of it); the allocator stays usable after either.
+"""
+import os as _os
+
+from ._scralloc import (
+    CLASS_COUNT,
+    CLASS_STATS_FIELDS,
+    DEBUG,
+    HAVE_PROCESS,
+    MIN_ALIGN,
+    OPTIONS,
+    PAGE_SIZE,
+    SEGMENT_SIZE,
+    SIZE_CLASSES,
+    SMALL_MAX,
+    STATS_FIELDS,
+    VERSION,
+    Allocator,
+    DoubleFreeError,
+    InvalidPointerError,
+    __version__,
+    debug_fail_os_call,
+    debug_os_calls,
+    process_stats,
+    size_class,
+    strerror,
+    version_info,
+)
+from . import _scralloc
+
+__all__ = [
+    "Allocator",
+    "InvalidPointerError",
+    "DoubleFreeError",
+    "memory_usage",
+    "rss",
+    "process_stats",
+    "size_class",
+    "strerror",
+    "debug_fail_os_call",
+    "debug_os_calls",
+    "PAGE_SIZE",
+    "SEGMENT_SIZE",
+    "SMALL_MAX",
+    "MIN_ALIGN",
+    "CLASS_COUNT",
+    "SIZE_CLASSES",
+    "OPTIONS",
+    "STATS_FIELDS",
+    "CLASS_STATS_FIELDS",
+    "DEBUG",
+    "HAVE_PROCESS",
+    "VERSION",
+    "version_info",
+    "__version__",
+]
+
+
+def rss() -> int:
+    """The resident set size of this process in bytes, from the kernel's
+    own accounting (/proc/self/statm on Linux; elsewhere the peak RSS that
+    getrusage reports, the best figure available)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            fields = f.read().split()
+        return int(fields[1]) * _os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        import resource
+        import sys
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak if sys.platform == "darwin" else peak * 1024
+
+
+def memory_usage() -> dict:
+    """Process memory in the shape of Node's ``process.memoryUsage()``.
+
+    - ``rss``: resident set size, from the kernel (see :func:`rss`);
+    - ``heapTotal``: bytes held for blocks by every open Allocator (pages in
+      use, retained pages, cached large blocks), plus the process allocator
+      when this build has one (``HAVE_PROCESS``);
+    - ``heapUsed``: bytes in live blocks (usable sizes), same scope;
+    - ``external``: bytes scralloc holds from the OS for its own bookkeeping
+      (segment headers), same scope.
+    """
+    t = _scralloc._heap_totals()
+    return {
+        "rss": rss(),
+        "heapTotal": t["heap_total"],
+        "heapUsed": t["heap_used"],
+        "external": t["meta_bytes"],
+    }

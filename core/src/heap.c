@@ -1,0 +1,313 @@
+/* Allocator objects: creation and close, the malloc/free entry points and
+ * their fast paths, the retention of empty pages, and trim.
+ *
+ * Fast paths: malloc pops the head page of its class queue (free list,
+ * then bump); free pushes onto the block's page.  Everything else (a full
+ * or missing page, an emptied page, large blocks) is a slow path. */
+#include "internal.h"
+#include <errno.h>
+#include <string.h>
+
+/* Requests above this are refused outright (ENOMEM): room for a header
+ * and any alignment never overflows. */
+#define SCR_MAX_REQUEST ((size_t)1 << 46)
+
+static size_t heap_desc_size(void) {
+  size_t ps = _scr_os_page_size();
+  return (sizeof(scr_heap) + ps - 1) & ~(ps - 1);
+}
+
+scr_heap *scr_heap_new(const scr_options *opt) {
+  /* The descriptor has a mapping of its own (not counted in the heap's
+   * figures): a heap that holds nothing shows mmaps == bytes == 0. */
+  scr_heap *h = _scr_os_map_aligned(heap_desc_size(), _scr_os_page_size(), NULL);
+  if (h == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (opt) h->opt = *opt; else scr_options_init(&h->opt);
+  _scr_options_clamp(&h->opt);
+  scr_validate_heap(h);
+  return h;
+}
+
+void scr_heap_destroy(scr_heap *h) {
+  if (h == NULL) return;
+  while (h->segments) {
+    scr_segment *seg = h->segments;
+    h->segments = seg->next;
+    _scr_segmap_clear((uintptr_t)seg, seg->size);
+    seg->magic = 0;
+    if (_scr_os_unmap(seg, seg->size, &h->os) != 0)
+      _scr_report(SCR_ENOMEM, "munmap failed while closing a heap: %zu bytes stay mapped", seg->size);
+  }
+  _scr_os_unmap(h, heap_desc_size(), NULL);
+}
+
+void scr_heap_options(const scr_heap *h, scr_options *out) { *out = h->opt; }
+
+bool _scr_heap_grow_ok(const scr_heap *h, size_t more) {
+  return h->opt.limit_bytes == 0 || (h->bytes + more <= h->opt.limit_bytes && h->bytes + more >= more);
+}
+
+/* ---- small blocks ---- */
+
+static inline uint32_t slot_of(const scr_page *pg, const uint8_t *start, const void *p) {
+  return (uint32_t)((size_t)((const uint8_t *)p - start) / pg->block_size);
+}
+
+/* Take a block from a page that has one (free list first, then bump). */
+static inline void *page_alloc(scr_heap *h, scr_page *pg) {
+  uint8_t *start = _scr_page_start(_scr_page_segment(pg), pg);
+  scr_block *b = pg->free;
+  uint32_t slot;
+  if (b) {
+    pg->free = b->next;
+    slot = slot_of(pg, start, b);
+  } else {
+    slot = pg->capacity++;
+    b = (scr_block *)(start + (size_t)slot * pg->block_size);
+  }
+  pg->live[slot / 64] |= (uint64_t)1 << (slot % 64);
+  if (SCR_UNLIKELY(pg->used++ == 0)) {
+    h->empty_count[pg->cls]--;
+    h->retained_pages--;
+  }
+  h->class_live[pg->cls]++;
+  scr_validate_page(pg);
+  return b;
+}
+
+static inline bool page_has_room(const scr_page *pg) {
+  return pg->free != NULL || pg->capacity < pg->reserved;
+}
+
+/* A page for class c: a retained page of another class, else a page from
+ * a segment.  It comes back counted as an empty page of class c, which the
+ * first allocation from it uncounts.  (A retained page of class c itself
+ * would already be the head of queue c.) */
+static scr_page *page_for_class(scr_heap *h, unsigned c) {
+  scr_assert(h->empty_count[c] == 0);
+  for (unsigned k = 0; k < SCR_CLASS_COUNT; k++) {
+    if (h->empty_count[k] == 0) continue;
+    scr_page *pg = h->queue_tail[k];
+    scr_assert(pg && pg->used == 0);
+    _scr_queue_remove(h, pg);
+    h->empty_count[k]--;
+    h->class_pages[k]--;
+    h->class_pages[c]++;
+    h->empty_count[c]++;
+    pg->zero = 0; /* reused memory is not zero */
+    _scr_page_format(pg, c);
+    return pg;
+  }
+  scr_page *pg = _scr_segment_take_pages(h, 1, SCR_PAGE_SIZE);
+  if (pg == NULL) return NULL;
+  _scr_page_format(pg, c);
+  h->class_pages[c]++;
+  h->empty_count[c]++;
+  h->retained_pages++;
+  return pg;
+}
+
+void *_scr_heap_alloc_small_slow(scr_heap *h, unsigned c) {
+  scr_page *pg;
+  while ((pg = h->queue[c]) != NULL && !page_has_room(pg)) _scr_queue_remove(h, pg); /* full */
+  if (pg == NULL) {
+    pg = page_for_class(h, c);
+    if (pg == NULL) {
+      errno = ENOMEM;
+      return NULL;
+    }
+    _scr_queue_push_front(h, pg);
+    void *b = page_alloc(h, pg);
+    scr_validate_heap(h);
+    return b;
+  }
+  return page_alloc(h, pg);
+}
+
+static inline void *small_alloc(scr_heap *h, unsigned c) {
+  scr_page *pg = h->queue[c];
+  if (SCR_LIKELY(pg != NULL && page_has_room(pg))) return page_alloc(h, pg);
+  return _scr_heap_alloc_small_slow(h, c);
+}
+
+/* A page's last block was freed: keep it (at the tail of its queue) while
+ * the class holds fewer than `retain` empty pages and the heap's retained
+ * bytes stay under the cap; else give it back. */
+void _scr_heap_page_emptied(scr_heap *h, scr_page *pg) {
+  unsigned c = pg->cls;
+  if (h->empty_count[c] < h->opt.retain &&
+      (h->retained_pages + 1) * SCR_PAGE_SIZE <= h->opt.retain_bytes) {
+    h->empty_count[c]++;
+    h->retained_pages++;
+    if (h->queue_tail[c] != pg) {
+      _scr_queue_remove(h, pg);
+      _scr_queue_push_back(h, pg);
+    }
+    return;
+  }
+  _scr_queue_remove(h, pg);
+  h->class_pages[c]--;
+  scr_segment *seg = _scr_page_segment(pg);
+  _scr_segment_release_pages(h, seg, _scr_page_index(seg, pg), 1);
+  scr_validate_heap(h);
+}
+
+static inline void small_free(scr_heap *h, scr_segment *seg, scr_page *pg, void *p) {
+  uint8_t *start = _scr_page_start(seg, pg);
+  uint32_t slot = slot_of(pg, start, p);
+  scr_assert(((uint8_t *)p - start) % pg->block_size == 0);
+  scr_assert((pg->live[slot / 64] >> (slot % 64)) & 1);
+  pg->live[slot / 64] &= ~((uint64_t)1 << (slot % 64));
+  scr_block *b = p;
+  b->next = pg->free;
+  pg->free = b;
+  h->class_live[pg->cls]--;
+  if (SCR_UNLIKELY(!pg->in_queue)) _scr_queue_push_front(h, pg); /* it was full */
+  if (SCR_UNLIKELY(--pg->used == 0)) _scr_heap_page_emptied(h, pg);
+  scr_validate_page(pg);
+}
+
+/* ---- entry points ---- */
+
+void *scr_heap_malloc(scr_heap *h, size_t n) {
+  if (SCR_LIKELY(n <= SCR_SMALL_MAX)) return small_alloc(h, _scr_class_of(n));
+  if (n > SCR_MAX_REQUEST) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  bool zero;
+  return _scr_large_alloc(h, n, SCR_PAGE_SIZE, &zero);
+}
+
+void *scr_heap_calloc(scr_heap *h, size_t count, size_t size) {
+  size_t n;
+  if (__builtin_mul_overflow(count, size, &n) || n > SCR_MAX_REQUEST) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (n <= SCR_SMALL_MAX) {
+    void *p = small_alloc(h, _scr_class_of(n));
+    if (p) memset(p, 0, n);
+    return p;
+  }
+  bool zero = false;
+  void *p = _scr_large_alloc(h, n, SCR_PAGE_SIZE, &zero);
+  if (p && !zero) memset(p, 0, n);
+  return p;
+}
+
+void *scr_heap_aligned_alloc(scr_heap *h, size_t align, size_t n) {
+  if (align == 0 || (align & (align - 1)) != 0) {
+    errno = EINVAL;
+    return NULL;
+  }
+  if (n > SCR_MAX_REQUEST || align > SCR_MAX_REQUEST) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  if (align <= SCR_MIN_ALIGN) return scr_heap_malloc(h, n);
+  size_t want = n < align ? align : n;
+  if (want <= SCR_SMALL_MAX) {
+    /* A class whose size is a multiple of align: every slot is aligned,
+     * since pages start on 64 KiB boundaries. */
+    for (unsigned c = _scr_class_of(want); c < SCR_CLASS_COUNT; c++)
+      if (_scr_class_sizes[c] % align == 0) return small_alloc(h, c);
+  }
+  bool zero;
+  return _scr_large_alloc(h, n, align < SCR_PAGE_SIZE ? SCR_PAGE_SIZE : align, &zero);
+}
+
+void scr_heap_free(scr_heap *h, void *p) {
+  if (p == NULL) return;
+  scr_segment *seg = _scr_segmap_get(p);
+  if (SCR_UNLIKELY(seg == NULL || seg->heap != h)) {
+    _scr_report(SCR_EFOREIGN, "free(%p): not a block of heap %p", p, (void *)h);
+    return;
+  }
+  if (SCR_LIKELY(seg->kind == SCR_SEG_NORMAL)) {
+    scr_page *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
+    if (SCR_LIKELY(pg->kind == SCR_PAGE_SMALL)) {
+      small_free(h, seg, pg, p);
+      return;
+    }
+  }
+  _scr_large_free(h, seg, p);
+}
+
+size_t scr_heap_usable_size(const scr_heap *h, const void *p) {
+  if (p == NULL) return 0;
+  scr_segment *seg = _scr_segmap_get(p);
+  if (seg == NULL || seg->heap != h) return 0;
+  if (seg->kind == SCR_SEG_NORMAL) {
+    const scr_page *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
+    if (pg->kind == SCR_PAGE_SMALL) return pg->block_size;
+  }
+  return _scr_large_usable(seg, p);
+}
+
+void *scr_heap_realloc(scr_heap *h, void *p, size_t n) {
+  if (p == NULL) return scr_heap_malloc(h, n);
+  if (n == 0) {
+    scr_heap_free(h, p);
+    return NULL;
+  }
+  if (n > SCR_MAX_REQUEST) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  size_t usable = scr_heap_usable_size(h, p);
+  if (usable == 0) {
+    _scr_report(SCR_EFOREIGN, "realloc(%p): not a block of heap %p", p, (void *)h);
+    errno = EINVAL;
+    return NULL;
+  }
+  /* Stay in place while the block fits and is not more than twice what is
+   * needed (then a smaller block gives the memory back). */
+  if (n <= usable && (usable <= 64 || n > usable / 2)) return p;
+  if (n > usable && usable > SCR_SMALL_MAX) {
+    void *q = _scr_large_realloc_inplace(h, _scr_segmap_get(p), p, n);
+    if (q) return q;
+  }
+  void *q = scr_heap_malloc(h, n);
+  if (q == NULL) return NULL;
+  memcpy(q, p, n < usable ? n : usable);
+  scr_heap_free(h, p);
+  return q;
+}
+
+/* ---- trim ---- */
+
+size_t scr_heap_trim(scr_heap *h) {
+  uint64_t before = h->bytes;
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
+    while (h->empty_count[c] > 0) {
+      scr_page *pg = h->queue_tail[c];
+      scr_assert(pg && pg->used == 0);
+      h->empty_count[c]--;
+      h->retained_pages--;
+      _scr_queue_remove(h, pg);
+      h->class_pages[c]--;
+      scr_segment *seg = _scr_page_segment(pg);
+      _scr_segment_release_pages(h, seg, _scr_page_index(seg, pg), 1);
+    }
+  }
+  _scr_large_cache_flush(h);
+  _scr_segment_retry_decommits(h);
+  scr_validate_heap(h);
+  return (size_t)(before - h->bytes);
+}
+
+/* ---- hooks for the process allocator ---- */
+
+scr_heap *_scr_heap_of(const void *p) {
+  scr_segment *seg = _scr_segmap_get(p);
+  return seg ? seg->heap : NULL;
+}
+void _scr_heap_set_owner(scr_heap *h, void *owner) { h->owner = owner; }
+void *_scr_heap_owner(const scr_heap *h) { return h->owner; }
+void _scr_heap_set_hooks(scr_heap *h, const struct _scr_heap_hooks *hooks) {
+  if (hooks) h->hooks = *hooks; else memset(&h->hooks, 0, sizeof h->hooks);
+}

@@ -1,0 +1,113 @@
+/* Cross-file prototypes of the core, grouped by file.  Everything here has
+ * hidden visibility; only scralloc.h is the API. */
+#ifndef SCR_INTERNAL_H
+#define SCR_INTERNAL_H
+
+#include "types.h"
+#include <stdio.h>
+
+/* ---- assertions (SCR_DEBUG levels, see types.h) ---- */
+SCR_INTERNAL void _scr_assert_fail(const char *expr, const char *file, int line);
+#if SCR_DEBUG >= 1
+#define scr_assert(x) ((x) ? (void)0 : _scr_assert_fail(#x, __FILE__, __LINE__))
+#else
+#define scr_assert(x) ((void)0)
+#endif
+#if SCR_DEBUG >= 2
+#define scr_assert_internal(x) scr_assert(x)
+#else
+#define scr_assert_internal(x) ((void)0)
+#endif
+
+/* error.c */
+SCR_INTERNAL void _scr_report(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* prim/os.c: every OS call of the core.  Each counts into `c` (may be NULL)
+ * and honours the failure injection. */
+SCR_INTERNAL void *_scr_os_map_aligned(size_t size, size_t align, scr_os_counters *c);
+SCR_INTERNAL int _scr_os_unmap(void *p, size_t size, scr_os_counters *c);
+SCR_INTERNAL int _scr_os_decommit(void *p, size_t size, bool free_lazily, scr_os_counters *c);
+SCR_INTERNAL int _scr_os_advise(void *p, size_t size, int advice, scr_os_counters *c);
+SCR_INTERNAL void *_scr_os_remap(void *old, size_t old_size, size_t new_size, void *target, scr_os_counters *c);
+SCR_INTERNAL bool _scr_os_inject_failure(void);
+SCR_INTERNAL size_t _scr_os_page_size(void);
+
+/* options.c */
+SCR_INTERNAL void _scr_options_clamp(scr_options *opt);
+
+/* size_class.c */
+SCR_INTERNAL extern const uint32_t _scr_class_sizes[SCR_CLASS_COUNT];
+/* The class of a request n <= SCR_SMALL_MAX: 16-byte steps up to 64, then
+ * the doubling [2^k, 2^(k+1)) split in four equal steps. */
+static inline unsigned _scr_class_of(size_t n) {
+  if (n <= 64) return n <= 16 ? 0 : (unsigned)((n + 15) >> 4) - 1;
+  unsigned lg = 63u - (unsigned)__builtin_clzll((unsigned long long)(n - 1));
+  return 4 + (lg - 6) * 4 + (unsigned)(((n - 1) >> (lg - 2)) & 3);
+}
+
+/* segmap.c: process-wide map from segment number to segment header. */
+SCR_INTERNAL int _scr_segmap_prepare(uintptr_t base, size_t size);
+SCR_INTERNAL int _scr_segmap_set(uintptr_t base, size_t size, scr_segment *seg);
+SCR_INTERNAL void _scr_segmap_clear(uintptr_t base, size_t size);
+SCR_INTERNAL scr_segment *_scr_segmap_get(const void *p);
+
+/* segment.c */
+SCR_INTERNAL scr_segment *_scr_segment_map(scr_heap *h, size_t size, scr_segment_kind kind);
+SCR_INTERNAL bool _scr_segment_unmap(scr_heap *h, scr_segment *seg);
+SCR_INTERNAL scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, unsigned n);
+SCR_INTERNAL scr_page *_scr_segment_take_pages(scr_heap *h, unsigned npages, size_t align);
+SCR_INTERNAL void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigned npages);
+SCR_INTERNAL void _scr_segment_retry_decommits(scr_heap *h);
+SCR_INTERNAL size_t _scr_segment_meta_bytes(const scr_heap *h);
+static inline scr_segment *_scr_segment_of(const void *p) {
+  return (scr_segment *)((uintptr_t)p & ~(uintptr_t)(SCR_SEGMENT_SIZE - 1));
+}
+static inline unsigned _scr_page_index(const scr_segment *seg, const scr_page *pg) {
+  return (unsigned)(pg - seg->pages);
+}
+static inline uint8_t *_scr_page_start(const scr_segment *seg, const scr_page *pg) {
+  return (uint8_t *)seg + ((size_t)_scr_page_index(seg, pg) << SCR_PAGE_SHIFT);
+}
+static inline scr_segment *_scr_page_segment(const scr_page *pg) {
+  return _scr_segment_of(pg);
+}
+
+/* page.c */
+SCR_INTERNAL void _scr_page_format(scr_page *pg, unsigned cls);
+SCR_INTERNAL bool _scr_page_validate(const scr_page *pg);
+
+/* heap.c / queue handling */
+SCR_INTERNAL void *_scr_heap_alloc_small_slow(scr_heap *h, unsigned cls);
+SCR_INTERNAL void _scr_heap_page_emptied(scr_heap *h, scr_page *pg);
+SCR_INTERNAL void _scr_queue_push_front(scr_heap *h, scr_page *pg);
+SCR_INTERNAL void _scr_queue_push_back(scr_heap *h, scr_page *pg);
+SCR_INTERNAL void _scr_queue_remove(scr_heap *h, scr_page *pg);
+SCR_INTERNAL bool _scr_heap_grow_ok(const scr_heap *h, size_t more);
+SCR_INTERNAL void _scr_heap_validate_quick(const scr_heap *h);
+
+/* large.c */
+SCR_INTERNAL void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero);
+SCR_INTERNAL void _scr_large_free(scr_heap *h, scr_segment *seg, void *p);
+SCR_INTERNAL size_t _scr_large_usable(const scr_segment *seg, const void *p);
+SCR_INTERNAL void *_scr_large_realloc_inplace(scr_heap *h, scr_segment *seg, void *p, size_t n);
+SCR_INTERNAL void _scr_large_cache_flush(scr_heap *h);
+
+/* classify.c: what an address is for a heap */
+SCR_INTERNAL int _scr_classify(const scr_heap *h, const void *p);
+
+/* process allocator's hooks into the core */
+SCR_INTERNAL scr_heap *_scr_heap_of(const void *p);
+SCR_INTERNAL void _scr_heap_set_owner(scr_heap *h, void *owner);
+SCR_INTERNAL void *_scr_heap_owner(const scr_heap *h);
+SCR_INTERNAL void _scr_heap_set_hooks(scr_heap *h, const struct _scr_heap_hooks *hooks);
+
+/* validation: expensive checks at state changes in SCR_DEBUG >= 3 builds */
+#if SCR_DEBUG >= 3
+#define scr_validate_page(pg) ((void)(_scr_page_validate(pg) || (_scr_assert_fail("page validator", __FILE__, __LINE__), 0)))
+#define scr_validate_heap(h) _scr_heap_validate_quick(h)
+#else
+#define scr_validate_page(pg) ((void)0)
+#define scr_validate_heap(h) ((void)0)
+#endif
+
+#endif /* SCR_INTERNAL_H */

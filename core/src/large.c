@@ -1,0 +1,258 @@
+/* Blocks above the size classes.  Up to huge_threshold: a run of pages in
+ * a segment (64 KiB granular, page-aligned).  Above: a mapping of its own,
+ * the header page first and the block after it.  Freed large blocks go to
+ * a bounded cache (count and bytes), oldest evicted first, so that a loop
+ * of large alloc/free reuses one block instead of mapping every turn. */
+#include "internal.h"
+#include <errno.h>
+#include <string.h>
+
+static size_t round_up(size_t n, size_t to) { return (n + to - 1) & ~(to - 1); }
+
+static uint8_t *huge_block(const scr_segment *seg) { return (uint8_t *)seg + seg->huge_offset; }
+
+static size_t block_bytes(const scr_segment *seg, const void *block) {
+  if (seg->kind == SCR_SEG_HUGE) return seg->huge_size;
+  const scr_page *pg = &seg->pages[((uintptr_t)block - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
+  return (size_t)pg->span << SCR_PAGE_SHIFT;
+}
+
+size_t _scr_large_usable(const scr_segment *seg, const void *p) { return block_bytes(seg, p); }
+
+/* ---- the cache ---- */
+
+static void cache_remove_at(scr_heap *h, uint32_t i) {
+  h->cache_bytes -= h->cache[i].size;
+  memmove(&h->cache[i], &h->cache[i + 1], (h->cache_count - i - 1) * sizeof h->cache[0]);
+  h->cache_count--;
+}
+
+/* The smallest cached block of the right kind that holds n bytes at
+ * `align` without wasting more than a quarter. */
+static void *cache_take(scr_heap *h, size_t n, size_t align, bool huge) {
+  int best = -1;
+  for (uint32_t i = 0; i < h->cache_count; i++) {
+    scr_cached *e = &h->cache[i];
+    scr_segment *seg = _scr_segmap_get(e->block);
+    if ((seg->kind == SCR_SEG_HUGE) != huge) continue;
+    if (e->size < n || e->size - n > n / 4 + SCR_PAGE_SIZE) continue;
+    if (((uintptr_t)e->block & (align - 1)) != 0) continue;
+    if (best < 0 || e->size < h->cache[best].size) best = (int)i;
+  }
+  if (best < 0) return NULL;
+  void *block = h->cache[best].block;
+  cache_remove_at(h, (uint32_t)best);
+  return block;
+}
+
+static scr_segment *segment_of_block(void *block) {
+  scr_segment *seg = _scr_segmap_get(block);
+  scr_assert(seg != NULL);
+  return seg;
+}
+
+/* Give a large block's memory back: its pages to the segment, or the
+ * whole mapping to the OS.  false when that failed (the block stays). */
+static bool large_release(scr_heap *h, void *block) {
+  scr_segment *seg = segment_of_block(block);
+  if (seg->kind == SCR_SEG_HUGE) return _scr_segment_unmap(h, seg);
+  unsigned first = (unsigned)(((uintptr_t)block - (uintptr_t)seg) >> SCR_PAGE_SHIFT);
+  unsigned span = seg->pages[first].span;
+  _scr_segment_release_pages(h, seg, first, span);
+  return true;
+}
+
+void _scr_large_cache_flush(scr_heap *h) {
+  uint32_t i = 0;
+  while (i < h->cache_count) {
+    void *block = h->cache[i].block;
+    size_t size = h->cache[i].size;
+    cache_remove_at(h, i);
+    if (!large_release(h, block)) {
+      /* keep it cached; it goes at the next trim */
+      h->cache[h->cache_count++] = (scr_cached){block, size};
+      h->cache_bytes += size;
+      if (i + 1 >= h->cache_count) break;
+    }
+  }
+}
+
+/* ---- alloc / free ---- */
+
+static void *huge_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
+  size_t offset = align > SCR_HUGE_OFFSET ? align : SCR_HUGE_OFFSET;
+  size_t size = round_up(offset + n, _scr_os_page_size());
+  void *cached = cache_take(h, size - offset, align, true);
+  if (cached) {
+    scr_segment *seg = segment_of_block(cached);
+    seg->huge_live = 1;
+    *zero = false;
+    h->large_live++;
+    h->large_bytes += seg->huge_size;
+    return cached;
+  }
+  if (!_scr_heap_grow_ok(h, size)) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  scr_segment *seg = _scr_segment_map(h, size, SCR_SEG_HUGE);
+  if (seg == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  scr_assert((((uintptr_t)seg + offset) & (align - 1)) == 0); /* align <= segment */
+  seg->huge_offset = offset;
+  seg->huge_size = size - offset;
+  seg->huge_live = 1;
+  h->bytes += size;
+  h->large_live++;
+  h->large_bytes += seg->huge_size;
+  *zero = true;
+  return huge_block(seg);
+}
+
+static void mark_span(scr_segment *seg, unsigned first, unsigned span, bool cached) {
+  scr_page *pg = &seg->pages[first];
+  pg->kind = SCR_PAGE_LARGE;
+  pg->span = (uint8_t)span;
+  pg->used = cached ? 0 : 1;
+  pg->cached = cached;
+  for (unsigned i = first + 1; i < first + span; i++) {
+    seg->pages[i].kind = SCR_PAGE_TAIL;
+    seg->pages[i].head = (uint8_t)first;
+  }
+}
+
+void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
+  if (n > h->opt.huge_threshold || align > SCR_SEGMENT_SIZE / 2) {
+    if (align > SCR_SEGMENT_SIZE) {
+      errno = EINVAL; /* alignments above 4 MiB are not supported */
+      return NULL;
+    }
+    return huge_alloc(h, n, align, zero);
+  }
+  size_t bytes = round_up(n, SCR_PAGE_SIZE);
+  unsigned span = (unsigned)(bytes >> SCR_PAGE_SHIFT);
+  void *block = cache_take(h, bytes, align, false);
+  if (block) {
+    scr_segment *seg = _scr_segment_of(block);
+    scr_page *pg = &seg->pages[((uintptr_t)block - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
+    pg->used = 1;
+    pg->cached = 0;
+    *zero = false;
+    h->large_live++;
+    h->large_bytes += (size_t)pg->span << SCR_PAGE_SHIFT;
+    return block;
+  }
+  scr_page *pg = _scr_segment_take_pages(h, span, align);
+  if (pg == NULL) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  scr_segment *seg = _scr_page_segment(pg);
+  unsigned first = _scr_page_index(seg, pg);
+  bool all_zero = true;
+  for (unsigned i = first; i < first + span; i++) all_zero &= seg->pages[i].zero;
+  mark_span(seg, first, span, false);
+  *zero = all_zero;
+  h->large_live++;
+  h->large_bytes += bytes;
+  scr_validate_heap(h);
+  return _scr_page_start(seg, pg);
+}
+
+void _scr_large_free(scr_heap *h, scr_segment *seg, void *p) {
+  size_t size = block_bytes(seg, p);
+  if (seg->kind == SCR_SEG_HUGE) {
+    scr_assert(p == huge_block(seg) && seg->huge_live);
+    seg->huge_live = 0;
+  } else {
+    scr_page *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
+    scr_assert(pg->kind == SCR_PAGE_LARGE && pg->used == 1 && (uint8_t *)p == _scr_page_start(seg, pg));
+    pg->used = 0;
+    pg->cached = 1;
+  }
+  h->large_live--;
+  h->large_bytes -= size;
+  if (h->opt.large_cache > 0 && size <= h->opt.large_cache_bytes) {
+    while (h->cache_count > 0 &&
+           (h->cache_count >= h->opt.large_cache || h->cache_bytes + size > h->opt.large_cache_bytes)) {
+      void *old = h->cache[0].block;
+      size_t old_size = h->cache[0].size;
+      cache_remove_at(h, 0);
+      if (!large_release(h, old)) { /* could not give it back: keep it */
+        h->cache[h->cache_count++] = (scr_cached){old, old_size};
+        h->cache_bytes += old_size;
+        break;
+      }
+    }
+    if (h->cache_count < SCR_LARGE_CACHE_MAX) {
+      h->cache[h->cache_count++] = (scr_cached){p, size};
+      h->cache_bytes += size;
+      scr_validate_heap(h);
+      return;
+    }
+  }
+  if (!large_release(h, p)) {
+    /* munmap failed: keep the block cached, above the caps, for a later trim */
+    if (h->cache_count < SCR_LARGE_CACHE_MAX) {
+      h->cache[h->cache_count++] = (scr_cached){p, size};
+      h->cache_bytes += size;
+    }
+  }
+  scr_validate_heap(h);
+}
+
+/* Grow a large block where it is: a span over the free pages after it, a
+ * huge mapping with mremap (in place, or moved without copying).  NULL
+ * when that is not possible; the caller then copies. */
+void *_scr_large_realloc_inplace(scr_heap *h, scr_segment *seg, void *p, size_t n) {
+  if (seg->kind == SCR_SEG_NORMAL) {
+    if (n > h->opt.huge_threshold) return NULL;
+    unsigned first = (unsigned)(((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT);
+    scr_page *pg = &seg->pages[first];
+    unsigned want = (unsigned)(round_up(n, SCR_PAGE_SIZE) >> SCR_PAGE_SHIFT);
+    unsigned more = want - pg->span;
+    if (first + want > SCR_PAGES_PER_SEGMENT) return NULL;
+    uint64_t bits = (((uint64_t)1 << more) - 1) << (first + pg->span);
+    if ((seg->free_mask & bits) != bits) return NULL;
+    if (!_scr_heap_grow_ok(h, (size_t)more * SCR_PAGE_SIZE)) return NULL;
+    if (_scr_segment_take_at(h, seg, first + pg->span, more) == NULL) return NULL;
+    h->large_bytes += (size_t)more << SCR_PAGE_SHIFT;
+    mark_span(seg, first, want, false);
+    scr_validate_heap(h);
+    return p;
+  }
+  size_t old_size = seg->size;
+  size_t new_size = round_up(seg->huge_offset + n, _scr_os_page_size());
+  size_t grow = new_size - old_size;
+  if (!_scr_heap_grow_ok(h, grow)) return NULL;
+  /* In place first; else to a fresh aligned place that mremap replaces. */
+  if (_scr_segmap_prepare((uintptr_t)seg, new_size) != 0) return NULL;
+  scr_segment *moved = _scr_os_remap(seg, old_size, new_size, NULL, &h->os);
+  if (moved == NULL) {
+    void *target = _scr_os_map_aligned(new_size, SCR_SEGMENT_SIZE, &h->os);
+    if (target == NULL) return NULL;
+    if (_scr_segmap_prepare((uintptr_t)target, new_size) != 0) {
+      _scr_os_unmap(target, new_size, &h->os);
+      return NULL;
+    }
+    moved = _scr_os_remap(seg, old_size, new_size, target, &h->os);
+    if (moved == NULL) {
+      _scr_os_unmap(target, new_size, &h->os);
+      return NULL;
+    }
+    /* the header moved with the block: fix the links and the map */
+    _scr_segmap_clear((uintptr_t)seg, old_size);
+    if (moved->prev) moved->prev->next = moved; else h->segments = moved;
+    if (moved->next) moved->next->prev = moved;
+  }
+  _scr_segmap_set((uintptr_t)moved, new_size, moved); /* leaves exist for both ranges */
+  moved->size = new_size;
+  moved->huge_size = new_size - moved->huge_offset;
+  h->bytes += grow;
+  h->reserved += grow;
+  h->large_bytes += grow;
+  scr_validate_heap(h);
+  return huge_block(moved);
+}

@@ -1,0 +1,42 @@
+/* Pages of one size class: formatting and the page validator.  Slots are
+ * carved lazily: `capacity` is the bump index, and only slots below it
+ * were ever handed out. */
+#include "internal.h"
+#include <string.h>
+
+void _scr_page_format(scr_page *pg, unsigned cls) {
+  pg->kind = SCR_PAGE_SMALL;
+  pg->cls = (uint8_t)cls;
+  pg->block_size = _scr_class_sizes[cls];
+  pg->reserved = (uint32_t)(SCR_PAGE_SIZE / pg->block_size);
+  pg->capacity = 0;
+  pg->used = 0;
+  pg->free = NULL;
+  pg->in_queue = 0;
+  pg->next = pg->prev = NULL;
+  memset(pg->live, 0, ((pg->reserved + 63) / 64) * sizeof(uint64_t));
+}
+
+/* used + length(free) == capacity <= reserved; live bits agree with the
+ * free list; every free slot is a slot start inside the page. */
+bool _scr_page_validate(const scr_page *pg) {
+  if (pg->kind != SCR_PAGE_SMALL) return true;
+  const scr_segment *seg = _scr_page_segment(pg);
+  const uint8_t *start = _scr_page_start(seg, pg);
+  if (pg->block_size != _scr_class_sizes[pg->cls]) return false;
+  if (pg->capacity > pg->reserved || pg->used > pg->capacity) return false;
+  if (pg->reserved != SCR_PAGE_SIZE / pg->block_size) return false;
+  uint32_t nfree = 0;
+  for (const scr_block *b = pg->free; b; b = b->next) {
+    uintptr_t off = (uintptr_t)((const uint8_t *)b - start);
+    if ((const uint8_t *)b < start || off % pg->block_size != 0) return false;
+    uint32_t slot = (uint32_t)(off / pg->block_size);
+    if (slot >= pg->capacity) return false;
+    if ((pg->live[slot / 64] >> (slot % 64)) & 1) return false; /* free but marked live */
+    if (++nfree > pg->capacity) return false;                    /* a cycle */
+  }
+  if (pg->used + nfree != pg->capacity) return false;
+  uint32_t live = 0;
+  for (uint32_t w = 0; w < (pg->reserved + 63) / 64; w++) live += (uint32_t)__builtin_popcountll(pg->live[w]);
+  return live == pg->used;
+}

@@ -1,0 +1,144 @@
+/* OS primitives: the only file of the core that calls mmap, munmap,
+ * madvise and mremap.  Each call is counted for the heap that made it and
+ * can be made to fail for tests (scr_debug_fail_os_call).
+ *
+ * Aligned mappings without thrash: we ask for `size` bytes at a hint that
+ * is already aligned (one mmap); only if the kernel puts it elsewhere do we
+ * over-allocate by `align` and trim, which costs up to two more munmaps.
+ * The hint moves down with each mapping, so it usually lands. */
+#include "internal.h"
+#include <errno.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#ifndef MAP_NORESERVE
+#define MAP_NORESERVE 0
+#endif
+
+static _Atomic unsigned long fail_countdown; /* 0: off; 1: the next call fails */
+static _Atomic unsigned long os_calls;       /* every OS call of the process */
+static _Atomic uintptr_t next_hint;          /* where the next aligned mapping may go */
+
+void scr_debug_fail_os_call(unsigned long n) { atomic_store(&fail_countdown, n); }
+unsigned long scr_debug_os_calls(void) { return atomic_load(&os_calls); }
+
+bool _scr_os_inject_failure(void) {
+  atomic_fetch_add_explicit(&os_calls, 1, memory_order_relaxed);
+  unsigned long n = atomic_load_explicit(&fail_countdown, memory_order_relaxed);
+  while (n != 0) {
+    if (atomic_compare_exchange_weak(&fail_countdown, &n, n - 1)) return n == 1;
+  }
+  return false;
+}
+
+size_t _scr_os_page_size(void) {
+  static size_t ps;
+  if (ps == 0) ps = (size_t)sysconf(_SC_PAGESIZE);
+  return ps;
+}
+
+static void *os_mmap(void *hint, size_t size, scr_os_counters *c) {
+  if (c) c->mmap_calls++;
+  if (_scr_os_inject_failure()) {
+    if (c) c->failures++;
+    errno = ENOMEM;
+    return NULL;
+  }
+  void *p = mmap(hint, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) {
+    if (c) c->failures++;
+    errno = ENOMEM;
+    return NULL;
+  }
+  return p;
+}
+
+static int os_munmap(void *p, size_t size, scr_os_counters *c) {
+  if (c) c->munmap_calls++;
+  if (_scr_os_inject_failure() || munmap(p, size) != 0) {
+    if (c) c->failures++;
+    return -1;
+  }
+  return 0;
+}
+
+/* Start hints below the usual mmap area, 1 TiB above the 64 GiB mark. */
+#define HINT_START ((uintptr_t)0x100000000000ull) /* 16 TiB */
+#define HINT_LOW ((uintptr_t)0x10000000000ull)    /* 1 TiB */
+
+void *_scr_os_map_aligned(size_t size, size_t align, scr_os_counters *c) {
+  uintptr_t hint = atomic_load_explicit(&next_hint, memory_order_relaxed);
+  if (hint == 0 || hint < HINT_LOW + size) hint = HINT_START;
+  hint = (hint - size) & ~(uintptr_t)(align - 1);
+  void *p = os_mmap((void *)hint, size, c);
+  if (p == NULL) return NULL;
+  if (((uintptr_t)p & (align - 1)) == 0) {
+    atomic_store_explicit(&next_hint, (uintptr_t)p, memory_order_relaxed);
+    return p;
+  }
+  /* The kernel chose another place: map again with room to align, trim. */
+  if (os_munmap(p, size, c) != 0) return NULL;
+  if (size + align < size) return NULL;
+  uint8_t *raw = os_mmap(NULL, size + align, c);
+  if (raw == NULL) return NULL;
+  uint8_t *aligned = (uint8_t *)(((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1));
+  size_t head = (size_t)(aligned - raw), tail = align - head;
+  /* A failed trim leaves a few extra mapped bytes that nobody uses: harmless. */
+  if (head) (void)os_munmap(raw, head, c);
+  if (tail) (void)os_munmap(aligned + size, tail, c);
+  atomic_store_explicit(&next_hint, (uintptr_t)aligned, memory_order_relaxed);
+  return aligned;
+}
+
+int _scr_os_unmap(void *p, size_t size, scr_os_counters *c) {
+  if (os_munmap(p, size, c) != 0) return -1;
+  /* Let the next mapping take this place again. */
+  uintptr_t hint = atomic_load_explicit(&next_hint, memory_order_relaxed);
+  if (hint == (uintptr_t)p)
+    atomic_compare_exchange_strong(&next_hint, &hint, (uintptr_t)p + size);
+  return 0;
+}
+
+int _scr_os_advise(void *p, size_t size, int advice, scr_os_counters *c) {
+  if (c) c->madvise_calls++;
+  if (_scr_os_inject_failure() || madvise(p, size, advice) != 0) {
+    if (c) c->failures++;
+    return -1;
+  }
+  return 0;
+}
+
+/* Decommit: the memory stays mapped and reads as zero afterwards
+ * (MADV_DONTNEED), or keeps its old bytes until the kernel needs the
+ * memory (MADV_FREE: cheaper, but not zero). */
+int _scr_os_decommit(void *p, size_t size, bool free_lazily, scr_os_counters *c) {
+#ifdef MADV_FREE
+  if (free_lazily) return _scr_os_advise(p, size, MADV_FREE, c);
+#endif
+  (void)free_lazily;
+  return _scr_os_advise(p, size, MADV_DONTNEED, c);
+}
+
+/* Move or grow a mapping without copying.  target NULL: grow in place
+ * only.  Otherwise move to target (a mapping of new_size we own, which the
+ * kernel replaces). */
+void *_scr_os_remap(void *old, size_t old_size, size_t new_size, void *target, scr_os_counters *c) {
+#ifdef MREMAP_MAYMOVE
+  if (c) c->mremap_calls++;
+  if (_scr_os_inject_failure()) {
+    if (c) c->failures++;
+    return NULL;
+  }
+  void *p = target ? mremap(old, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target)
+                   : mremap(old, old_size, new_size, 0);
+  if (p == MAP_FAILED) {
+    if (c) c->failures++;
+    return NULL;
+  }
+  return p;
+#else
+  (void)old; (void)old_size; (void)new_size; (void)target; (void)c;
+  return NULL;
+#endif
+}

@@ -1,0 +1,184 @@
+/* Arenas: claimed by a thread on its first allocation, parked when it
+ * exits, claimed again by the next thread that needs one.  Also the
+ * process allocator's initialization and its fork handlers. */
+#include "process.h"
+#include <errno.h>
+#include <string.h>
+
+scr_proc _scr_proc = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .helper_lock = PTHREAD_MUTEX_INITIALIZER,
+    .helper_cv = PTHREAD_COND_INITIALIZER,
+};
+scr_proc_counters _scr_pc;
+__thread scr_arena *_scr_tl_arena __attribute__((tls_model("initial-exec")));
+
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void thread_exit(void *arg);
+
+/* Runs inside the first allocation of the process: nothing here may call
+ * malloc (getenv, open/read, pthread_key_create do not). */
+void _scr_proc_init_slow(void) {
+  pthread_mutex_lock(&init_lock);
+  if (!atomic_load_explicit(&_scr_proc.inited, memory_order_relaxed)) {
+    scr_proc *P = &_scr_proc;
+    _scr_proc_options_init(&P->opt);
+    _scr_proc_options_from_env(&P->opt);
+    scr_options_init(&P->heap_opt);
+    scr_options_from_env(&P->heap_opt);
+    P->thp_mode = _scr_proc_thp_mode();
+    P->core_dumps = _scr_proc_core_dumps();
+    P->populate_ok = P->opt.prefault ? _scr_proc_populate_probe() : 0;
+    P->delay_ms = P->opt.discard_delay_ms;
+    P->main_tid = _scr_proc_gettid();
+    if (pthread_key_create(&P->key, thread_exit) != 0)
+      _scr_report(SCR_ENOMEM, "scralloc: no pthread key: arenas of exiting threads will not be parked");
+    atomic_store_explicit(&P->inited, 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&init_lock);
+}
+
+/* A new arena, under the lock.  Descriptors are carved from mappings of
+ * our own and never freed: an arena lives as long as the process. */
+static scr_arena *arena_new(void) {
+  scr_proc *P = &_scr_proc;
+  size_t sz = (sizeof(scr_arena) + 63) & ~(size_t)63;
+  if (P->pool_left < sz) {
+    size_t chunk = (size_t)256 << 10;
+    uint8_t *m = _scr_proc_map(chunk);
+    if (m == NULL) return NULL;
+    P->pool = m;
+    P->pool_left = chunk;
+  }
+  scr_heap *h = scr_heap_new(&P->heap_opt);
+  if (h == NULL) return NULL;
+  scr_arena *a = (scr_arena *)P->pool;
+  P->pool += sz;
+  P->pool_left -= sz;
+  a->heap = h;
+  a->id = P->narenas++;
+  pthread_mutex_init(&a->snap_lock, NULL);
+  a->hooks = _scr_arena_hooks;
+  a->hooks.arg = a;
+  _scr_heap_set_owner(h, a);
+  _scr_heap_set_hooks(h, &a->hooks);
+  scr_heap_stats(h, &a->snap);
+  a->next_all = atomic_load_explicit(&P->all, memory_order_relaxed);
+  atomic_store_explicit(&P->all, a, memory_order_release);
+  return a;
+}
+
+scr_arena *_scr_arena_claim(void) {
+  _scr_proc_init();
+  scr_proc *P = &_scr_proc;
+  uint64_t now = _scr_proc_now_ns();
+  pthread_mutex_lock(&P->lock);
+  /* Most recently parked first: its pages are the likeliest resident. */
+  scr_arena *a = P->parked;
+  if (a) {
+    P->parked = a->next_parked;
+    a->next_parked = NULL;
+    P->nparked--;
+  } else {
+    a = arena_new();
+    if (a == NULL) {
+      pthread_mutex_unlock(&P->lock);
+      errno = ENOMEM;
+      return NULL;
+    }
+  }
+  a->state = SCR_ARENA_OWNED;
+  P->nowned++;
+  _scr_discard_on_claim(now);
+  unsigned poisoned = a->poisoned;
+  pthread_mutex_unlock(&P->lock);
+  a->worker = _scr_proc_gettid() != P->main_tid;
+  a->discarded = 0;
+  if (poisoned) _scr_discard_unpoison(a);
+  _scr_tl_arena = a;
+  pthread_setspecific(P->key, a);
+  SCR_PC_ADD(claims, 1);
+  _scr_remote_poll(a);
+  return a;
+}
+
+/* The holder gives the arena up: free lists and bump pointers stay, so
+ * its blocks stay valid; the helper returns its free pages later. */
+void _scr_arena_park(scr_arena *a) {
+  scr_proc *P = &_scr_proc;
+  _scr_prefault_release_ahead(a);
+  _scr_remote_poll(a);
+  _scr_arena_publish(a);
+  pthread_mutex_lock(&P->lock);
+  a->state = SCR_ARENA_PARKED;
+  a->parked_ns = _scr_proc_now_ns();
+  a->next_parked = P->parked;
+  P->parked = a;
+  P->nowned--;
+  P->nparked++;
+  int discard = P->opt.discard != 0;
+  pthread_mutex_unlock(&P->lock);
+  SCR_PC_ADD(parks, 1);
+  if (discard) _scr_discard_parked();
+}
+
+static void thread_exit(void *arg) {
+  scr_arena *a = arg;
+  if (_scr_tl_arena == a) _scr_tl_arena = NULL;
+  _scr_arena_park(a);
+}
+
+void _scr_arena_publish(scr_arena *a) {
+  struct scr_stats st;
+  scr_heap_stats(a->heap, &st);
+  pthread_mutex_lock(&a->snap_lock);
+  a->snap = st;
+  pthread_mutex_unlock(&a->snap_lock);
+  a->ops = 0;
+}
+
+void _scr_arena_tick_slow(scr_arena *a) {
+  if (a->pf_pending) {
+    a->pf_pending = 0;
+    a->ops = a->ops_saved;
+    _scr_prefault_post(a);
+    return;
+  }
+  if (a->ops >= SCR_ARENA_PUBLISH_EVERY) _scr_arena_publish(a);
+}
+
+/* ---- fork ----
+ * The child has one thread.  The parent's lock and every snapshot lock
+ * are held across fork so the child finds them consistent; arenas other
+ * threads held stay theirs in the child (their heaps may be mid-call),
+ * which only leaks them there.  The child's helper thread is gone. */
+static void fork_prepare(void) {
+  scr_proc *P = &_scr_proc;
+  pthread_mutex_lock(&P->lock);
+  for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_lock(&a->snap_lock);
+  pthread_mutex_lock(&P->helper_lock);
+}
+
+static void fork_parent(void) {
+  scr_proc *P = &_scr_proc;
+  pthread_mutex_unlock(&P->helper_lock);
+  for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);
+  pthread_mutex_unlock(&P->lock);
+}
+
+static void fork_child(void) {
+  scr_proc *P = &_scr_proc;
+  pthread_mutex_unlock(&P->helper_lock);
+  _scr_helper_after_fork_child();
+  _scr_prefault_after_fork_child();
+  for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);
+  SCR_PC_ADD(forks, 1);
+  pthread_mutex_unlock(&P->lock);
+}
+
+/* pthread_atfork may allocate, so it runs here and not in the first
+ * malloc. */
+__attribute__((constructor)) static void scr_proc_constructor(void) {
+  pthread_atfork(fork_prepare, fork_parent, fork_child);
+}

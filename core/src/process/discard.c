@@ -1,0 +1,201 @@
+/* Delayed discard of parked arenas, by a helper thread.
+ *
+ * An arena parked at thread exit keeps its free pages so that the next
+ * thread can use them without faults.  Once it has stayed parked for the
+ * discard delay, the helper claims it, frees what other threads pushed on
+ * it, trims its heap (every page holding only free blocks goes back with
+ * MADV_DONTNEED, the large cache is flushed, wholly empty segments are
+ * unmapped) and parks it again at the cold end of the parked list.  One
+ * arena at a time; a program that exits within the delay returns nothing.
+ *
+ * Back-off: the delay starts at discard_delay_ms and doubles, up to
+ * discard_delay_max_ms, each time a thread claims an arena within ten
+ * delays of a discard (threads coming back would fault the pages in
+ * again).  SCRALLOC_DISCARD=0 keeps everything; SCRALLOC_DISCARD=poison
+ * also makes the returned pages inaccessible (PROT_NONE) until the arena
+ * is claimed again, so tests can see a use after discard fault.
+ *
+ * The helper also runs prefault requests (prefault.c).  It blocks every
+ * signal and never allocates. */
+#include "process.h"
+#include <signal.h>
+#include <time.h>
+
+/* Under _scr_proc.lock, from claim. */
+void _scr_discard_on_claim(uint64_t now) {
+  scr_proc *P = &_scr_proc;
+  if (!P->backoff_armed) return;
+  P->backoff_armed = 0;
+  if (now - P->last_discard_ns < 10 * P->delay_ms * 1000000u) {
+    uint64_t d = P->delay_ms * 2;
+    if (d > P->opt.discard_delay_max_ms) d = P->opt.discard_delay_max_ms;
+    if (d > P->delay_ms) {
+      P->delay_ms = d;
+      SCR_PC_ADD(delay_doublings, 1);
+    }
+  }
+}
+
+/* Poison mode: every FREE page of every segment becomes PROT_NONE. */
+static void poison_pages(scr_arena *a, int accessible) {
+  for (scr_segment *seg = a->heap->segments; seg; seg = seg->next) {
+    if (seg->kind != SCR_SEG_NORMAL) continue;
+    uint64_t m = seg->free_mask;
+    while (m) {
+      unsigned i = (unsigned)__builtin_ctzll(m);
+      unsigned j = i;
+      while (j < SCR_PAGES_PER_SEGMENT && ((m >> j) & 1)) j++;
+      (void)_scr_proc_protect((uint8_t *)seg + ((size_t)i << SCR_PAGE_SHIFT), (size_t)(j - i) << SCR_PAGE_SHIFT,
+                              accessible);
+      m &= j >= 64 ? 0 : ~(((uint64_t)1 << j) - 1);
+    }
+  }
+}
+
+void _scr_discard_unpoison(scr_arena *a) {
+  poison_pages(a, 1);
+  a->poisoned = 0;
+}
+
+/* The caller holds the arena (DISCARDING, or PARKED under the lock). */
+size_t _scr_discard_arena(scr_arena *a) {
+  _scr_remote_drain(a);
+  size_t n = scr_heap_trim(a->heap);
+  _scr_arena_publish(a);
+  SCR_PC_ADD(discards, 1);
+  SCR_PC_ADD(discard_bytes, n);
+  return n;
+}
+
+/* Oldest parked arena not yet discarded, under the lock. */
+static scr_arena *oldest_undiscarded(scr_arena **prev_out) {
+  scr_arena *best = NULL, *best_prev = NULL, *prev = NULL;
+  for (scr_arena *a = _scr_proc.parked; a; prev = a, a = a->next_parked) {
+    if (!a->discarded) {
+      best = a;
+      best_prev = prev;
+    }
+  }
+  *prev_out = best_prev;
+  return best;
+}
+
+static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *m, uint64_t until_ns) {
+  struct timespec ts;
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 30))
+  ts.tv_sec = (time_t)(until_ns / 1000000000u);
+  ts.tv_nsec = (long)(until_ns % 1000000000u);
+  pthread_cond_clockwait(cv, m, CLOCK_MONOTONIC, &ts);
+#else
+  uint64_t now = _scr_proc_now_ns();
+  uint64_t left = until_ns > now ? until_ns - now : 0;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t t = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + left;
+  ts.tv_sec = (time_t)(t / 1000000000u);
+  ts.tv_nsec = (long)(t % 1000000000u);
+  pthread_cond_timedwait(cv, m, &ts);
+#endif
+}
+
+static void *helper_main(void *arg) {
+  scr_proc *P = &_scr_proc;
+  (void)arg;
+  for (;;) {
+    pthread_mutex_lock(&P->helper_lock);
+    P->helper_kick = 0;
+    pthread_mutex_unlock(&P->helper_lock);
+
+    (void)_scr_prefault_run();
+
+    uint64_t wait_until = UINT64_MAX;
+    scr_arena *a = NULL, *prev = NULL;
+    uint64_t now = _scr_proc_now_ns();
+    pthread_mutex_lock(&P->lock);
+    if (P->opt.discard) {
+      a = oldest_undiscarded(&prev);
+      if (a) {
+        uint64_t due = a->parked_ns + P->delay_ms * 1000000u;
+        if (now >= due) {
+          if (prev) prev->next_parked = a->next_parked; else P->parked = a->next_parked;
+          a->next_parked = NULL;
+          a->state = SCR_ARENA_DISCARDING;
+          P->nparked--;
+        } else {
+          wait_until = due;
+          a = NULL;
+        }
+      }
+    }
+    int poison = P->opt.discard == 2;
+    pthread_mutex_unlock(&P->lock);
+
+    if (a) {
+      _scr_discard_arena(a);
+      if (poison) {
+        poison_pages(a, 0);
+        a->poisoned = 1;
+      }
+      pthread_mutex_lock(&P->lock);
+      a->state = SCR_ARENA_PARKED;
+      a->discarded = 1;
+      /* Cold end of the parked list: claims prefer arenas still warm. */
+      scr_arena **tail = &P->parked;
+      while (*tail) tail = &(*tail)->next_parked;
+      *tail = a;
+      P->nparked++;
+      P->last_discard_ns = _scr_proc_now_ns();
+      P->backoff_armed = 1;
+      pthread_mutex_unlock(&P->lock);
+      continue; /* one at a time, then look again */
+    }
+
+    pthread_mutex_lock(&P->helper_lock);
+    if (!P->helper_kick) {
+      if (wait_until == UINT64_MAX) pthread_cond_wait(&P->helper_cv, &P->helper_lock);
+      else timed_wait(&P->helper_cv, &P->helper_lock, wait_until);
+    }
+    pthread_mutex_unlock(&P->helper_lock);
+  }
+  return NULL;
+}
+
+/* Wake the helper, starting it the first time.  Never called inside a heap
+ * call or with a lock held: pthread_create allocates. */
+void _scr_helper_post(void) {
+  scr_proc *P = &_scr_proc;
+  pthread_mutex_lock(&P->helper_lock);
+  if (P->helper_state != 0) {
+    P->helper_kick = 1;
+    pthread_cond_signal(&P->helper_cv);
+    pthread_mutex_unlock(&P->helper_lock);
+    return;
+  }
+  P->helper_state = 1;
+  pthread_mutex_unlock(&P->helper_lock);
+
+  pthread_attr_t attr;
+  pthread_t t;
+  sigset_t all, old;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, (size_t)256 << 10);
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int err = pthread_create(&t, &attr, helper_main, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_attr_destroy(&attr);
+  if (err != 0) {
+    pthread_mutex_lock(&P->helper_lock);
+    P->helper_state = 0;
+    pthread_mutex_unlock(&P->helper_lock);
+  }
+}
+
+void _scr_discard_parked(void) { _scr_helper_post(); }
+
+void _scr_helper_after_fork_child(void) {
+  scr_proc *P = &_scr_proc;
+  pthread_cond_init(&P->helper_cv, NULL);
+  P->helper_state = 0;
+  P->helper_kick = 0;
+}

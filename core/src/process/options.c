@@ -1,0 +1,90 @@
+/* Options of the process allocator: one table (process.h), each with a
+ * default, a clamp and an environment name SCRALLOC_<NAME>.  Read without
+ * malloc (getenv only), so it can run inside the first malloc call. */
+#include "process.h"
+#include <stdlib.h>
+#include <string.h>
+
+void _scr_proc_options_init(scr_proc_options *o) {
+#define SCR_PROC_OPT_DEF_(name, def, lo, hi, doc) o->name = (uint64_t)(def);
+  SCR_PROC_OPTIONS(SCR_PROC_OPT_DEF_)
+#undef SCR_PROC_OPT_DEF_
+}
+
+/* "123", "4K", "8M", "1G"; "poison" for discard.  -1 on bad text. */
+static int parse_value(const char *name, const char *s, uint64_t *out) {
+  if (strcmp(name, "discard") == 0 && strcmp(s, "poison") == 0) { *out = 2; return 0; }
+  if (strcmp(s, "on") == 0 || strcmp(s, "true") == 0 || strcmp(s, "yes") == 0) { *out = 1; return 0; }
+  if (strcmp(s, "off") == 0 || strcmp(s, "false") == 0 || strcmp(s, "no") == 0) { *out = 0; return 0; }
+  if (*s < '0' || *s > '9') return -1;
+  uint64_t v = 0;
+  for (; *s >= '0' && *s <= '9'; s++) {
+    if (v > (UINT64_MAX - 9) / 10) return -1;
+    v = v * 10 + (uint64_t)(*s - '0');
+  }
+  unsigned shift = 0;
+  switch (*s) {
+  case 'k': case 'K': shift = 10; s++; break;
+  case 'm': case 'M': shift = 20; s++; break;
+  case 'g': case 'G': shift = 30; s++; break;
+  default: break;
+  }
+  if (*s == 'i' || *s == 'B' || *s == 'b') s++; /* "4KiB", "4MB" */
+  if (*s == 'B') s++;
+  if (*s != '\0') return -1;
+  if (shift && v > (UINT64_MAX >> shift)) return -1;
+  *out = v << shift;
+  return 0;
+}
+
+int _scr_proc_option_set(scr_proc_options *o, const char *name, const char *value) {
+  uint64_t v;
+#define SCR_PROC_OPT_SET_(n, def, lo, hi, doc)                                  \
+  if (strcmp(name, #n) == 0) {                                                  \
+    if (parse_value(name, value, &v) != 0) return SCR_EINVAL;                   \
+    if (v < (uint64_t)(lo)) v = (uint64_t)(lo);                                 \
+    if (v > (uint64_t)(hi)) v = (uint64_t)(hi);                                 \
+    o->n = v;                                                                   \
+    return SCR_OK;                                                              \
+  }
+  SCR_PROC_OPTIONS(SCR_PROC_OPT_SET_)
+#undef SCR_PROC_OPT_SET_
+  return SCR_EINVAL;
+}
+
+void _scr_proc_options_from_env(scr_proc_options *o) {
+  char env[64];
+#define SCR_PROC_OPT_ENV_(n, def, lo, hi, doc)                                  \
+  {                                                                             \
+    const char *nm = #n;                                                        \
+    size_t i = 0;                                                               \
+    memcpy(env, "SCRALLOC_", 9);                                                \
+    for (; nm[i] && i + 10 < sizeof env; i++)                                   \
+      env[9 + i] = (char)(nm[i] >= 'a' && nm[i] <= 'z' ? nm[i] - 32 : nm[i]);   \
+    env[9 + i] = '\0';                                                          \
+    const char *val = getenv(env);                                              \
+    if (val && *val && _scr_proc_option_set(o, nm, val) != SCR_OK)              \
+      _scr_report(SCR_EINVAL, "scralloc: ignoring %s=%s", env, val);            \
+  }
+  SCR_PROC_OPTIONS(SCR_PROC_OPT_ENV_)
+#undef SCR_PROC_OPT_ENV_
+}
+
+int scr_process_option_set(const char *name, const char *value) {
+  _scr_proc_init();
+  pthread_mutex_lock(&_scr_proc.lock);
+  int r = _scr_proc_option_set(&_scr_proc.opt, name, value);
+  if (r == SCR_OK && (strcmp(name, "discard_delay_ms") == 0))
+    _scr_proc.delay_ms = _scr_proc.opt.discard_delay_ms;
+  pthread_mutex_unlock(&_scr_proc.lock);
+  return r;
+}
+
+uint64_t scr_process_option_get(const char *name) {
+  _scr_proc_init();
+#define SCR_PROC_OPT_GET_(n, def, lo, hi, doc) \
+  if (strcmp(name, #n) == 0) return _scr_proc.opt.n;
+  SCR_PROC_OPTIONS(SCR_PROC_OPT_GET_)
+#undef SCR_PROC_OPT_GET_
+  return UINT64_MAX;
+}

@@ -1,0 +1,101 @@
+/* The OS calls of the process layer that the core's prim/ does not have:
+ * the transparent-huge-page mode, whether the kernel would write a core,
+ * a monotonic clock, MADV_POPULATE_WRITE.  All without malloc.  Every
+ * Linux-only path has a fallback that does nothing. */
+#include "process.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+/* Read a small file into buf (NUL-terminated); length or -1. */
+static ssize_t read_small(const char *path, char *buf, size_t len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  ssize_t n = read(fd, buf, len - 1);
+  close(fd);
+  if (n < 0) return -1;
+  buf[n] = '\0';
+  return n;
+}
+
+/* 0: never or no THP; 1: madvise; 2: always.  The selected mode is the
+ * word in brackets: "always [madvise] never". */
+int _scr_proc_thp_mode(void) {
+#ifdef __linux__
+  char buf[128];
+  if (read_small("/sys/kernel/mm/transparent_hugepage/enabled", buf, sizeof buf) <= 0) return 0;
+  if (strstr(buf, "[always]")) return 2;
+  if (strstr(buf, "[madvise]")) return 1;
+#endif
+  return 0;
+}
+
+/* Would the kernel write a core of this process?  A piped or @ pattern
+ * writes one whatever RLIMIT_CORE says; otherwise RLIMIT_CORE must be > 0. */
+int _scr_proc_core_dumps(void) {
+#ifdef __linux__
+  char buf[16];
+  if (read_small("/proc/sys/kernel/core_pattern", buf, sizeof buf) > 0 && (buf[0] == '|' || buf[0] == '@'))
+    return 1;
+#endif
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_CORE, &rl) != 0) return 1;
+  return rl.rlim_cur > 0;
+}
+
+uint64_t _scr_proc_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Memory for the process layer's own descriptors: zeroed, never returned. */
+void *_scr_proc_map(size_t size) {
+  return _scr_os_map_aligned(size, _scr_os_page_size(), NULL);
+}
+
+/* Fault in [p, p + size) writable without storing; 0 or -1. */
+int _scr_proc_populate(void *p, size_t size) {
+#ifdef __linux__
+  return madvise(p, size, MADV_POPULATE_WRITE) == 0 ? 0 : -1;
+#else
+  (void)p; (void)size;
+  return -1;
+#endif
+}
+
+/* Does this kernel know MADV_POPULATE_WRITE?  (EINVAL before 5.14.) */
+int _scr_proc_populate_probe(void) {
+#ifdef __linux__
+  long ps = sysconf(_SC_PAGESIZE);
+  void *p = mmap(NULL, (size_t)ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return 0;
+  int ok = madvise(p, (size_t)ps, MADV_POPULATE_WRITE) == 0;
+  munmap(p, (size_t)ps);
+  return ok;
+#else
+  return 0;
+#endif
+}
+
+pid_t _scr_proc_gettid(void) {
+#ifdef SYS_gettid
+  return (pid_t)syscall(SYS_gettid);
+#else
+  return getpid();
+#endif
+}
+
+/* Poison mode: make a discarded range inaccessible, or usable again. */
+int _scr_proc_protect(void *p, size_t size, int accessible) {
+  return mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0 ? 0 : -1;
+}

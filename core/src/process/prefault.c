@@ -1,0 +1,91 @@
+/* The prefault helper: the discard helper thread also faults in memory
+ * just ahead of where busy arenas carve, with MADV_POPULATE_WRITE, which
+ * commits zeroed pages without storing into them (so it cannot race with
+ * carving).  An arena faults ahead only after it has carved
+ * prefault_after bytes; each arena has one range in flight; ranges of
+ * worker threads count against prefault_budget until the carving reaches
+ * them or the arena parks.  Kernels without MADV_POPULATE_WRITE (< 5.14)
+ * and SCRALLOC_PREFAULT=0 get nothing: the owner faults its pages. */
+#include "process.h"
+#include <sched.h>
+
+/* The holder posts the range hooks.c recorded, outside any heap call. */
+void _scr_prefault_post(scr_arena *a) {
+  size_t len = (size_t)(a->pf_end - a->pf_from);
+  if (len == 0) return;
+  if (atomic_load_explicit(&a->pf_state, memory_order_acquire) != 0) {
+    SCR_PC_ADD(prefault_skipped, 1);
+    return;
+  }
+  if (a->worker) {
+    uint64_t budget = _scr_proc.opt.prefault_budget;
+    uint64_t before = atomic_fetch_add_explicit(&_scr_pc.prefault_inflight, len, memory_order_relaxed);
+    if (before + len > budget) {
+      atomic_fetch_sub_explicit(&_scr_pc.prefault_inflight, len, memory_order_relaxed);
+      SCR_PC_ADD(prefault_skipped, 1);
+      return;
+    }
+    if (a->pf_counted) atomic_fetch_sub_explicit(&_scr_pc.prefault_inflight, a->pf_counted, memory_order_relaxed);
+    a->pf_counted = len;
+  }
+  a->pf_req = (uint8_t *)a->pf_from;
+  a->pf_req_len = len;
+  atomic_store_explicit(&a->pf_state, 1, memory_order_release);
+  _scr_helper_post();
+}
+
+/* Helper: run every queued request once.  1 if there was one. */
+int _scr_prefault_run(void) {
+  int any = 0;
+  for (scr_arena *a = atomic_load_explicit(&_scr_proc.all, memory_order_acquire); a; a = a->next_all) {
+    int one = 1;
+    if (!atomic_compare_exchange_strong_explicit(&a->pf_state, &one, 2, memory_order_acquire,
+                                                 memory_order_relaxed))
+      continue;
+    any = 1;
+    if (_scr_proc_populate(a->pf_req, a->pf_req_len) == 0) {
+      SCR_PC_ADD(prefaults, 1);
+      SCR_PC_ADD(prefault_bytes, a->pf_req_len);
+    }
+    atomic_store_explicit(&a->pf_state, 0, memory_order_release);
+  }
+  return any;
+}
+
+/* At park: drop a queued request, wait for one in progress, and return
+ * the pages faulted ahead that the heap never took (they read as zero
+ * again, which is what the heap expects of fresh pages). */
+void _scr_prefault_release_ahead(scr_arena *a) {
+  int one = 1;
+  if (!atomic_compare_exchange_strong_explicit(&a->pf_state, &one, 0, memory_order_acquire,
+                                               memory_order_relaxed)) {
+    while (atomic_load_explicit(&a->pf_state, memory_order_acquire) == 2) sched_yield();
+  }
+  if (a->pf_counted) {
+    atomic_fetch_sub_explicit(&_scr_pc.prefault_inflight, a->pf_counted, memory_order_relaxed);
+    a->pf_counted = 0;
+  }
+  if (a->pf_end == 0) return;
+  uintptr_t from = a->pf_from, to = a->pf_end;
+  a->pf_from = a->pf_end = 0;
+  scr_segment *seg = _scr_segmap_get((void *)from);
+  if (seg == NULL || seg->heap != a->heap || seg->kind != SCR_SEG_NORMAL) return;
+  /* Pages still FREE and fresh (not committed per the heap). */
+  uint64_t fresh = seg->free_mask & ~seg->committed_free_mask & ~seg->lazy_free_mask;
+  unsigned first = (unsigned)((from - (uintptr_t)seg) >> SCR_PAGE_SHIFT);
+  unsigned last = (unsigned)((to - 1 - (uintptr_t)seg) >> SCR_PAGE_SHIFT);
+  for (unsigned i = first; i <= last && i < SCR_PAGES_PER_SEGMENT; i++) {
+    unsigned j = i;
+    while (j <= last && j < SCR_PAGES_PER_SEGMENT && ((fresh >> j) & 1)) j++;
+    if (j > i) {
+      (void)_scr_os_decommit((uint8_t *)seg + ((size_t)i << SCR_PAGE_SHIFT), (size_t)(j - i) << SCR_PAGE_SHIFT,
+                             false, &a->heap->os);
+      i = j;
+    }
+  }
+}
+
+void _scr_prefault_after_fork_child(void) {
+  for (scr_arena *a = atomic_load(&_scr_proc.all); a; a = a->next_all) atomic_store(&a->pf_state, 0);
+  atomic_store(&_scr_pc.prefault_inflight, 0);
+}

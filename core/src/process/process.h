@@ -1,0 +1,213 @@
+/* The process allocator: scr_malloc and friends on top of the core heap.
+ *
+ * Each thread claims an arena (one scr_heap, a lock-free stack of blocks
+ * other threads freed, and a state) on its first allocation and keeps it in
+ * an initial-exec thread-local; a pthread key destructor parks it when the
+ * thread exits, with its free lists and bump pointers intact, so blocks
+ * outlive their thread.  The next thread that needs an arena claims a
+ * parked one.  A helper thread returns the free pages of arenas that stay
+ * parked past a delay (discard.c) and faults in memory ahead of busy
+ * arenas (prefault.c).
+ *
+ * Who may touch what:
+ *   arena->heap       only the thread that holds the arena: its owner while
+ *                     OWNED, the discard helper while DISCARDING, whoever
+ *                     holds _scr_proc.lock while PARKED.
+ *   arena->remote     any thread (lock-free push; the holder drains it).
+ *   state, lists      under _scr_proc.lock.
+ *   arena->snap       under arena->snap_lock.
+ * Lock order: _scr_proc.lock before any snap_lock; helper_lock is a leaf.
+ */
+#ifndef SCR_PROCESS_H
+#define SCR_PROCESS_H
+
+#include "internal.h"
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* ---- options (one table; environment SCRALLOC_<NAME>) ---- */
+/* X(name, default, min, max, description); every value is a uint64_t.
+ * discard: 0 keep every parked arena's memory, 1 return it after the
+ * delay, 2 ("poison") make returned pages inaccessible (tests). */
+#define SCR_PROC_OPTIONS(X)                                                         \
+  X(discard, 1, 0, 2, "return parked arenas' free pages: 0 off, 1 on, 2 = poison")  \
+  X(discard_delay_ms, 1000, 0, 3600000, "first delay before a parked arena is discarded") \
+  X(discard_delay_max_ms, 10000, 0, 3600000, "cap of the doubling delay")           \
+  X(hugepage_after, (uint64_t)8 << 20, 0, UINT64_MAX, "bytes an arena maps before its segments get MADV_HUGEPAGE") \
+  X(prefault, 1, 0, 1, "fault in memory ahead of busy arenas (MADV_POPULATE_WRITE)") \
+  X(prefault_after, (uint64_t)1 << 20, 0, UINT64_MAX, "bytes an arena carves before it is faulted ahead") \
+  X(prefault_step, (uint64_t)256 << 10, 65536, (uint64_t)64 << 20, "bytes faulted ahead per step") \
+  X(prefault_budget, (uint64_t)8 << 20, 0, UINT64_MAX, "bytes in flight for worker threads") \
+  X(dontdump, 2, 0, 2, "MADV_DONTDUMP on segments: 0 never, 1 always, 2 auto (when no core would be written)") \
+  X(stats, 0, 0, 2, "print statistics at exit: 1 summary, 2 also per arena")        \
+  X(verbose, 0, 0, 1, "report frees of memory scralloc does not own")
+
+typedef struct scr_proc_options {
+#define SCR_PROC_OPT_FIELD_(name, def, lo, hi, doc) uint64_t name;
+  SCR_PROC_OPTIONS(SCR_PROC_OPT_FIELD_)
+#undef SCR_PROC_OPT_FIELD_
+} scr_proc_options;
+
+typedef enum scr_arena_state {
+  SCR_ARENA_OWNED = 1,      /* a thread holds it */
+  SCR_ARENA_PARKED = 2,     /* on the parked list, waiting for a thread */
+  SCR_ARENA_DISCARDING = 3, /* the helper is returning its pages */
+} scr_arena_state;
+
+/* An arena.
+ *   remote: blocks freed by threads that do not hold the arena, linked
+ *           through their first word; pushed with CAS, taken all at once.
+ *   remote_pushed - remote_drained == length(remote) (when quiescent) */
+typedef struct scr_arena {
+  _Atomic(void *) remote;           /* lock-free stack of remote frees */
+  _Atomic uint64_t remote_pushed;   /* blocks pushed on remote (any thread) */
+  char pad_[64 - sizeof(void *) - sizeof(uint64_t)]; /* keep pushers off the holder's line */
+  scr_heap *heap;                   /* this arena's heap */
+  unsigned id;                      /* index in creation order */
+  unsigned state;                   /* scr_arena_state, under _scr_proc.lock */
+  unsigned discarded;               /* pages returned since it was parked */
+  unsigned worker;                  /* holder is not the main thread */
+  uint64_t parked_ns;               /* when it was parked (monotonic) */
+  uint64_t ops;                     /* holder's calls since the last snapshot */
+  uint64_t ops_saved;               /* ops while a prefault post is pending */
+  uint64_t remote_drained;          /* blocks taken from remote (holder) */
+  uint64_t mapped;                  /* bytes of segments mapped (holder, via hook) */
+  uint64_t carved;                  /* bytes of fresh pages taken (holder, via hook) */
+  uint64_t huge_segments;           /* segments advised MADV_HUGEPAGE (holder) */
+  uintptr_t pf_end;                 /* end of the last range faulted ahead (holder) */
+  unsigned poisoned;                /* discard made its free pages PROT_NONE */
+  unsigned pf_pending;              /* a prefault step waits to be posted (holder) */
+  uintptr_t pf_from;                /* start of the last range faulted ahead (holder) */
+  uint64_t pf_counted;              /* bytes of that range counted in the budget (holder) */
+  _Atomic int pf_state;             /* 0 idle, 1 queued, 2 the helper is on it */
+  uint8_t *pf_req;                  /* queued range (written while pf_state == 0) */
+  size_t pf_req_len;                /* its length */
+  struct _scr_heap_hooks hooks;     /* the heap's hooks, arg = this arena */
+  pthread_mutex_t snap_lock;        /* guards snap */
+  struct scr_stats snap;            /* heap stats as of the last publish */
+  struct scr_arena *next_all;       /* next on _scr_proc.all (set before publishing) */
+  struct scr_arena *next_parked;    /* parked list (under lock) */
+} scr_arena;
+
+/* Process-wide state. */
+typedef struct scr_proc {
+  pthread_mutex_t lock;             /* arena lists and states */
+  _Atomic int inited;               /* 0 no, 1 yes */
+  pthread_key_t key;                /* destructor parks the arena */
+  scr_proc_options opt;             /* process options */
+  scr_options heap_opt;             /* options of every arena's heap */
+  _Atomic(scr_arena *) all;         /* every arena, newest first (pushed under lock, read lock-free) */
+  scr_arena *parked;                /* parked arenas, most recently parked first */
+  unsigned narenas, nowned, nparked;/* counts (under lock) */
+  uint8_t *pool;                    /* arena descriptors are carved here */
+  size_t pool_left;                 /* bytes left in pool */
+  int thp_mode;                     /* 0 never/absent, 1 madvise, 2 always */
+  int core_dumps;                   /* the kernel would write a core */
+  int populate_ok;                  /* MADV_POPULATE_WRITE works */
+  pid_t main_tid;                   /* the thread that initialized */
+  /* discard helper */
+  pthread_mutex_t helper_lock;      /* leaf lock for the helper's sleep */
+  pthread_cond_t helper_cv;         /* wakes the helper */
+  int helper_state;                 /* 0 none, 1 starting or running */
+  int helper_kick;                  /* work was posted (under helper_lock) */
+  uint64_t delay_ms;                /* current discard delay (under lock) */
+  uint64_t last_discard_ns;         /* when the last discard ended (under lock) */
+  int backoff_armed;                /* a discard happened; the next claim may double the delay */
+  scr_os_counters os;               /* the process layer's own syscalls (under lock or helper) */
+} scr_proc;
+
+SCR_INTERNAL extern scr_proc _scr_proc;
+SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("initial-exec")));
+
+/* Cumulative counters, updated with relaxed atomics. */
+#define SCR_PROC_COUNTERS(X)                                                   \
+  X(claims, "arenas claimed by threads")                                       \
+  X(parks, "arenas parked at thread exit")                                     \
+  X(foreign_frees, "frees of memory no scralloc arena owns (ignored)")         \
+  X(realloc_moves, "reallocs that moved a block into the caller's arena")      \
+  X(discards, "parked arenas whose free pages were returned")                  \
+  X(discard_bytes, "committed bytes the discards returned")                    \
+  X(delay_doublings, "times the discard delay doubled")                        \
+  X(prefaults, "ranges faulted in ahead")                                      \
+  X(prefault_bytes, "bytes faulted in ahead")                                  \
+  X(prefault_skipped, "steps left to the owner (budget or kernel)")            \
+  X(huge_advised, "segments advised MADV_HUGEPAGE")                            \
+  X(dontdump_advised, "segments advised MADV_DONTDUMP")                        \
+  X(forks, "forks the allocator went through")
+
+typedef struct scr_proc_counters {
+#define SCR_PROC_CTR_FIELD_(name, doc) _Atomic uint64_t name;
+  SCR_PROC_COUNTERS(SCR_PROC_CTR_FIELD_)
+#undef SCR_PROC_CTR_FIELD_
+  _Atomic uint64_t prefault_inflight; /* bytes requested and not yet reached */
+} scr_proc_counters;
+
+SCR_INTERNAL extern scr_proc_counters _scr_pc;
+#define SCR_PC_ADD(name, n) atomic_fetch_add_explicit(&_scr_pc.name, (uint64_t)(n), memory_order_relaxed)
+
+/* options.c */
+SCR_INTERNAL void _scr_proc_options_init(scr_proc_options *o);
+SCR_INTERNAL void _scr_proc_options_from_env(scr_proc_options *o);
+SCR_INTERNAL int _scr_proc_option_set(scr_proc_options *o, const char *name, const char *value);
+
+/* os_linux.c: the OS calls of the process layer */
+SCR_INTERNAL int _scr_proc_thp_mode(void);
+SCR_INTERNAL int _scr_proc_core_dumps(void);
+SCR_INTERNAL uint64_t _scr_proc_now_ns(void);
+SCR_INTERNAL void *_scr_proc_map(size_t size);
+SCR_INTERNAL int _scr_proc_populate(void *p, size_t size);
+SCR_INTERNAL int _scr_proc_populate_probe(void);
+SCR_INTERNAL pid_t _scr_proc_gettid(void);
+SCR_INTERNAL int _scr_proc_protect(void *p, size_t size, int accessible);
+
+/* arena.c */
+SCR_INTERNAL void _scr_proc_init_slow(void);
+SCR_INTERNAL scr_arena *_scr_arena_claim(void);
+SCR_INTERNAL void _scr_arena_park(scr_arena *a);
+SCR_INTERNAL void _scr_arena_publish(scr_arena *a);
+static inline void _scr_proc_init(void) {
+  if (SCR_UNLIKELY(!atomic_load_explicit(&_scr_proc.inited, memory_order_acquire))) _scr_proc_init_slow();
+}
+/* The caller's arena, claimed on first use; NULL when none can be had. */
+static inline scr_arena *_scr_arena_get(void) {
+  scr_arena *a = _scr_tl_arena;
+  if (SCR_UNLIKELY(a == NULL)) a = _scr_arena_claim();
+  return a;
+}
+#define SCR_ARENA_PUBLISH_EVERY 65536
+/* Counts the holder's calls; the slow side publishes a stats snapshot and
+ * posts prefault work (hooks.c sets ops high to get there soon). */
+SCR_INTERNAL void _scr_arena_tick_slow(scr_arena *a);
+static inline void _scr_arena_tick(scr_arena *a) {
+  if (SCR_UNLIKELY(++a->ops >= SCR_ARENA_PUBLISH_EVERY)) _scr_arena_tick_slow(a);
+}
+
+/* remote.c */
+SCR_INTERNAL void _scr_remote_push(scr_arena *a, void *p);
+SCR_INTERNAL void _scr_remote_drain(scr_arena *a);
+static inline void _scr_remote_poll(scr_arena *a) {
+  if (SCR_UNLIKELY(atomic_load_explicit(&a->remote, memory_order_relaxed) != NULL)) _scr_remote_drain(a);
+}
+
+/* hooks.c: what the arena does when its heap maps a segment or takes a page */
+SCR_INTERNAL extern const struct _scr_heap_hooks _scr_arena_hooks;
+
+/* discard.c */
+SCR_INTERNAL void _scr_discard_parked(void);     /* a park happened: wake or start the helper */
+SCR_INTERNAL void _scr_discard_unpoison(scr_arena *a); /* holder, at claim */
+SCR_INTERNAL void _scr_discard_on_claim(uint64_t now); /* back-off bookkeeping, under lock */
+SCR_INTERNAL size_t _scr_discard_arena(scr_arena *a); /* return a held arena's free pages */
+SCR_INTERNAL void _scr_helper_post(void);        /* wake the helper (prefault work) */
+SCR_INTERNAL void _scr_helper_after_fork_child(void);
+
+/* prefault.c */
+SCR_INTERNAL void _scr_prefault_request(scr_arena *a, uint8_t *from, size_t len);
+SCR_INTERNAL void _scr_prefault_post(scr_arena *a); /* holder, outside heap calls */
+SCR_INTERNAL int _scr_prefault_run(void);        /* helper: run queued requests; 1 if any */
+SCR_INTERNAL void _scr_prefault_release_ahead(scr_arena *a); /* at park */
+SCR_INTERNAL void _scr_prefault_after_fork_child(void);
+
+/* malloc.c: the entry points used by override.c */
+SCR_INTERNAL void _scr_proc_bad_free(const void *p);
+
+#endif /* SCR_PROCESS_H */

@@ -1,0 +1,33 @@
+/* Class queues: per size class, a doubly linked list of pages that have a
+ * free slot or are empty.  Pages with live blocks come first; the
+ * empty_count[c] empty pages (the retained ones) sit at the tail. */
+#include "internal.h"
+
+void _scr_queue_push_front(scr_heap *h, scr_page *pg) {
+  unsigned c = pg->cls;
+  scr_assert_internal(!pg->in_queue);
+  pg->prev = NULL;
+  pg->next = h->queue[c];
+  if (h->queue[c]) h->queue[c]->prev = pg; else h->queue_tail[c] = pg;
+  h->queue[c] = pg;
+  pg->in_queue = 1;
+}
+
+void _scr_queue_push_back(scr_heap *h, scr_page *pg) {
+  unsigned c = pg->cls;
+  scr_assert_internal(!pg->in_queue);
+  pg->next = NULL;
+  pg->prev = h->queue_tail[c];
+  if (h->queue_tail[c]) h->queue_tail[c]->next = pg; else h->queue[c] = pg;
+  h->queue_tail[c] = pg;
+  pg->in_queue = 1;
+}
+
+void _scr_queue_remove(scr_heap *h, scr_page *pg) {
+  unsigned c = pg->cls;
+  scr_assert_internal(pg->in_queue);
+  if (pg->prev) pg->prev->next = pg->next; else h->queue[c] = pg->next;
+  if (pg->next) pg->next->prev = pg->prev; else h->queue_tail[c] = pg->prev;
+  pg->next = pg->prev = NULL;
+  pg->in_queue = 0;
+}

@@ -1,0 +1,69 @@
+/* The segment map: process-wide, from segment number (address >> 22) to
+ * the header of the mapping that covers it.  Two levels over a 48-bit
+ * address space: 8192 top entries, each a lazily mapped leaf of 8192
+ * slots (64 KiB).  Lookups are lock-free and never touch memory that
+ * might be unmapped, so any address can be asked about. */
+#include "internal.h"
+#include <stdatomic.h>
+
+#define ADDR_BITS 48
+#define SEG_BITS (ADDR_BITS - SCR_SEGMENT_SHIFT) /* 26 */
+#define LEAF_BITS 13
+#define TOP_SLOTS (1u << (SEG_BITS - LEAF_BITS))
+#define LEAF_SLOTS (1u << LEAF_BITS)
+
+typedef struct leaf { _Atomic(scr_segment *) slot[LEAF_SLOTS]; } leaf;
+static _Atomic(leaf *) top[TOP_SLOTS];
+
+static leaf *leaf_for(uintptr_t segno, bool create) {
+  _Atomic(leaf *) *t = &top[segno >> LEAF_BITS];
+  leaf *l = atomic_load_explicit(t, memory_order_acquire);
+  if (l || !create) return l;
+  leaf *fresh = _scr_os_map_aligned(sizeof(leaf), _scr_os_page_size(), NULL);
+  if (fresh == NULL) return NULL;
+  leaf *expected = NULL;
+  if (!atomic_compare_exchange_strong(t, &expected, fresh)) {
+    _scr_os_unmap(fresh, sizeof(leaf), NULL); /* another thread won */
+    return expected;
+  }
+  return fresh;
+}
+
+/* Map the leaves that [base, base + size) needs; 0 or -1. */
+int _scr_segmap_prepare(uintptr_t base, size_t size) {
+  uintptr_t first = base >> SCR_SEGMENT_SHIFT;
+  uintptr_t last = (base + size - 1) >> SCR_SEGMENT_SHIFT;
+  if (last >> SEG_BITS) return -1;
+  for (uintptr_t s = first; s <= last; s++) {
+    if (leaf_for(s, true) == NULL) return -1;
+  }
+  return 0;
+}
+
+/* Register [base, base + size) as covered by seg.  0, or -1 when a leaf
+ * could not be mapped (nothing is registered then). */
+int _scr_segmap_set(uintptr_t base, size_t size, scr_segment *seg) {
+  if (_scr_segmap_prepare(base, size) != 0) return -1;
+  uintptr_t first = base >> SCR_SEGMENT_SHIFT;
+  uintptr_t last = (base + size - 1) >> SCR_SEGMENT_SHIFT;
+  for (uintptr_t s = first; s <= last; s++) {
+    atomic_store_explicit(&leaf_for(s, false)->slot[s & (LEAF_SLOTS - 1)], seg, memory_order_release);
+  }
+  return 0;
+}
+
+void _scr_segmap_clear(uintptr_t base, size_t size) {
+  uintptr_t first = base >> SCR_SEGMENT_SHIFT;
+  uintptr_t last = (base + size - 1) >> SCR_SEGMENT_SHIFT;
+  for (uintptr_t s = first; s <= last; s++) {
+    leaf *l = leaf_for(s, false);
+    if (l) atomic_store_explicit(&l->slot[s & (LEAF_SLOTS - 1)], NULL, memory_order_release);
+  }
+}
+
+scr_segment *_scr_segmap_get(const void *p) {
+  uintptr_t s = (uintptr_t)p >> SCR_SEGMENT_SHIFT;
+  if (s >> SEG_BITS) return NULL;
+  leaf *l = leaf_for(s, false);
+  return l ? atomic_load_explicit(&l->slot[s & (LEAF_SLOTS - 1)], memory_order_acquire) : NULL;
+}

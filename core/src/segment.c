@@ -1,0 +1,198 @@
+/* Segments: 4 MiB aligned mappings carved into 64 KiB pages, and huge
+ * mappings holding one block.  This file maps and unmaps them, registers
+ * them in the segment map, and hands out and takes back runs of pages.
+ * Accounting changes only after the OS call succeeded. */
+#include "internal.h"
+#include <string.h>
+
+#define ALL_PAGES_MASK (~(uint64_t)0 << SCR_FIRST_PAGE) /* pages 1..63 */
+#define PAGE_BYTES ((uint64_t)SCR_PAGE_SIZE)
+
+static size_t meta_size(void) {
+  size_t ps = _scr_os_page_size();
+  return (sizeof(scr_segment) + ps - 1) & ~(ps - 1);
+}
+
+static void link_segment(scr_heap *h, scr_segment *seg) {
+  seg->prev = NULL;
+  seg->next = h->segments;
+  if (h->segments) h->segments->prev = seg;
+  h->segments = seg;
+}
+
+static void unlink_segment(scr_heap *h, scr_segment *seg) {
+  if (seg->prev) seg->prev->next = seg->next; else h->segments = seg->next;
+  if (seg->next) seg->next->prev = seg->prev;
+}
+
+scr_segment *_scr_segment_map(scr_heap *h, size_t size, scr_segment_kind kind) {
+  scr_segment *seg = _scr_os_map_aligned(size, SCR_SEGMENT_SIZE, &h->os);
+  if (seg == NULL) return NULL;
+  if (_scr_segmap_set((uintptr_t)seg, size, seg) != 0) {
+    _scr_os_unmap(seg, size, &h->os);
+    return NULL;
+  }
+  /* The mapping is fresh, so every field starts at zero. */
+  seg->magic = SCR_SEGMENT_MAGIC;
+  seg->heap = h;
+  seg->size = size;
+  seg->kind = kind;
+  if (kind == SCR_SEG_NORMAL) seg->free_mask = ALL_PAGES_MASK;
+  link_segment(h, seg);
+  h->mmaps++;
+  h->reserved += size;
+  if (h->hooks.segment_mapped) h->hooks.segment_mapped(h, seg, size, h->hooks.arg);
+  return seg;
+}
+
+/* Unmap a segment whose pages are all FREE (or a huge one).  false when
+ * munmap failed: the segment stays registered and usable. */
+bool _scr_segment_unmap(scr_heap *h, scr_segment *seg) {
+  size_t size = seg->size;
+  uint64_t committed = seg->kind == SCR_SEG_HUGE ? size
+                                                 : PAGE_BYTES * (uint64_t)__builtin_popcountll(seg->committed_free_mask);
+  scr_assert(seg->kind == SCR_SEG_HUGE || seg->used_pages == 0);
+  unlink_segment(h, seg);
+  _scr_segmap_clear((uintptr_t)seg, size);
+  seg->magic = 0;
+  if (_scr_os_unmap(seg, size, &h->os) != 0) {
+    seg->magic = SCR_SEGMENT_MAGIC;
+    _scr_segmap_set((uintptr_t)seg, size, seg); /* leaves exist already */
+    link_segment(h, seg);
+    _scr_report(SCR_ENOMEM, "munmap of a segment failed; kept for a later trim");
+    return false;
+  }
+  h->mmaps--;
+  h->reserved -= size;
+  h->bytes -= committed;
+  return true;
+}
+
+/* Bit j of the result: pages j .. j+n-1 are all free, and page j starts
+ * on an `align` boundary. */
+static uint64_t run_starts(uint64_t free_mask, unsigned n, size_t align) {
+  uint64_t m = free_mask;
+  for (unsigned i = 1; i < n && m; i++) m &= free_mask >> i;
+  size_t step = align > SCR_PAGE_SIZE ? align >> SCR_PAGE_SHIFT : 1;
+  if (step > 1) {
+    uint64_t aligned = 0;
+    for (unsigned j = 0; j < SCR_PAGES_PER_SEGMENT; j += (unsigned)step) aligned |= (uint64_t)1 << j;
+    m &= aligned;
+  }
+  return m;
+}
+
+static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
+  uint64_t bits = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << first;
+  uint64_t fresh = bits & ~seg->committed_free_mask;
+  uint64_t zero = fresh & ~seg->lazy_free_mask;
+  seg->lazy_free_mask &= ~bits;
+  seg->free_mask &= ~bits;
+  seg->committed_free_mask &= ~bits;
+  seg->used_pages += n;
+  h->bytes += PAGE_BYTES * (uint64_t)__builtin_popcountll(fresh);
+  h->page_acquires += n;
+  for (unsigned i = first; i < first + n; i++) {
+    scr_page *pg = &seg->pages[i];
+    pg->zero = (zero >> i) & 1;
+    pg->committed = 1;
+  }
+  scr_page *pg = &seg->pages[first];
+  if (h->hooks.page_acquired)
+    h->hooks.page_acquired(h, _scr_page_start(seg, pg), (size_t)n * SCR_PAGE_SIZE, h->hooks.arg);
+  return pg;
+}
+
+/* Pages first..first+n-1 of seg, which the caller knows are free. */
+scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
+  return take_run(h, seg, first, n);
+}
+
+/* A run of n free pages whose start is `align`-aligned (align <= a
+ * segment), from an existing segment or a new one.  The pages come back
+ * committed (counted in bytes) with kind FREE for the caller to set. */
+scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align) {
+  scr_assert(n >= 1 && n < SCR_PAGES_PER_SEGMENT && align <= SCR_SEGMENT_SIZE / 2);
+  /* Prefer pages that are still committed (no fault on first touch). */
+  for (scr_segment *seg = h->segments; seg; seg = seg->next) {
+    if (seg->kind != SCR_SEG_NORMAL) continue;
+    uint64_t m = run_starts(seg->committed_free_mask, n, align);
+    if (m) return take_run(h, seg, (unsigned)__builtin_ctzll(m), n);
+  }
+  scr_segment *best = NULL;
+  uint64_t best_m = 0;
+  for (scr_segment *seg = h->segments; seg; seg = seg->next) {
+    if (seg->kind != SCR_SEG_NORMAL || seg->free_mask == 0) continue;
+    uint64_t m = run_starts(seg->free_mask, n, align);
+    /* the fullest segment first, so that empty ones can go back */
+    if (m && (best == NULL || seg->used_pages > best->used_pages)) best = seg, best_m = m;
+  }
+  if (!_scr_heap_grow_ok(h, (size_t)n * SCR_PAGE_SIZE)) return NULL;
+  if (best == NULL) {
+    best = _scr_segment_map(h, SCR_SEGMENT_SIZE, SCR_SEG_NORMAL);
+    if (best == NULL) return NULL;
+    best_m = run_starts(best->free_mask, n, align);
+    scr_assert(best_m != 0);
+  }
+  return take_run(h, best, (unsigned)__builtin_ctzll(best_m), n);
+}
+
+/* Pages first..first+n-1 of seg go back: the whole segment to the OS if
+ * nothing else lives in it, else the run is decommitted.  A failed OS call
+ * leaves the pages committed and free, for a later trim to retry. */
+void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
+  uint64_t bits = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << first;
+  for (unsigned i = first; i < first + n; i++) {
+    scr_page *pg = &seg->pages[i];
+    memset(pg, 0, offsetof(scr_page, live));
+    if (SCR_DEBUG >= 2) memset(pg->live, 0, sizeof pg->live);
+  }
+  seg->free_mask |= bits;
+  seg->committed_free_mask |= bits;
+  seg->used_pages -= n;
+  h->page_releases += n;
+  if (seg->used_pages == 0 && _scr_segment_unmap(h, seg)) return;
+  size_t len = (size_t)n << SCR_PAGE_SHIFT;
+  uint8_t *start = (uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT);
+  if (_scr_os_decommit(start, len, len < h->opt.madv_free_below, &h->os) == 0) {
+    seg->committed_free_mask &= ~bits;
+    h->bytes -= (uint64_t)len;
+    h->decommits++;
+    if (len < h->opt.madv_free_below) seg->lazy_free_mask |= bits; /* MADV_FREE: not zero */
+  }
+}
+
+/* Give back what earlier failures kept: empty segments and committed free
+ * pages. */
+void _scr_segment_retry_decommits(scr_heap *h) {
+  scr_segment *next;
+  for (scr_segment *seg = h->segments; seg; seg = next) {
+    next = seg->next;
+    if (seg->kind != SCR_SEG_NORMAL) continue;
+    if (seg->used_pages == 0) {
+      _scr_segment_unmap(h, seg);
+      continue;
+    }
+    uint64_t m = seg->committed_free_mask;
+    while (m) {
+      unsigned first = (unsigned)__builtin_ctzll(m);
+      unsigned n = 0;
+      while (first + n < 64 && ((m >> (first + n)) & 1)) n++;
+      uint64_t bits = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << first;
+      m &= ~bits;
+      size_t len = (size_t)n << SCR_PAGE_SHIFT;
+      if (_scr_os_decommit((uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT), len, false, &h->os) == 0) {
+        seg->committed_free_mask &= ~bits;
+        h->bytes -= (uint64_t)len;
+        h->decommits++;
+      }
+    }
+  }
+}
+
+size_t _scr_segment_meta_bytes(const scr_heap *h) {
+  size_t total = 0;
+  for (const scr_segment *seg = h->segments; seg; seg = seg->next)
+    total += seg->kind == SCR_SEG_NORMAL ? meta_size() : _scr_os_page_size();
+  return total;
+}

@@ -1,0 +1,18 @@
+/* The unity file: every core source in one translation unit, so that
+ * setup.py, the Lua module and the preload library each build one file.
+ * Keep the list in dependency order; the process allocator's sources come
+ * last. */
+#include "error.c"
+#include "prim/os.c"
+#include "options.c"
+#include "size_class.c"
+#include "segmap.c"
+#include "segment.c"
+#include "page.c"
+#include "queue.c"
+#include "heap.c"
+#include "large.c"
+#include "classify.c"
+#include "stats.c"
+#include "validate.c"
+/* ---- process allocator (core/src/process/) ---- */

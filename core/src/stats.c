@@ -1,0 +1,80 @@
+/* Statistics: one struct filled from the heap's counters (fields listed
+ * once in SCR_STATS_FIELDS), and its JSON form. */
+#include "internal.h"
+#include <string.h>
+
+void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
+  memset(st, 0, sizeof *st);
+  uint64_t small_live = 0, small_used = 0;
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
+    scr_class_stats *cs = &st->classes[c];
+    cs->block_size = _scr_class_sizes[c];
+    cs->live = h->class_live[c];
+    cs->pages = h->class_pages[c];
+    cs->retained = h->empty_count[c];
+    small_live += cs->live;
+    small_used += cs->live * cs->block_size;
+  }
+  st->allocs = small_live + h->large_live;
+  st->mmaps = h->mmaps;
+  st->bytes = h->bytes;
+  st->mmap_calls = h->os.mmap_calls;
+  st->munmap_calls = h->os.munmap_calls;
+  st->madvise_calls = h->os.madvise_calls;
+  st->mremap_calls = h->os.mremap_calls;
+  st->os_failures = h->os.failures;
+  st->heap_total = h->bytes;
+  st->heap_used = small_used + h->large_bytes;
+  st->retained_pages = h->retained_pages;
+  st->retained_bytes = h->retained_pages * SCR_PAGE_SIZE;
+  st->cached_blocks = h->cache_count;
+  st->cached_bytes = h->cache_bytes;
+  st->large_allocs = h->large_live;
+  st->large_bytes = h->large_bytes;
+  st->reserved_bytes = h->reserved;
+  st->meta_bytes = _scr_segment_meta_bytes(h);
+  st->decommits = h->decommits;
+  st->page_acquires = h->page_acquires;
+  st->page_releases = h->page_releases;
+}
+
+/* Appends to buf like snprintf, tracking the length it would need. */
+typedef struct { char *buf; size_t len, pos; } out_t;
+
+static void put(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#include <stdarg.h>
+static void put(out_t *o, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  size_t room = o->pos < o->len ? o->len - o->pos : 0;
+  int n = vsnprintf(room ? o->buf + o->pos : NULL, room, fmt, ap);
+  va_end(ap);
+  if (n > 0) o->pos += (size_t)n;
+}
+
+size_t scr_stats_json(const struct scr_stats *st, char *buf, size_t len) {
+  out_t o = {buf, len, 0};
+  if (len) buf[0] = '\0';
+  put(&o, "{");
+#define X(name, doc) put(&o, "\"%s\":%llu,", #name, (unsigned long long)st->name);
+  SCR_STATS_FIELDS(X)
+#undef X
+  put(&o, "\"classes\":[");
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
+    const scr_class_stats *cs = &st->classes[c];
+    put(&o, "%s{", c ? "," : "");
+    const char *sep = "";
+#define X(name, doc) put(&o, "%s\"%s\":%llu", sep, #name, (unsigned long long)cs->name), sep = ",";
+    SCR_CLASS_STATS_FIELDS(X)
+#undef X
+    put(&o, "}");
+  }
+  put(&o, "]}");
+  return o.pos;
+}
+
+size_t scr_heap_stats_json(const scr_heap *h, char *buf, size_t len) {
+  struct scr_stats st;
+  scr_heap_stats(h, &st);
+  return scr_stats_json(&st, buf, len);
+}

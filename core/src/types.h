@@ -1,0 +1,149 @@
+/* Every internal struct and build switch of the core.
+ *
+ * Geometry: the heap maps segments of SCR_SEGMENT_SIZE (4 MiB) aligned to
+ * their size.  Page 0 of a segment holds the segment header with the 64
+ * page descriptors (out of line: a page can be decommitted and keep its
+ * descriptor); pages 1..63 hold blocks.  A block above huge_threshold gets
+ * a mapping of its own (a "huge segment"): the same header at the start,
+ * the block after it.  Every mapping is registered in the process-wide
+ * segment map (segmap.c), so any address finds its segment in O(1).
+ */
+#ifndef SCR_TYPES_H
+#define SCR_TYPES_H
+
+#include "scralloc.h"
+#include <stdbool.h>
+#include <stdint.h>
+
+/* SCR_DEBUG: 0 release; 1 cheap asserts; 2 internal asserts; 3 validators
+ * run at every state change. */
+#ifndef SCR_DEBUG
+#define SCR_DEBUG 0
+#endif
+
+#define SCR_INTERNAL __attribute__((visibility("hidden")))
+#define SCR_LIKELY(x) __builtin_expect(!!(x), 1)
+#define SCR_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+#define SCR_PAGE_SHIFT 16
+#define SCR_SEGMENT_SHIFT 22
+#define SCR_PAGES_PER_SEGMENT (SCR_SEGMENT_SIZE / SCR_PAGE_SIZE) /* 64 */
+#define SCR_FIRST_PAGE 1                 /* page 0 is the segment header */
+#define SCR_MAX_SLOTS (SCR_PAGE_SIZE / SCR_MIN_ALIGN) /* 4096 slots of 16 B */
+#define SCR_LIVE_WORDS (SCR_MAX_SLOTS / 64)
+#define SCR_SEGMENT_MAGIC 0x5343524d53454730ull /* "SCRMSEG0" */
+#define SCR_HUGE_OFFSET SCR_PAGE_SIZE   /* a huge block starts after its header page */
+
+_Static_assert(((size_t)1 << SCR_PAGE_SHIFT) == SCR_PAGE_SIZE, "SCR_PAGE_SHIFT disagrees with scralloc.h");
+_Static_assert(((size_t)1 << SCR_SEGMENT_SHIFT) == SCR_SEGMENT_SIZE, "SCR_SEGMENT_SHIFT disagrees with scralloc.h");
+_Static_assert(SCR_PAGES_PER_SEGMENT == 64, "the segment's page masks are 64-bit");
+
+typedef struct scr_block { struct scr_block *next; } scr_block;
+
+typedef enum scr_page_kind {
+  SCR_PAGE_FREE = 0,  /* belongs to no block; committed or not (see committed) */
+  SCR_PAGE_SMALL,     /* slots of one size class */
+  SCR_PAGE_LARGE,     /* first page of a large block spanning `span` pages */
+  SCR_PAGE_TAIL,      /* a later page of a large block; `head` is its first */
+} scr_page_kind;
+
+/* A page descriptor.  For a SMALL page:
+ *   used + length(free) == capacity <= reserved
+ *   live bit i set  <=>  slot i < capacity and slot i is not on `free`
+ *   popcount(live) == used
+ * Empty pages (used == 0) sit at the tail of their class queue and are
+ * the heap's retained pages.  For a LARGE page: used is 1 while the block
+ * is live, 0 while it sits in the large cache. */
+typedef struct scr_page {
+  scr_block *free;             /* free slots (LIFO) */
+  uint32_t used;               /* live blocks */
+  uint32_t capacity;           /* slots carved so far (bump index) */
+  uint32_t reserved;           /* slots that fit in the page */
+  uint32_t block_size;         /* bytes per slot (SMALL) */
+  uint8_t kind;                /* scr_page_kind */
+  uint8_t cls;                 /* size class (SMALL) */
+  uint8_t committed;           /* memory is backed (not decommitted, not fresh) */
+  uint8_t zero;                /* bytes not yet carved read as zero */
+  uint8_t in_queue;            /* linked in its class queue */
+  uint8_t cached;              /* LARGE: sits in the large cache */
+  uint8_t head;                /* TAIL: index of the first page of the block */
+  uint8_t span;                /* LARGE: pages in the block */
+  struct scr_page *next, *prev;/* class queue */
+  uint64_t live[SCR_LIVE_WORDS];/* live slots (SMALL) */
+} scr_page;
+
+typedef enum scr_segment_kind { SCR_SEG_NORMAL = 0, SCR_SEG_HUGE = 1 } scr_segment_kind;
+
+/* A segment header, at the start of every mapping.
+ *   NORMAL: pages[0] is the header itself; free_mask has bit i set for
+ *           every page i >= 1 of kind FREE; used_pages = 63 - popcount(free_mask)
+ *   HUGE:   block at base + huge_offset, huge_size usable bytes; huge_live
+ *           is 1 while the block is live, 0 while cached. */
+typedef struct scr_segment {
+  uint64_t magic;               /* SCR_SEGMENT_MAGIC while mapped */
+  scr_heap *heap;               /* owner */
+  struct scr_segment *next, *prev; /* heap's segment list */
+  size_t size;                  /* bytes mapped */
+  uint32_t kind;                /* scr_segment_kind */
+  uint32_t used_pages;          /* NORMAL: pages not FREE */
+  uint64_t free_mask;           /* NORMAL: FREE pages */
+  uint64_t committed_free_mask; /* NORMAL: FREE pages still committed (a decommit failed) */
+  uint64_t lazy_free_mask;      /* NORMAL: FREE pages given back with MADV_FREE (not zero) */
+  size_t huge_offset;           /* HUGE: block offset from base */
+  size_t huge_size;             /* HUGE: usable bytes of the block */
+  uint32_t huge_live;           /* HUGE: 1 live, 0 cached */
+  uint32_t huge_zero;           /* HUGE: block reads as zero */
+  scr_page pages[SCR_PAGES_PER_SEGMENT]; /* NORMAL: descriptors */
+} scr_segment;
+
+_Static_assert(sizeof(scr_segment) <= SCR_PAGE_SIZE, "segment header must fit page 0");
+
+/* Syscall counters (prim/) of one heap. */
+typedef struct scr_os_counters {
+  uint64_t mmap_calls, munmap_calls, madvise_calls, mremap_calls, failures;
+} scr_os_counters;
+
+/* A freed large block kept for reuse. */
+typedef struct scr_cached {
+  void *block;                  /* start of the block */
+  size_t size;                  /* usable bytes */
+} scr_cached;
+
+#define SCR_LARGE_CACHE_MAX 1024
+
+struct _scr_heap_hooks {
+  void (*segment_mapped)(scr_heap *h, void *base, size_t size, void *arg);
+  void (*page_acquired)(scr_heap *h, void *page_start, size_t page_bytes, void *arg);
+  void *arg;
+};
+
+/* The heap.
+ *   queue[c]: pages of class c with a free slot or empty; non-empty pages
+ *             first, the empty_count[c] empty (retained) pages last.
+ *   retained_pages == sum(empty_count)
+ *   bytes == SCR_PAGE_SIZE * (committed pages, any kind) + sum(huge sizes)
+ *   mmaps == number of segments on `segments` */
+struct scr_heap {
+  scr_page *queue[SCR_CLASS_COUNT];      /* head of each class queue */
+  scr_page *queue_tail[SCR_CLASS_COUNT]; /* tail of each class queue */
+  uint32_t empty_count[SCR_CLASS_COUNT]; /* retained pages per class */
+  uint64_t class_live[SCR_CLASS_COUNT];  /* live blocks per class */
+  uint64_t class_pages[SCR_CLASS_COUNT]; /* pages per class */
+  scr_options opt;                       /* options, clamped */
+  scr_segment *segments;                 /* every mapping of this heap */
+  uint64_t mmaps;                        /* live mappings */
+  uint64_t bytes;                        /* committed bytes */
+  uint64_t reserved;                     /* mapped bytes */
+  uint64_t retained_pages;               /* empty small pages kept */
+  uint64_t large_live, large_bytes;      /* live large blocks, their bytes */
+  uint64_t decommits, page_acquires, page_releases;
+  scr_os_counters os;                    /* syscalls of this heap */
+  uint32_t cache_count;                  /* entries in cache */
+  size_t cache_bytes;                    /* bytes in cache */
+  scr_cached cache[SCR_LARGE_CACHE_MAX]; /* freed large blocks, oldest first */
+  void *owner;                           /* process allocator's arena */
+  struct _scr_heap_hooks hooks;          /* process allocator's hooks */
+  struct scr_heap *meta_next;            /* descriptor pool free list */
+};
+
+#endif /* SCR_TYPES_H */

@@ -1,0 +1,78 @@
+/* The heap validator: every page, every class queue, every counter.
+ * Debug builds (SCR_DEBUG >= 3) run it at each slow-path state change;
+ * scr_heap_validate() runs it on demand. */
+#include "internal.h"
+
+#define FAIL(...) do { _scr_report(SCR_EINVAL, __VA_ARGS__); return false; } while (0)
+
+static bool validate(const scr_heap *h) {
+  uint64_t committed = 0, mmaps = 0, reserved = 0, large_live = 0, large_bytes = 0;
+  uint64_t class_pages[SCR_CLASS_COUNT] = {0}, class_live[SCR_CLASS_COUNT] = {0};
+  for (const scr_segment *seg = h->segments; seg; seg = seg->next) {
+    if (seg->magic != SCR_SEGMENT_MAGIC || seg->heap != h) FAIL("segment %p: bad header", (void *)seg);
+    if (_scr_segmap_get(seg) != seg) FAIL("segment %p: not in the segment map", (void *)seg);
+    if (seg->next && seg->next->prev != seg) FAIL("segment list broken at %p", (void *)seg);
+    mmaps++;
+    reserved += seg->size;
+    if (seg->kind == SCR_SEG_HUGE) {
+      committed += seg->size;
+      if (seg->huge_live) large_live++, large_bytes += seg->huge_size;
+      continue;
+    }
+    unsigned used = 0;
+    for (unsigned i = SCR_FIRST_PAGE; i < SCR_PAGES_PER_SEGMENT; i++) {
+      const scr_page *pg = &seg->pages[i];
+      bool is_free = (seg->free_mask >> i) & 1;
+      if (is_free != (pg->kind == SCR_PAGE_FREE)) FAIL("page %u of %p: free mask disagrees", i, (void *)seg);
+      if (is_free) {
+        if ((seg->committed_free_mask >> i) & 1) committed += SCR_PAGE_SIZE;
+        continue;
+      }
+      used++;
+      committed += SCR_PAGE_SIZE;
+      if (pg->kind == SCR_PAGE_SMALL) {
+        if (!_scr_page_validate(pg)) FAIL("page %u of %p: slots inconsistent", i, (void *)seg);
+        class_pages[pg->cls]++;
+        class_live[pg->cls] += pg->used;
+        bool room = pg->free || pg->capacity < pg->reserved;
+        if (room && !pg->in_queue) FAIL("page %u of %p: has room but is not queued", i, (void *)seg);
+      } else if (pg->kind == SCR_PAGE_LARGE) {
+        if (pg->used) large_live++, large_bytes += (uint64_t)pg->span * SCR_PAGE_SIZE;
+        if (pg->used == pg->cached) FAIL("large page %u of %p: live and cached disagree", i, (void *)seg);
+      }
+    }
+    if (used != seg->used_pages) FAIL("segment %p: used_pages %u, counted %u", (void *)seg, seg->used_pages, used);
+  }
+  uint64_t retained = 0;
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
+    unsigned empties = 0;
+    bool seen_empty = false;
+    for (const scr_page *pg = h->queue[c]; pg; pg = pg->next) {
+      if (pg->cls != c || !pg->in_queue) FAIL("class %u queue holds a foreign page", c);
+      if (pg->next == NULL && h->queue_tail[c] != pg) FAIL("class %u queue tail wrong", c);
+      if (pg->used == 0) empties++, seen_empty = true;
+      else if (seen_empty) FAIL("class %u: a used page after an empty one", c);
+    }
+    if (empties != h->empty_count[c]) FAIL("class %u: %u empty pages, count says %u", c, empties, h->empty_count[c]);
+    if (empties > h->opt.retain) FAIL("class %u: %u retained pages above retain=%u", c, empties, h->opt.retain);
+    if (class_pages[c] != h->class_pages[c]) FAIL("class %u: page count", c);
+    if (class_live[c] != h->class_live[c]) FAIL("class %u: live count", c);
+    retained += empties;
+  }
+  if (retained != h->retained_pages) FAIL("retained pages %llu, counted %llu", (unsigned long long)h->retained_pages, (unsigned long long)retained);
+  if (retained * SCR_PAGE_SIZE > h->opt.retain_bytes) FAIL("retained bytes above the cap");
+  uint64_t cached = 0;
+  for (uint32_t i = 0; i < h->cache_count; i++) cached += h->cache[i].size;
+  if (cached != h->cache_bytes) FAIL("large cache bytes");
+  if (mmaps != h->mmaps) FAIL("mmaps %llu, counted %llu", (unsigned long long)h->mmaps, (unsigned long long)mmaps);
+  if (reserved != h->reserved) FAIL("reserved bytes");
+  if (committed != h->bytes) FAIL("bytes %llu, counted %llu", (unsigned long long)h->bytes, (unsigned long long)committed);
+  if (large_live != h->large_live || large_bytes != h->large_bytes) FAIL("large block counts");
+  return true;
+}
+
+int scr_heap_validate(const scr_heap *h) { return validate(h) ? SCR_OK : SCR_EINVAL; }
+
+void _scr_heap_validate_quick(const scr_heap *h) {
+  if (!validate(h)) _scr_assert_fail("heap validator", __FILE__, __LINE__);
+}

@@ -2,6 +2,9 @@
  * setup.py, the Lua module and the preload library each build one file.
  * Keep the list in dependency order; the process allocator's sources come
  * last. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* before any system header: mremap, MADV_* in prim/ */
+#endif
 #include "error.c"
 #include "prim/os.c"
 #include "options.c"

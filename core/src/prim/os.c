@@ -1,3 +1,6 @@
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* mremap, MADV_* */
+#endif
 /* OS primitives: the only file of the core that calls mmap, munmap,
  * madvise and mremap.  Each call is counted for the heap that made it and
  * can be made to fail for tests (scr_debug_fail_os_call).
@@ -133,7 +136,7 @@ void *_scr_os_remap(void *old, size_t old_size, size_t new_size, void *target, s
   void *p = target ? mremap(old, old_size, new_size, MREMAP_MAYMOVE | MREMAP_FIXED, target)
                    : mremap(old, old_size, new_size, 0);
   if (p == MAP_FAILED) {
-    if (c) c->failures++;
+    if (c && target) c->failures++; /* growing in place may fail: not an error */
     return NULL;
   }
   return p;

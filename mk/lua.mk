@@ -1,0 +1,58 @@
+# Lua binding (issue 4): the module, scralua, the tests and the fuzzer.
+#
+#   make lua           the checked builds (SCR_DEBUG=3, -O1 -g):
+#                        build/debug/lua/scralloc.so  (require "scralloc" via LUA_CPATH)
+#                        build/debug/lua/scralua      (lua with its state on a scralloc heap)
+#   make lua-release   the same in build/release/lua/
+#   make test-lua      the test file and a bounded fuzz under lua5.4 and under
+#                      scralua, then both again in the ASan+UBSan scralua
+#   make fuzz-lua      a longer fuzz: make fuzz-lua FUZZ_STEPS=200000 FUZZ_SEED=7
+#
+# The module and scralua link the flavour's libscralloc.a (the unity build
+# of core/src/static.c, without SCR_OVERRIDE).
+
+LUA        ?= lua5.4
+LUA_INC    ?= -I/usr/include/lua5.4
+LUA_LIB    ?= -llua5.4
+LUA_SRC    := bindings/lua/lscralloc.c bindings/lua/scrlalloc.c
+LUA_DEPS   := $(LUA_SRC) bindings/lua/scrlua.h
+FUZZ_STEPS ?= 2500
+FUZZ_SEED  ?= $(shell date +%s)
+
+.PHONY: lua lua-release test-lua fuzz-lua
+TEST_STEPS += test-lua
+
+define luaflavour
+$(B)/$(1)/lua/scralloc.so: $(LUA_DEPS) $(B)/$(1)/libscralloc.a
+	@mkdir -p $$(dir $$@)
+	$$(CC) $(2) $(WERROR) $(LUA_INC) -shared -o $$@ $(LUA_SRC) $(B)/$(1)/libscralloc.a -ldl
+$(B)/$(1)/lua/scralua: bindings/lua/scralua.c $(LUA_DEPS) $(B)/$(1)/libscralloc.a
+	@mkdir -p $$(dir $$@)
+	$$(CC) $(2) $(WERROR) $(LUA_INC) -o $$@ bindings/lua/scralua.c $(LUA_SRC) \
+	  $(B)/$(1)/libscralloc.a $(LUA_LIB) -lm -ldl
+endef
+$(eval $(call luaflavour,debug,$(DBG_FLAGS)))
+$(eval $(call luaflavour,release,$(REL_FLAGS)))
+$(eval $(call luaflavour,asan,$(ASAN_FLAGS)))
+
+LUA_DBG  := $(B)/debug/lua
+LUA_ASAN := $(B)/asan/lua
+LUA_ENV   = LUA_CPATH='$(LUA_DBG)/?.so;;' LUA=$(LUA)
+
+lua: $(LUA_DBG)/scralloc.so $(LUA_DBG)/scralua
+lua-release: $(B)/release/lua/scralloc.so $(B)/release/lua/scralua
+
+test-lua: lua $(LUA_ASAN)/scralua
+	@echo "== lua: tests (lua5.4 + debug module)"
+	$(LUA_ENV) SCRALUA=$(LUA_DBG)/scralua $(LUA) tests/lua/test_scralloc.lua
+	@echo "== lua: fuzz (lua5.4 + debug module)"
+	$(LUA_ENV) $(LUA) tests/lua/fuzz.lua $(FUZZ_STEPS) 1
+	@echo "== lua: fuzz inside scralua (debug)"
+	$(LUA_ENV) $(LUA_DBG)/scralua tests/lua/fuzz.lua $(FUZZ_STEPS) 2
+	@echo "== lua: tests and fuzz inside scralua (ASan+UBSan)"
+	$(LUA_ENV) ASAN_OPTIONS=detect_leaks=1 SCRALUA=$(LUA_ASAN)/scralua \
+	  $(LUA_ASAN)/scralua tests/lua/test_scralloc.lua
+	$(LUA_ENV) ASAN_OPTIONS=detect_leaks=1 $(LUA_ASAN)/scralua tests/lua/fuzz.lua $(FUZZ_STEPS) 3
+
+fuzz-lua: lua
+	$(LUA_ENV) $(LUA) tests/lua/fuzz.lua $(FUZZ_STEPS) $(FUZZ_SEED)

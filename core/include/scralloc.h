@@ -199,6 +199,69 @@ SCR_API unsigned long scr_debug_os_calls(void);
 /* ---- process allocator --------------------------------------------- */
 /* (owned by core/src/process/; declarations added there) */
 
+/* Thread-safe: one arena (a heap) per thread, claimed on the thread's first
+ * allocation and parked when it exits; a block may be freed or realloc'ed
+ * by any thread.  libscralloc.so also defines malloc & co. with these.
+ * Options: environment SCRALLOC_<NAME> (see docs/process.md), read at the
+ * first call; the heap options apply to every arena. */
+#define SCR_HAVE_PROCESS 1
+
+SCR_API void *scr_malloc(size_t n);
+SCR_API void *scr_calloc(size_t count, size_t size);
+SCR_API void *scr_realloc(void *p, size_t n);       /* moves foreign-arena blocks into the caller's */
+SCR_API void scr_free(void *p);                     /* NULL ok; memory scralloc does not own is ignored */
+SCR_API void *scr_aligned_alloc(size_t alignment, size_t n);
+SCR_API size_t scr_usable_size(const void *p);      /* 0 for NULL or memory scralloc does not own */
+/* Frees n blocks; sets of 16384 or more are freed in descending address
+ * order (the array is reordered) so later allocations come back ascending. */
+SCR_API void scr_free_many(void **ptrs, size_t n);
+/* Gives back the caller's arena's and every parked arena's free pages and
+ * cached blocks now; returns the committed bytes given back. */
+SCR_API size_t scr_trim(void);
+/* Process-wide figures: the sum over every arena (the caller's exact, the
+ * others as of their last snapshot). */
+SCR_API void scr_stats(struct scr_stats *out);
+
+/* X(name, description); every field is a uint64_t. */
+#define SCR_PROCESS_STATS_FIELDS(X)                                             \
+  X(arenas, "arenas created")                                                   \
+  X(arenas_owned, "arenas held by a thread")                                    \
+  X(arenas_parked, "arenas waiting for a thread")                               \
+  X(claims, "arenas claimed by threads (cumulative)")                           \
+  X(parks, "arenas parked at thread exit (cumulative)")                         \
+  X(remote_frees, "blocks freed by another thread than their arena's")          \
+  X(remote_pending, "remote frees not yet taken by their arena")                \
+  X(foreign_frees, "frees of memory scralloc does not own (ignored)")           \
+  X(realloc_moves, "reallocs that moved a block into the caller's arena")       \
+  X(discards, "parked arenas whose free pages were returned")                   \
+  X(discard_bytes, "committed bytes returned by discards")                      \
+  X(discard_delay_ms, "current discard delay")                                  \
+  X(delay_doublings, "times the discard delay doubled")                         \
+  X(prefaults, "ranges faulted in ahead by the helper")                         \
+  X(prefault_bytes, "bytes faulted in ahead by the helper")                     \
+  X(prefault_skipped, "prefault steps left to the owner (budget, in flight)")   \
+  X(huge_segments, "segments advised MADV_HUGEPAGE")                            \
+  X(dontdump_segments, "segments advised MADV_DONTDUMP")                        \
+  X(thp_mode, "transparent huge pages: 0 never/absent, 1 madvise, 2 always")   \
+  X(forks, "forks survived")
+
+struct scr_process_stats {
+#define SCR_PSTATS_FIELD_(name, doc) uint64_t name;
+  SCR_PROCESS_STATS_FIELDS(SCR_PSTATS_FIELD_)
+#undef SCR_PSTATS_FIELD_
+};
+SCR_API void scr_process_stats(struct scr_process_stats *out);
+/* Per-arena heap figures (arena i in creation order): SCR_OK, or SCR_EINVAL
+ * when there is no arena i. */
+SCR_API int scr_arena_stats(unsigned i, struct scr_stats *out);
+/* {"heap": {scr_stats}, "process": {...}} as JSON; returns the length it
+ * needs, like snprintf. */
+SCR_API size_t scr_process_stats_json(char *buf, size_t len);
+/* Process options at run time (name as in SCRALLOC_<NAME>, lower case):
+ * SCR_OK or SCR_EINVAL; get returns UINT64_MAX for an unknown name. */
+SCR_API int scr_process_option_set(const char *name, const char *value);
+SCR_API uint64_t scr_process_option_get(const char *name);
+
 #ifdef __cplusplus
 }
 #endif

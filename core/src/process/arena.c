@@ -13,14 +13,14 @@ scr_proc _scr_proc = {
 scr_proc_counters _scr_pc;
 __thread scr_arena *_scr_tl_arena __attribute__((tls_model("initial-exec")));
 
-static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t proc_init_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void thread_exit(void *arg);
+static void proc_thread_exit(void *arg);
 
 /* Runs inside the first allocation of the process: nothing here may call
  * malloc (getenv, open/read, pthread_key_create do not). */
 void _scr_proc_init_slow(void) {
-  pthread_mutex_lock(&init_lock);
+  pthread_mutex_lock(&proc_init_lock);
   if (!atomic_load_explicit(&_scr_proc.inited, memory_order_relaxed)) {
     scr_proc *P = &_scr_proc;
     _scr_proc_options_init(&P->opt);
@@ -32,16 +32,16 @@ void _scr_proc_init_slow(void) {
     P->populate_ok = P->opt.prefault ? _scr_proc_populate_probe() : 0;
     P->delay_ms = P->opt.discard_delay_ms;
     P->main_tid = _scr_proc_gettid();
-    if (pthread_key_create(&P->key, thread_exit) != 0)
+    if (pthread_key_create(&P->key, proc_thread_exit) != 0)
       _scr_report(SCR_ENOMEM, "scralloc: no pthread key: arenas of exiting threads will not be parked");
     atomic_store_explicit(&P->inited, 1, memory_order_release);
   }
-  pthread_mutex_unlock(&init_lock);
+  pthread_mutex_unlock(&proc_init_lock);
 }
 
 /* A new arena, under the lock.  Descriptors are carved from mappings of
  * our own and never freed: an arena lives as long as the process. */
-static scr_arena *arena_new(void) {
+static scr_arena *proc_arena_new(void) {
   scr_proc *P = &_scr_proc;
   size_t sz = (sizeof(scr_arena) + 63) & ~(size_t)63;
   if (P->pool_left < sz) {
@@ -81,7 +81,7 @@ scr_arena *_scr_arena_claim(void) {
     a->next_parked = NULL;
     P->nparked--;
   } else {
-    a = arena_new();
+    a = proc_arena_new();
     if (a == NULL) {
       pthread_mutex_unlock(&P->lock);
       errno = ENOMEM;
@@ -123,7 +123,7 @@ void _scr_arena_park(scr_arena *a) {
   if (discard) _scr_discard_parked();
 }
 
-static void thread_exit(void *arg) {
+static void proc_thread_exit(void *arg) {
   scr_arena *a = arg;
   if (_scr_tl_arena == a) _scr_tl_arena = NULL;
   _scr_arena_park(a);
@@ -134,6 +134,7 @@ void _scr_arena_publish(scr_arena *a) {
   scr_heap_stats(a->heap, &st);
   pthread_mutex_lock(&a->snap_lock);
   a->snap = st;
+  a->snap_drained = a->remote_drained;
   pthread_mutex_unlock(&a->snap_lock);
   a->ops = 0;
 }
@@ -153,21 +154,21 @@ void _scr_arena_tick_slow(scr_arena *a) {
  * are held across fork so the child finds them consistent; arenas other
  * threads held stay theirs in the child (their heaps may be mid-call),
  * which only leaks them there.  The child's helper thread is gone. */
-static void fork_prepare(void) {
+static void proc_fork_prepare(void) {
   scr_proc *P = &_scr_proc;
   pthread_mutex_lock(&P->lock);
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_lock(&a->snap_lock);
   pthread_mutex_lock(&P->helper_lock);
 }
 
-static void fork_parent(void) {
+static void proc_fork_parent(void) {
   scr_proc *P = &_scr_proc;
   pthread_mutex_unlock(&P->helper_lock);
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);
   pthread_mutex_unlock(&P->lock);
 }
 
-static void fork_child(void) {
+static void proc_fork_child(void) {
   scr_proc *P = &_scr_proc;
   pthread_mutex_unlock(&P->helper_lock);
   _scr_helper_after_fork_child();
@@ -180,5 +181,5 @@ static void fork_child(void) {
 /* pthread_atfork may allocate, so it runs here and not in the first
  * malloc. */
 __attribute__((constructor)) static void scr_proc_constructor(void) {
-  pthread_atfork(fork_prepare, fork_parent, fork_child);
+  pthread_atfork(proc_fork_prepare, proc_fork_parent, proc_fork_child);
 }

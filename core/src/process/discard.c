@@ -37,7 +37,7 @@ void _scr_discard_on_claim(uint64_t now) {
 }
 
 /* Poison mode: every FREE page of every segment becomes PROT_NONE. */
-static void poison_pages(scr_arena *a, int accessible) {
+static void proc_poison_pages(scr_arena *a, int accessible) {
   for (scr_segment *seg = a->heap->segments; seg; seg = seg->next) {
     if (seg->kind != SCR_SEG_NORMAL) continue;
     uint64_t m = seg->free_mask;
@@ -53,7 +53,7 @@ static void poison_pages(scr_arena *a, int accessible) {
 }
 
 void _scr_discard_unpoison(scr_arena *a) {
-  poison_pages(a, 1);
+  proc_poison_pages(a, 1);
   a->poisoned = 0;
 }
 
@@ -68,7 +68,7 @@ size_t _scr_discard_arena(scr_arena *a) {
 }
 
 /* Oldest parked arena not yet discarded, under the lock. */
-static scr_arena *oldest_undiscarded(scr_arena **prev_out) {
+static scr_arena *proc_oldest_undiscarded(scr_arena **prev_out) {
   scr_arena *best = NULL, *best_prev = NULL, *prev = NULL;
   for (scr_arena *a = _scr_proc.parked; a; prev = a, a = a->next_parked) {
     if (!a->discarded) {
@@ -80,7 +80,7 @@ static scr_arena *oldest_undiscarded(scr_arena **prev_out) {
   return best;
 }
 
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *m, uint64_t until_ns) {
+static void proc_timed_wait(pthread_cond_t *cv, pthread_mutex_t *m, uint64_t until_ns) {
   struct timespec ts;
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 30))
   ts.tv_sec = (time_t)(until_ns / 1000000000u);
@@ -97,7 +97,7 @@ static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *m, uint64_t until_ns
 #endif
 }
 
-static void *helper_main(void *arg) {
+static void *proc_helper_main(void *arg) {
   scr_proc *P = &_scr_proc;
   (void)arg;
   for (;;) {
@@ -112,7 +112,7 @@ static void *helper_main(void *arg) {
     uint64_t now = _scr_proc_now_ns();
     pthread_mutex_lock(&P->lock);
     if (P->opt.discard) {
-      a = oldest_undiscarded(&prev);
+      a = proc_oldest_undiscarded(&prev);
       if (a) {
         uint64_t due = a->parked_ns + P->delay_ms * 1000000u;
         if (now >= due) {
@@ -132,7 +132,7 @@ static void *helper_main(void *arg) {
     if (a) {
       _scr_discard_arena(a);
       if (poison) {
-        poison_pages(a, 0);
+        proc_poison_pages(a, 0);
         a->poisoned = 1;
       }
       pthread_mutex_lock(&P->lock);
@@ -152,7 +152,7 @@ static void *helper_main(void *arg) {
     pthread_mutex_lock(&P->helper_lock);
     if (!P->helper_kick) {
       if (wait_until == UINT64_MAX) pthread_cond_wait(&P->helper_cv, &P->helper_lock);
-      else timed_wait(&P->helper_cv, &P->helper_lock, wait_until);
+      else proc_timed_wait(&P->helper_cv, &P->helper_lock, wait_until);
     }
     pthread_mutex_unlock(&P->helper_lock);
   }
@@ -181,7 +181,7 @@ void _scr_helper_post(void) {
   pthread_attr_setstacksize(&attr, (size_t)256 << 10);
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  int err = pthread_create(&t, &attr, helper_main, NULL);
+  int err = pthread_create(&t, &attr, proc_helper_main, NULL);
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   pthread_attr_destroy(&attr);
   if (err != 0) {

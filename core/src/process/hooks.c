@@ -6,7 +6,7 @@
 #include "process.h"
 #include <sys/mman.h>
 
-static void segment_mapped(scr_heap *h, void *base, size_t size, void *arg) {
+static void proc_segment_mapped(scr_heap *h, void *base, size_t size, void *arg) {
   scr_arena *a = arg;
   const scr_proc *P = &_scr_proc;
   a->mapped += size;
@@ -30,7 +30,7 @@ static void segment_mapped(scr_heap *h, void *base, size_t size, void *arg) {
 #endif
 }
 
-static void page_acquired(scr_heap *h, void *page_start, size_t page_bytes, void *arg) {
+static void proc_page_acquired(scr_heap *h, void *page_start, size_t page_bytes, void *arg) {
   scr_arena *a = arg;
   const scr_proc *P = &_scr_proc;
   uint8_t *end = (uint8_t *)page_start + page_bytes;
@@ -56,4 +56,4 @@ static void page_acquired(scr_heap *h, void *page_start, size_t page_bytes, void
   a->ops = SCR_ARENA_PUBLISH_EVERY; /* the next tick posts it, outside the heap call */
 }
 
-const struct _scr_heap_hooks _scr_arena_hooks = {segment_mapped, page_acquired, NULL};
+const struct _scr_heap_hooks _scr_arena_hooks = {proc_segment_mapped, proc_page_acquired, NULL};

@@ -12,7 +12,7 @@ void _scr_proc_options_init(scr_proc_options *o) {
 }
 
 /* "123", "4K", "8M", "1G"; "poison" for discard.  -1 on bad text. */
-static int parse_value(const char *name, const char *s, uint64_t *out) {
+static int proc_parse_value(const char *name, const char *s, uint64_t *out) {
   if (strcmp(name, "discard") == 0 && strcmp(s, "poison") == 0) { *out = 2; return 0; }
   if (strcmp(s, "on") == 0 || strcmp(s, "true") == 0 || strcmp(s, "yes") == 0) { *out = 1; return 0; }
   if (strcmp(s, "off") == 0 || strcmp(s, "false") == 0 || strcmp(s, "no") == 0) { *out = 0; return 0; }
@@ -37,14 +37,16 @@ static int parse_value(const char *name, const char *s, uint64_t *out) {
   return 0;
 }
 
+static uint64_t proc_clamp(uint64_t v, uint64_t lo, uint64_t hi) {
+  return v < lo ? lo : v > hi ? hi : v;
+}
+
 int _scr_proc_option_set(scr_proc_options *o, const char *name, const char *value) {
   uint64_t v;
 #define SCR_PROC_OPT_SET_(n, def, lo, hi, doc)                                  \
   if (strcmp(name, #n) == 0) {                                                  \
-    if (parse_value(name, value, &v) != 0) return SCR_EINVAL;                   \
-    if (v < (uint64_t)(lo)) v = (uint64_t)(lo);                                 \
-    if (v > (uint64_t)(hi)) v = (uint64_t)(hi);                                 \
-    o->n = v;                                                                   \
+    if (proc_parse_value(name, value, &v) != 0) return SCR_EINVAL;                   \
+    o->n = proc_clamp(v, (uint64_t)(lo), (uint64_t)(hi));                       \
     return SCR_OK;                                                              \
   }
   SCR_PROC_OPTIONS(SCR_PROC_OPT_SET_)

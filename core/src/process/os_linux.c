@@ -17,7 +17,7 @@
 #endif
 
 /* Read a small file into buf (NUL-terminated); length or -1. */
-static ssize_t read_small(const char *path, char *buf, size_t len) {
+static ssize_t proc_read_small(const char *path, char *buf, size_t len) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   ssize_t n = read(fd, buf, len - 1);
@@ -32,7 +32,7 @@ static ssize_t read_small(const char *path, char *buf, size_t len) {
 int _scr_proc_thp_mode(void) {
 #ifdef __linux__
   char buf[128];
-  if (read_small("/sys/kernel/mm/transparent_hugepage/enabled", buf, sizeof buf) <= 0) return 0;
+  if (proc_read_small("/sys/kernel/mm/transparent_hugepage/enabled", buf, sizeof buf) <= 0) return 0;
   if (strstr(buf, "[always]")) return 2;
   if (strstr(buf, "[madvise]")) return 1;
 #endif
@@ -44,7 +44,7 @@ int _scr_proc_thp_mode(void) {
 int _scr_proc_core_dumps(void) {
 #ifdef __linux__
   char buf[16];
-  if (read_small("/proc/sys/kernel/core_pattern", buf, sizeof buf) > 0 && (buf[0] == '|' || buf[0] == '@'))
+  if (proc_read_small("/proc/sys/kernel/core_pattern", buf, sizeof buf) > 0 && (buf[0] == '|' || buf[0] == '@'))
     return 1;
 #endif
   struct rlimit rl;

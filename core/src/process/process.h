@@ -85,6 +85,7 @@ typedef struct scr_arena {
   struct _scr_heap_hooks hooks;     /* the heap's hooks, arg = this arena */
   pthread_mutex_t snap_lock;        /* guards snap */
   struct scr_stats snap;            /* heap stats as of the last publish */
+  uint64_t snap_drained;            /* remote_drained as of the last publish */
   struct scr_arena *next_all;       /* next on _scr_proc.all (set before publishing) */
   struct scr_arena *next_parked;    /* parked list (under lock) */
 } scr_arena;

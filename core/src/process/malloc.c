@@ -1,0 +1,122 @@
+/* The process allocator's entry points: scr_malloc and friends.
+ *
+ * Allocation: the caller's arena (claimed on first use), after freeing
+ * whatever other threads pushed on it.  Free: the heap that owns the block
+ * (found by address, lock-free); the caller's own heap frees at once,
+ * another arena's gets the block on its remote stack.  Realloc of a block
+ * of another arena moves it into the caller's. */
+#include "process.h"
+#include <errno.h>
+#include <string.h>
+
+void _scr_proc_bad_free(const void *p) {
+  SCR_PC_ADD(foreign_frees, 1);
+  if (_scr_proc.opt.verbose || SCR_DEBUG > 0)
+    _scr_report(SCR_EFOREIGN, "scralloc: free of %p, which no scralloc arena owns (ignored)", p);
+}
+
+void *scr_malloc(size_t n) {
+  scr_arena *a = _scr_arena_get();
+  if (SCR_UNLIKELY(a == NULL)) return NULL;
+  _scr_remote_poll(a);
+  void *p = scr_heap_malloc(a->heap, n);
+  _scr_arena_tick(a);
+  return p;
+}
+
+void *scr_calloc(size_t count, size_t size) {
+  scr_arena *a = _scr_arena_get();
+  if (SCR_UNLIKELY(a == NULL)) return NULL;
+  _scr_remote_poll(a);
+  void *p = scr_heap_calloc(a->heap, count, size);
+  _scr_arena_tick(a);
+  return p;
+}
+
+void *scr_aligned_alloc(size_t alignment, size_t n) {
+  scr_arena *a = _scr_arena_get();
+  if (SCR_UNLIKELY(a == NULL)) return NULL;
+  _scr_remote_poll(a);
+  void *p = scr_heap_aligned_alloc(a->heap, alignment, n);
+  _scr_arena_tick(a);
+  return p;
+}
+
+/* The arena of a heap, or NULL when the heap is not one of ours (a
+ * scr_heap the program made itself). */
+static inline scr_arena *proc_arena_of_heap(scr_heap *h) { return (scr_arena *)_scr_heap_owner(h); }
+
+void scr_free(void *p) {
+  if (p == NULL) return;
+  scr_heap *h = _scr_heap_of(p);
+  scr_arena *a = _scr_tl_arena;
+  if (SCR_LIKELY(a != NULL && a->heap == h)) {
+    scr_heap_free(h, p);
+    _scr_arena_tick(a);
+    return;
+  }
+  scr_arena *o = h ? proc_arena_of_heap(h) : NULL;
+  if (SCR_UNLIKELY(o == NULL)) {
+    _scr_proc_bad_free(p);
+    return;
+  }
+  _scr_remote_push(o, p);
+}
+
+size_t scr_usable_size(const void *p) {
+  if (p == NULL) return 0;
+  scr_heap *h = _scr_heap_of(p);
+  if (h == NULL || proc_arena_of_heap(h) == NULL) return 0;
+  return scr_heap_usable_size(h, p);
+}
+
+void *scr_realloc(void *p, size_t n) {
+  if (p == NULL) return scr_malloc(n);
+  scr_heap *h = _scr_heap_of(p);
+  if (SCR_UNLIKELY(h == NULL || proc_arena_of_heap(h) == NULL)) {
+    _scr_proc_bad_free(p);
+    errno = EINVAL;
+    return NULL;
+  }
+  scr_arena *a = _scr_arena_get();
+  if (SCR_UNLIKELY(a == NULL)) return NULL;
+  if (SCR_LIKELY(a->heap == h)) {
+    _scr_remote_poll(a);
+    void *q = scr_heap_realloc(h, p, n);
+    _scr_arena_tick(a);
+    return q;
+  }
+  /* A block of another arena: move it into ours. */
+  if (n == 0) {
+    scr_free(p);
+    return NULL;
+  }
+  size_t old = scr_heap_usable_size(h, p);
+  void *q = scr_malloc(n);
+  if (q == NULL) return NULL;
+  memcpy(q, p, old < n ? old : n);
+  _scr_remote_push(proc_arena_of_heap(h), p);
+  SCR_PC_ADD(realloc_moves, 1);
+  return q;
+}
+
+/* Give back what can be given back: the caller's arena's free pages and
+ * cached blocks, and those of every parked arena. */
+size_t scr_trim(void) {
+  _scr_proc_init();
+  scr_proc *P = &_scr_proc;
+  size_t n = 0;
+  scr_arena *a = _scr_tl_arena;
+  if (a) {
+    _scr_remote_drain(a);
+    n += scr_heap_trim(a->heap);
+    _scr_arena_publish(a);
+  }
+  pthread_mutex_lock(&P->lock);
+  for (scr_arena *b = P->parked; b; b = b->next_parked) {
+    if (b->poisoned) continue; /* already given back */
+    n += _scr_discard_arena(b);
+  }
+  pthread_mutex_unlock(&P->lock);
+  return n;
+}

@@ -1,0 +1,181 @@
+/* Process-wide statistics: the heap figures summed over every arena (in
+ * the shape of memoryUsage(): heap_total is what the arenas hold, after
+ * what discards returned; heap_used what live blocks take), the process
+ * layer's own counters, and the SCRALLOC_STATS=1 report at exit. */
+#include "process.h"
+#include <stdarg.h>
+#include <string.h>
+#include <unistd.h>
+
+static void proc_stats_add(struct scr_stats *sum, const struct scr_stats *st) {
+#define SCR_PSUM_(name, doc) sum->name += st->name;
+  SCR_STATS_FIELDS(SCR_PSUM_)
+#undef SCR_PSUM_
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
+    sum->classes[c].live += st->classes[c].live;
+    sum->classes[c].pages += st->classes[c].pages;
+    sum->classes[c].retained += st->classes[c].retained;
+  }
+}
+
+/* The caller's own arena first gets a fresh snapshot. */
+static void proc_refresh_own(void) {
+  scr_arena *me = _scr_tl_arena;
+  if (me) {
+    _scr_remote_poll(me);
+    _scr_arena_publish(me);
+  }
+}
+
+void scr_stats(struct scr_stats *out) {
+  memset(out, 0, sizeof *out);
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) out->classes[c].block_size = scr_class_size(c);
+  _scr_proc_init();
+  proc_refresh_own();
+  for (scr_arena *a = atomic_load_explicit(&_scr_proc.all, memory_order_acquire); a; a = a->next_all) {
+    pthread_mutex_lock(&a->snap_lock);
+    proc_stats_add(out, &a->snap);
+    pthread_mutex_unlock(&a->snap_lock);
+  }
+}
+
+int scr_arena_stats(unsigned i, struct scr_stats *out) {
+  _scr_proc_init();
+  proc_refresh_own();
+  for (scr_arena *a = atomic_load_explicit(&_scr_proc.all, memory_order_acquire); a; a = a->next_all) {
+    if (a->id != i) continue;
+    pthread_mutex_lock(&a->snap_lock);
+    *out = a->snap;
+    pthread_mutex_unlock(&a->snap_lock);
+    return SCR_OK;
+  }
+  memset(out, 0, sizeof *out);
+  return SCR_EINVAL;
+}
+
+void scr_process_stats(struct scr_process_stats *o) {
+  scr_proc *P = &_scr_proc;
+  memset(o, 0, sizeof *o);
+  _scr_proc_init();
+  proc_refresh_own();
+  pthread_mutex_lock(&P->lock);
+  o->arenas = P->narenas;
+  o->arenas_owned = P->nowned;
+  o->arenas_parked = P->nparked;
+  o->discard_delay_ms = P->delay_ms;
+  o->thp_mode = (uint64_t)P->thp_mode;
+  pthread_mutex_unlock(&P->lock);
+  for (scr_arena *a = atomic_load_explicit(&P->all, memory_order_acquire); a; a = a->next_all) {
+    uint64_t pushed = atomic_load_explicit(&a->remote_pushed, memory_order_relaxed);
+    pthread_mutex_lock(&a->snap_lock);
+    uint64_t drained = a->snap_drained;
+    pthread_mutex_unlock(&a->snap_lock);
+    o->remote_frees += pushed;
+    o->remote_pending += pushed > drained ? pushed - drained : 0;
+  }
+#define SCR_PLOAD_(name) atomic_load_explicit(&_scr_pc.name, memory_order_relaxed)
+  o->claims = SCR_PLOAD_(claims);
+  o->parks = SCR_PLOAD_(parks);
+  o->foreign_frees = SCR_PLOAD_(foreign_frees);
+  o->realloc_moves = SCR_PLOAD_(realloc_moves);
+  o->discards = SCR_PLOAD_(discards);
+  o->discard_bytes = SCR_PLOAD_(discard_bytes);
+  o->delay_doublings = SCR_PLOAD_(delay_doublings);
+  o->prefaults = SCR_PLOAD_(prefaults);
+  o->prefault_bytes = SCR_PLOAD_(prefault_bytes);
+  o->prefault_skipped = SCR_PLOAD_(prefault_skipped);
+  o->huge_segments = SCR_PLOAD_(huge_advised);
+  o->dontdump_segments = SCR_PLOAD_(dontdump_advised);
+  o->forks = SCR_PLOAD_(forks);
+#undef SCR_PLOAD_
+}
+
+/* Appends like snprintf, tracking the length it would need. */
+typedef struct { char *buf; size_t len, pos; } proc_out;
+static void proc_put(proc_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void proc_put(proc_out *o, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  size_t room = o->pos < o->len ? o->len - o->pos : 0;
+  int n = vsnprintf(room ? o->buf + o->pos : NULL, room, fmt, ap);
+  va_end(ap);
+  if (n > 0) o->pos += (size_t)n;
+}
+
+size_t scr_process_stats_json(char *buf, size_t len) {
+  struct scr_stats st;
+  struct scr_process_stats ps;
+  scr_stats(&st);
+  scr_process_stats(&ps);
+  proc_out o = {buf, len, 0};
+  if (len) buf[0] = '\0';
+  proc_put(&o, "{\"heap\":");
+  size_t room = o.pos < len ? len - o.pos : 0;
+  o.pos += scr_stats_json(&st, room ? buf + o.pos : NULL, room);
+  proc_put(&o, ",\"process\":{");
+  const char *sep = "";
+#define SCR_PJSON_(name, doc) proc_put(&o, "%s\"%s\":%llu", sep, #name, (unsigned long long)ps.name), sep = ",";
+  SCR_PROCESS_STATS_FIELDS(SCR_PJSON_)
+#undef SCR_PJSON_
+  proc_put(&o, "}}");
+  return o.pos;
+}
+
+/* ---- SCRALLOC_STATS=1: a report on stderr at exit ---- */
+
+static void proc_write_line(proc_out *o) {
+  size_t n = o->pos < o->len ? o->pos : o->len - 1;
+  ssize_t w = write(2, o->buf, n);
+  (void)w;
+  o->pos = 0;
+}
+
+static double proc_mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
+
+static void proc_print_stats(void) {
+  char buf[512];
+  proc_out o = {buf, sizeof buf, 0};
+  struct scr_stats st;
+  struct scr_process_stats ps;
+  scr_stats(&st);
+  scr_process_stats(&ps);
+  static const char *const thp[] = {"never", "madvise", "always"};
+  int pid = (int)getpid();
+  proc_put(&o, "scralloc[%d]: %llu arenas (%llu owned, %llu parked); %llu claims, %llu parks; "
+           "%llu remote frees (%llu pending), %llu realloc moves, %llu foreign frees\n",
+           pid, (unsigned long long)ps.arenas, (unsigned long long)ps.arenas_owned,
+           (unsigned long long)ps.arenas_parked, (unsigned long long)ps.claims, (unsigned long long)ps.parks,
+           (unsigned long long)ps.remote_frees, (unsigned long long)ps.remote_pending,
+           (unsigned long long)ps.realloc_moves, (unsigned long long)ps.foreign_frees);
+  proc_write_line(&o);
+  proc_put(&o, "scralloc[%d]: heap_total %.2f MiB, heap_used %.2f MiB, %llu live blocks (%llu large), "
+           "%llu mappings, reserved %.2f MiB; syscalls: %llu mmap, %llu munmap, %llu madvise, %llu mremap, %llu failed\n",
+           pid, proc_mib(st.heap_total), proc_mib(st.heap_used), (unsigned long long)st.allocs,
+           (unsigned long long)st.large_allocs, (unsigned long long)st.mmaps, proc_mib(st.reserved_bytes),
+           (unsigned long long)st.mmap_calls, (unsigned long long)st.munmap_calls,
+           (unsigned long long)st.madvise_calls, (unsigned long long)st.mremap_calls,
+           (unsigned long long)st.os_failures);
+  proc_write_line(&o);
+  proc_put(&o, "scralloc[%d]: %llu discards (%.2f MiB returned, delay %llu ms, %llu doublings); "
+           "%llu prefaults (%.2f MiB, %llu skipped); %llu huge-page segments (THP %s); %llu dontdump segments\n",
+           pid, (unsigned long long)ps.discards, proc_mib(ps.discard_bytes),
+           (unsigned long long)ps.discard_delay_ms, (unsigned long long)ps.delay_doublings,
+           (unsigned long long)ps.prefaults, proc_mib(ps.prefault_bytes),
+           (unsigned long long)ps.prefault_skipped, (unsigned long long)ps.huge_segments,
+           thp[ps.thp_mode < 3 ? ps.thp_mode : 0], (unsigned long long)ps.dontdump_segments);
+  proc_write_line(&o);
+  if (_scr_proc.opt.stats < 2) return;
+  for (unsigned i = 0; i < ps.arenas; i++) {
+    struct scr_stats as;
+    if (scr_arena_stats(i, &as) != SCR_OK) continue;
+    proc_put(&o, "scralloc[%d]:   arena %u: heap_total %.2f MiB, heap_used %.2f MiB, %llu live blocks, "
+             "%llu mappings, %llu retained pages\n",
+             pid, i, proc_mib(as.heap_total), proc_mib(as.heap_used), (unsigned long long)as.allocs,
+             (unsigned long long)as.mmaps, (unsigned long long)as.retained_pages);
+    proc_write_line(&o);
+  }
+}
+
+__attribute__((destructor)) static void proc_stats_at_exit(void) {
+  if (atomic_load_explicit(&_scr_proc.inited, memory_order_acquire) && _scr_proc.opt.stats) proc_print_stats();
+}

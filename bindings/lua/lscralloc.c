@@ -440,6 +440,10 @@ static void lscr_xmove(lua_State *from, int i, lua_State *to) {
 static int lscr_run_main(lua_State *C) {
   lscr_run *r = (lscr_run *)lua_touserdata(C, 1);
   luaL_openlibs(C);
+  luaL_getsubtable(C, LUA_REGISTRYINDEX, LUA_PRELOAD_TABLE);  /* same module, same adapter */
+  lua_pushcfunction(C, luaopen_scralloc);
+  lua_setfield(C, -2, "scralloc");
+  lua_pop(C, 1);
   if (luaL_loadbufferx(C, r->code, r->len, "=(run)", "t") != LUA_OK)
     return lua_error(C);
   luaL_checkstack(C, r->nargs, "too many arguments");

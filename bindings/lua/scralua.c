@@ -163,11 +163,16 @@ static int sr_dostring(lua_State *L, const char *s, const char *name) {
   return sr_run_loaded(L, luaL_loadbuffer(L, s, strlen(s), name));
 }
 
-/* -l [g=]mod: g = require(mod); without '=', g is mod up to a '-'. */
+/* -l [g=]mod: g = require(mod).  Without '=', g is mod (from Lua 5.4.6
+ * on, mod up to a '-', the mark that luaopen_ names ignore too). */
 static int sr_require(lua_State *L, const char *spec) {
   const char *eq = strchr(spec, '=');
   const char *mod = eq != NULL ? eq + 1 : spec;
+#if LUA_VERSION_RELEASE_NUM >= 50406
   size_t glen = eq != NULL ? (size_t)(eq - spec) : strcspn(spec, "-");
+#else
+  size_t glen = eq != NULL ? (size_t)(eq - spec) : strlen(spec);
+#endif
   lua_getglobal(L, "require");
   lua_pushstring(L, mod);
   int status = sr_call(L, 1, 1);

@@ -1241,9 +1241,36 @@ mod_process_stats(PyObject *module, PyObject *unused)
 {
 #if SCR_HAVE_PROCESS
   struct scr_stats s;
+  PyObject *d;
+
   memset(&s, 0, sizeof s);
   scr_stats(&s);
-  return stats_to_dict(&s);
+  d = stats_to_dict(&s);
+#ifdef SCR_PROCESS_STATS_FIELDS
+  if (d != NULL) {
+    struct scr_process_stats ps;
+    PyObject *p = PyDict_New();
+
+    memset(&ps, 0, sizeof ps);
+    scr_process_stats(&ps);
+    if (p == NULL)
+      goto fail;
+#define X(name, doc)                       \
+  if (put_u64(p, #name, ps.name) < 0)      \
+    goto fail;
+    SCR_PROCESS_STATS_FIELDS(X)
+#undef X
+    if (PyDict_SetItemString(d, "process", p) < 0)
+      goto fail;
+    Py_DECREF(p);
+    return d;
+  fail:
+    Py_XDECREF(p);
+    Py_DECREF(d);
+    return NULL;
+  }
+#endif
+  return d;
 #else
   Py_RETURN_NONE;
 #endif

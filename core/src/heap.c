@@ -166,8 +166,9 @@ static inline void small_free(scr_heap *h, scr_segment *seg, scr_page *pg, void 
   pg->free = b;
   h->class_live[pg->cls]--;
   if (SCR_UNLIKELY(!pg->in_queue)) _scr_queue_push_front(h, pg); /* it was full */
-  if (SCR_UNLIKELY(--pg->used == 0)) _scr_heap_page_emptied(h, pg);
+  pg->used--;
   scr_validate_page(pg);
+  if (SCR_UNLIKELY(pg->used == 0)) _scr_heap_page_emptied(h, pg); /* may unmap pg */
 }
 
 /* ---- entry points ---- */

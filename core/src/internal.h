@@ -52,7 +52,7 @@ SCR_INTERNAL void _scr_segmap_clear(uintptr_t base, size_t size);
 SCR_INTERNAL scr_segment *_scr_segmap_get(const void *p);
 
 /* segment.c */
-SCR_INTERNAL scr_segment *_scr_segment_map(scr_heap *h, size_t size, scr_segment_kind kind);
+SCR_INTERNAL scr_segment *_scr_segment_map(scr_heap *h, size_t size, size_t align, scr_segment_kind kind);
 SCR_INTERNAL bool _scr_segment_unmap(scr_heap *h, scr_segment *seg);
 SCR_INTERNAL scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, unsigned n);
 SCR_INTERNAL scr_page *_scr_segment_take_pages(scr_heap *h, unsigned npages, size_t align);

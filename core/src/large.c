@@ -95,12 +95,12 @@ static void *huge_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
     errno = ENOMEM;
     return NULL;
   }
-  scr_segment *seg = _scr_segment_map(h, size, SCR_SEG_HUGE);
+  scr_segment *seg = _scr_segment_map(h, size, align, SCR_SEG_HUGE);
   if (seg == NULL) {
     errno = ENOMEM;
     return NULL;
   }
-  scr_assert((((uintptr_t)seg + offset) & (align - 1)) == 0); /* align <= segment */
+  scr_assert((((uintptr_t)seg + offset) & (align - 1)) == 0);
   seg->huge_offset = offset;
   seg->huge_size = size - offset;
   seg->huge_live = 1;
@@ -124,13 +124,7 @@ static void mark_span(scr_segment *seg, unsigned first, unsigned span, bool cach
 }
 
 void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
-  if (n > h->opt.huge_threshold || align > SCR_SEGMENT_SIZE / 2) {
-    if (align > SCR_SEGMENT_SIZE) {
-      errno = EINVAL; /* alignments above 4 MiB are not supported */
-      return NULL;
-    }
-    return huge_alloc(h, n, align, zero);
-  }
+  if (n > h->opt.huge_threshold || align > SCR_SEGMENT_SIZE / 2) return huge_alloc(h, n, align, zero);
   size_t bytes = round_up(n, SCR_PAGE_SIZE);
   unsigned span = (unsigned)(bytes >> SCR_PAGE_SHIFT);
   void *block = cache_take(h, bytes, align, false);
@@ -231,7 +225,9 @@ void *_scr_large_realloc_inplace(scr_heap *h, scr_segment *seg, void *p, size_t 
   if (_scr_segmap_prepare((uintptr_t)seg, new_size) != 0) return NULL;
   scr_segment *moved = _scr_os_remap(seg, old_size, new_size, NULL, &h->os);
   if (moved == NULL) {
-    void *target = _scr_os_map_aligned(new_size, SCR_SEGMENT_SIZE, &h->os);
+    /* huge_offset is the block's alignment when that is above a page */
+    size_t align = seg->huge_offset > SCR_SEGMENT_SIZE ? seg->huge_offset : SCR_SEGMENT_SIZE;
+    void *target = _scr_os_map_aligned(new_size, align, &h->os);
     if (target == NULL) return NULL;
     if (_scr_segmap_prepare((uintptr_t)target, new_size) != 0) {
       _scr_os_unmap(target, new_size, &h->os);

@@ -25,8 +25,9 @@ static void unlink_segment(scr_heap *h, scr_segment *seg) {
   if (seg->next) seg->next->prev = seg->prev;
 }
 
-scr_segment *_scr_segment_map(scr_heap *h, size_t size, scr_segment_kind kind) {
-  scr_segment *seg = _scr_os_map_aligned(size, SCR_SEGMENT_SIZE, &h->os);
+scr_segment *_scr_segment_map(scr_heap *h, size_t size, size_t align, scr_segment_kind kind) {
+  if (align < SCR_SEGMENT_SIZE) align = SCR_SEGMENT_SIZE;
+  scr_segment *seg = _scr_os_map_aligned(size, align, &h->os);
   if (seg == NULL) return NULL;
   if (_scr_segmap_set((uintptr_t)seg, size, seg) != 0) {
     _scr_os_unmap(seg, size, &h->os);
@@ -129,7 +130,7 @@ scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align) {
   }
   if (!_scr_heap_grow_ok(h, (size_t)n * SCR_PAGE_SIZE)) return NULL;
   if (best == NULL) {
-    best = _scr_segment_map(h, SCR_SEGMENT_SIZE, SCR_SEG_NORMAL);
+    best = _scr_segment_map(h, SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, SCR_SEG_NORMAL);
     if (best == NULL) return NULL;
     best_m = run_starts(best->free_mask, n, align);
     scr_assert(best_m != 0);

@@ -1,0 +1,207 @@
+/* Retention of empty pages, trim, close, and the seed's reproducer:
+ * 200,000 alloc/free pairs cost no syscall with retain = 1 and one page
+ * acquisition and release each with retain = 0. */
+#include "check.h"
+#include "scralloc.h"
+#include <string.h>
+
+static struct scr_stats stats(scr_heap *h) {
+  struct scr_stats st;
+  scr_heap_stats(h, &st);
+  return st;
+}
+
+static scr_heap *heap_with(unsigned retain, size_t retain_bytes) {
+  scr_options o;
+  scr_options_init(&o);
+  o.retain = retain;
+  if (retain_bytes) o.retain_bytes = retain_bytes;
+  return scr_heap_new(&o);
+}
+
+#define PAIRS 200000
+
+static void seed_reproducer_retain_1(void) {
+  size_t sizes[] = {64, 4096};
+  for (int i = 0; i < 2; i++) {
+    scr_heap *h = heap_with(1, 0);
+    for (int k = 0; k < PAIRS; k++) {
+      void *p = scr_heap_malloc(h, sizes[i]);
+      *(volatile char *)p = 1;
+      scr_heap_free(h, p);
+    }
+    struct scr_stats st = stats(h);
+    CHECK_EQ(st.mmap_calls, 1);   /* the first segment */
+    CHECK_EQ(st.munmap_calls, 0);
+    CHECK_EQ(st.madvise_calls, 0);
+    CHECK_EQ(st.page_acquires, 1);
+    CHECK_EQ(st.allocs, 0);
+    CHECK_EQ(st.mmaps, 1);        /* the seed's end state: Mmaps=1 Bytes=65536 */
+    CHECK_EQ(st.bytes, 65536);
+    CHECK_EQ(st.retained_pages, 1);
+    CHECK_EQ(scr_heap_trim(h), 65536);
+    st = stats(h);
+    CHECK_EQ(st.mmaps, 0);
+    CHECK_EQ(st.bytes, 0);
+    CHECK_EQ(st.munmap_calls, 1);
+    scr_heap_destroy(h);
+  }
+}
+
+static void seed_reproducer_retain_0(void) {
+  size_t sizes[] = {64, 4096};
+  for (int i = 0; i < 2; i++) {
+    scr_heap *h = heap_with(0, 0);
+    for (int k = 0; k < PAIRS; k++) {
+      void *p = scr_heap_malloc(h, sizes[i]);
+      *(volatile char *)p = 1;
+      scr_heap_free(h, p);
+    }
+    struct scr_stats st = stats(h);
+    /* free-on-empty: one page acquisition and release per pair, and as
+     * the segment empties each time, one mmap and one munmap */
+    CHECK_EQ(st.page_acquires, PAIRS);
+    CHECK_EQ(st.page_releases, PAIRS);
+    CHECK(st.mmap_calls >= PAIRS && st.mmap_calls <= PAIRS + 4);
+    CHECK(st.munmap_calls >= PAIRS && st.munmap_calls <= PAIRS + 8);
+    CHECK_EQ(st.mmaps, 0);
+    CHECK_EQ(st.bytes, 0);
+    scr_heap_destroy(h);
+  }
+  /* With another block alive in the segment, the page is decommitted
+   * (madvise) instead of unmapped. */
+  scr_heap *h = heap_with(0, 0);
+  void *keep = scr_heap_malloc(h, 1000);
+  for (int k = 0; k < 1000; k++) scr_heap_free(h, scr_heap_malloc(h, 64));
+  struct scr_stats st = stats(h);
+  CHECK_EQ(st.mmap_calls, 1);
+  CHECK_EQ(st.madvise_calls, 1000);
+  CHECK_EQ(st.decommits, 1000);
+  CHECK_EQ(st.bytes, 65536);
+  scr_heap_free(h, keep);
+  CHECK_EQ(stats(h).mmaps, 0);
+  scr_heap_destroy(h);
+}
+
+/* Fill n pages of one class, then free everything. */
+static void fill_and_free(scr_heap *h, size_t size, unsigned pages) {
+  size_t per_page = SCR_PAGE_SIZE / scr_class_size((unsigned)scr_size_class(size));
+  size_t n = per_page * pages;
+  void **p = malloc(n * sizeof *p);
+  for (size_t i = 0; i < n; i++) p[i] = scr_heap_malloc(h, size);
+  for (size_t i = 0; i < n; i++) scr_heap_free(h, p[i]);
+  free(p);
+}
+
+static void retain_4_keeps_four_pages_per_class(void) {
+  scr_heap *h = heap_with(4, 0);
+  fill_and_free(h, 256, 6);
+  struct scr_stats st = stats(h);
+  unsigned c = (unsigned)scr_size_class(256);
+  CHECK_EQ(st.classes[c].retained, 4);
+  CHECK_EQ(st.classes[c].pages, 4);
+  CHECK_EQ(st.retained_pages, 4);
+  CHECK_EQ(st.retained_bytes, 4 * SCR_PAGE_SIZE);
+  CHECK_EQ(st.bytes, 4 * SCR_PAGE_SIZE);
+  CHECK_EQ(st.page_releases, 2);
+  /* Another class takes those four pages first, then keeps its own four. */
+  fill_and_free(h, 2048, 5);
+  st = stats(h);
+  CHECK_EQ(st.classes[c].retained, 0);
+  CHECK_EQ(st.classes[scr_size_class(2048)].retained, 4);
+  CHECK_EQ(st.retained_pages, 4);
+  CHECK_EQ(st.page_acquires, 6 + 1);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  CHECK_EQ(scr_heap_trim(h), 4 * SCR_PAGE_SIZE);
+  st = stats(h);
+  CHECK_EQ(st.retained_pages, 0);
+  CHECK_EQ(st.mmaps, 0);
+  CHECK_EQ(st.bytes, 0);
+  scr_heap_destroy(h);
+}
+
+static void retain_1_and_0_per_class(void) {
+  scr_heap *h = heap_with(1, 0);
+  fill_and_free(h, 100, 3);
+  CHECK_EQ(stats(h).retained_pages, 1);
+  scr_heap_destroy(h);
+  h = heap_with(0, 0);
+  fill_and_free(h, 100, 3);
+  CHECK_EQ(stats(h).retained_pages, 0);
+  CHECK_EQ(stats(h).mmaps, 0);
+  scr_heap_destroy(h);
+}
+
+/* A retained page serves another class without any syscall. */
+static void retained_pages_serve_any_class(void) {
+  scr_heap *h = heap_with(1, 0);
+  scr_heap_free(h, scr_heap_malloc(h, 64));
+  struct scr_stats before = stats(h);
+  CHECK_EQ(before.retained_pages, 1);
+  void *p = scr_heap_calloc(h, 1, 1000);
+  struct scr_stats after = stats(h);
+  CHECK_EQ(after.mmap_calls, before.mmap_calls);
+  CHECK_EQ(after.madvise_calls, before.madvise_calls);
+  CHECK_EQ(after.page_acquires, before.page_acquires);
+  CHECK_EQ(after.retained_pages, 0);
+  CHECK_EQ(after.classes[scr_size_class(64)].pages, 0);
+  CHECK_EQ(after.classes[scr_size_class(1000)].pages, 1);
+  scr_heap_free(h, p);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  scr_heap_destroy(h);
+}
+
+/* The byte cap bounds all retained pages of the heap together. */
+static void retained_bytes_cap(void) {
+  scr_heap *h = heap_with(4, 2 * SCR_PAGE_SIZE);
+  fill_and_free(h, 32, 2);
+  fill_and_free(h, 512, 2);
+  fill_and_free(h, 8192, 2);
+  struct scr_stats st = stats(h);
+  CHECK_EQ(st.retained_pages, 2);
+  CHECK_EQ(st.bytes, 2 * SCR_PAGE_SIZE);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  scr_heap_destroy(h);
+  h = heap_with(4, 0);
+  scr_options o;
+  scr_heap_options(h, &o);
+  CHECK_EQ(o.retain_bytes, 8u << 20); /* the default cap */
+  scr_heap_destroy(h);
+}
+
+/* After every block is freed and trim runs, allocs == mmaps == bytes == 0. */
+static void trim_brings_counters_to_zero(void) {
+  scr_heap *h = heap_with(8, 0);
+  enum { N = 5000 };
+  static void *p[N];
+  for (int i = 0; i < N; i++) p[i] = scr_heap_malloc(h, (size_t)(i % 300) * 97 + (i % 7 == 0 ? 300000 : 0));
+  struct scr_stats st = stats(h);
+  CHECK_EQ(st.allocs, N);
+  CHECK(st.heap_used > 0 && st.heap_used <= st.heap_total);
+  for (int i = 0; i < N; i++) scr_heap_free(h, p[i]);
+  st = stats(h);
+  CHECK_EQ(st.allocs, 0);
+  CHECK_EQ(st.heap_used, 0);
+  CHECK(st.bytes > 0);
+  size_t given = scr_heap_trim(h);
+  CHECK_EQ(given, st.bytes);
+  st = stats(h);
+  CHECK_EQ(st.allocs, 0);
+  CHECK_EQ(st.mmaps, 0);
+  CHECK_EQ(st.bytes, 0);
+  CHECK_EQ(st.reserved_bytes, 0);
+  CHECK_EQ(scr_heap_trim(h), 0);
+  CHECK_EQ(st.mmap_calls, st.munmap_calls); /* the hint landed: no trimming munmaps */
+  scr_heap_destroy(h);
+}
+
+int main(void) {
+  TEST(seed_reproducer_retain_1);
+  TEST(seed_reproducer_retain_0);
+  TEST(retain_4_keeps_four_pages_per_class);
+  TEST(retain_1_and_0_per_class);
+  TEST(retained_pages_serve_any_class);
+  TEST(retained_bytes_cap);
+  TEST(trim_brings_counters_to_zero);
+  return check_done();
+}

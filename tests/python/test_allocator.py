@@ -483,7 +483,13 @@ def test_memory_usage_sums_allocators():
 def test_process_stats():
     s = scralloc.process_stats()
     if scralloc.HAVE_PROCESS:
-        assert set(s) == set(scralloc.STATS_FIELDS) | {"classes"}
+        assert set(s) - {"process"} == set(scralloc.STATS_FIELDS) | {"classes"}
+        assert len(s["classes"]) == scralloc.CLASS_COUNT
+        if "process" in s:
+            assert {"arenas", "remote_frees", "discards"} <= set(s["process"])
+        # memory_usage() counts the process allocator too
+        m = scralloc.memory_usage()
+        assert m["heapTotal"] >= s["heap_total"] and m["heapUsed"] >= s["heap_used"]
     else:
         assert s is None
 

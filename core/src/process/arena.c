@@ -33,7 +33,7 @@ void _scr_proc_init_slow(void) {
     P->delay_ms = P->opt.discard_delay_ms;
     P->main_tid = _scr_proc_gettid();
     if (pthread_key_create(&P->key, proc_thread_exit) != 0)
-      _scr_report(SCR_ENOMEM, "scralloc: no pthread key: arenas of exiting threads will not be parked");
+      _scr_report(SCR_ENOMEM, "no pthread key: arenas of exiting threads will not be parked");
     atomic_store_explicit(&P->inited, 1, memory_order_release);
   }
   pthread_mutex_unlock(&proc_init_lock);

@@ -164,6 +164,10 @@ static void *proc_helper_main(void *arg) {
 void _scr_helper_post(void) {
   scr_proc *P = &_scr_proc;
   pthread_mutex_lock(&P->helper_lock);
+  if (P->helper_state == 2) { /* a forked child: no helper thread */
+    pthread_mutex_unlock(&P->helper_lock);
+    return;
+  }
   if (P->helper_state != 0) {
     P->helper_kick = 1;
     pthread_cond_signal(&P->helper_cv);
@@ -196,6 +200,9 @@ void _scr_discard_parked(void) { _scr_helper_post(); }
 void _scr_helper_after_fork_child(void) {
   scr_proc *P = &_scr_proc;
   pthread_cond_init(&P->helper_cv, NULL);
-  P->helper_state = 0;
+  /* Starting threads in the child of a multi-threaded fork is unsafe, so
+   * the child runs without a helper: parked arenas keep their pages and
+   * nothing is faulted ahead (exec starts afresh). */
+  P->helper_state = 2;
   P->helper_kick = 0;
 }

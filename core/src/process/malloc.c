@@ -12,7 +12,7 @@
 void _scr_proc_bad_free(const void *p) {
   SCR_PC_ADD(foreign_frees, 1);
   if (_scr_proc.opt.verbose || SCR_DEBUG > 0)
-    _scr_report(SCR_EFOREIGN, "scralloc: free of %p, which no scralloc arena owns (ignored)", p);
+    _scr_report(SCR_EFOREIGN, "free of %p, which no scralloc arena owns (ignored)", p);
 }
 
 void *scr_malloc(size_t n) {

@@ -66,7 +66,7 @@ void _scr_proc_options_from_env(scr_proc_options *o) {
     env[9 + i] = '\0';                                                          \
     const char *val = getenv(env);                                              \
     if (val && *val && _scr_proc_option_set(o, nm, val) != SCR_OK)              \
-      _scr_report(SCR_EINVAL, "scralloc: ignoring %s=%s", env, val);            \
+      _scr_report(SCR_EINVAL, "ignoring %s=%s", env, val);            \
   }
   SCR_PROC_OPTIONS(SCR_PROC_OPT_ENV_)
 #undef SCR_PROC_OPT_ENV_

@@ -109,7 +109,7 @@ typedef struct scr_proc {
   /* discard helper */
   pthread_mutex_t helper_lock;      /* leaf lock for the helper's sleep */
   pthread_cond_t helper_cv;         /* wakes the helper */
-  int helper_state;                 /* 0 none, 1 starting or running */
+  int helper_state;                 /* 0 none, 1 starting or running, 2 never (forked child) */
   int helper_kick;                  /* work was posted (under helper_lock) */
   uint64_t delay_ms;                /* current discard delay (under lock) */
   uint64_t last_discard_ns;         /* when the last discard ended (under lock) */

@@ -1,0 +1,221 @@
+/* Park/claim and the delayed discard: RSS (smaps_rollup) drops after the
+ * delay, the returned pages read as zero, the delay doubles when threads
+ * come back, a program that exits within the delay returns nothing,
+ * poison mode faults; plus the huge-page, dontdump and prefault advice. */
+#include "check.h"
+#include "scralloc.h"
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BLOCK 4096
+#define MIB ((size_t)1 << 20)
+
+static long rss_kib(void) {
+  FILE *f = fopen("/proc/self/smaps_rollup", "r");
+  if (!f) f = fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long v = -1;
+  while (fgets(line, sizeof line, f)) {
+    if (sscanf(line, "Rss: %ld kB", &v) == 1 || sscanf(line, "VmRSS: %ld kB", &v) == 1) break;
+  }
+  fclose(f);
+  return v;
+}
+
+static void sleep_ms(unsigned ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static struct scr_process_stats pstats(void) {
+  struct scr_process_stats ps;
+  scr_process_stats(&ps);
+  return ps;
+}
+
+/* Wait until the discard count passes `n` (at most ms). */
+static int wait_discards(uint64_t n, unsigned ms) {
+  for (unsigned t = 0; t < ms; t += 10) {
+    if (pstats().discards > n) return 1;
+    sleep_ms(10);
+  }
+  return 0;
+}
+
+/* A thread that touches `bytes` of blocks, frees them all and exits. */
+static void *fill_and_free(void *arg) {
+  size_t bytes = (size_t)(uintptr_t)arg, n = bytes / BLOCK;
+  void **v = scr_malloc(n * sizeof *v);
+  for (size_t i = 0; i < n; i++) {
+    v[i] = scr_malloc(BLOCK);
+    memset(v[i], 0xAB, BLOCK);
+  }
+  for (size_t i = 0; i < n; i++) scr_free(v[i]);
+  scr_free(v);
+  return NULL;
+}
+
+static void run_thread(void *(*fn)(void *), void *arg) {
+  pthread_t t;
+  if (pthread_create(&t, NULL, fn, arg) == 0) pthread_join(t, NULL);
+}
+
+static _Atomic unsigned zero_blocks, checked_blocks;
+
+static void *claim_and_check_zero(void *arg) {
+  (void)arg;
+  enum { N = 1024 };
+  void *v[N];
+  for (int i = 0; i < N; i++) {
+    v[i] = scr_malloc(BLOCK);
+    const unsigned char *p = v[i];
+    int z = 1;
+    for (int k = 0; k < BLOCK && z; k++) z = p[k] == 0;
+    atomic_fetch_add(&zero_blocks, (unsigned)z);
+    atomic_fetch_add(&checked_blocks, 1);
+  }
+  for (int i = 0; i < N; i++) scr_free(v[i]);
+  return NULL;
+}
+
+static void test_discard_returns_rss(void) {
+  struct scr_process_stats before = pstats();
+  run_thread(fill_and_free, (void *)(uintptr_t)(24 * MIB));
+  long parked = rss_kib();
+  struct scr_process_stats now = pstats();
+  CHECK(now.parks > before.parks);
+  CHECK_EQ(now.discards, before.discards); /* not before the delay */
+  CHECK(wait_discards(before.discards, 3000));
+  long after = rss_kib();
+  fprintf(stderr, "  rss parked %ld KiB, after discard %ld KiB\n", parked, after);
+  CHECK(parked - after >= 12 * 1024);
+  CHECK(pstats().discard_bytes - before.discard_bytes >= 12 * MIB);
+
+  /* the next thread claims the discarded arena: its pages read as zero,
+   * and the delay doubles because a thread came back soon after */
+  run_thread(claim_and_check_zero, NULL);
+  CHECK(atomic_load(&checked_blocks) == 1024);
+  CHECK(atomic_load(&zero_blocks) >= 1000);
+  struct scr_process_stats ps = pstats();
+  CHECK(ps.delay_doublings >= 1);
+  CHECK_EQ(ps.discard_delay_ms, 200);
+}
+
+static void test_huge_dontdump_prefault(void) {
+  struct scr_process_stats before = pstats();
+  run_thread(fill_and_free, (void *)(uintptr_t)(20 * MIB));
+  struct scr_process_stats ps = pstats();
+  if (ps.thp_mode != 0) CHECK(ps.huge_segments > before.huge_segments);
+  CHECK(ps.dontdump_segments > 0 || scr_process_option_get("dontdump") == 0);
+  /* MADV_POPULATE_WRITE (Linux 5.14): the helper faults ahead */
+  void *pg = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  int populate = pg != MAP_FAILED && madvise(pg, 4096, 23) == 0;
+  if (pg != MAP_FAILED) munmap(pg, 4096);
+  if (populate) CHECK(ps.prefaults + ps.prefault_skipped > before.prefaults + before.prefault_skipped);
+}
+
+/* ---- subprocesses (re-exec of this binary with an environment) ---- */
+
+static const char *self;
+
+static int run_self(const char *mode, const char *const env[]) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (int i = 0; env[i]; i++) putenv((char *)env[i]);
+    execl(self, self, mode, (char *)NULL);
+    _exit(127);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* mode "quick": park an arena and exit at once: nothing is discarded. */
+static int mode_quick(void) {
+  run_thread(fill_and_free, (void *)(uintptr_t)(4 * MIB));
+  return pstats().discards == 0 && pstats().parks == 1 ? 0 : 1;
+}
+
+static void *poison_target;
+static void *fill_keep_first(void *arg) {
+  (void)arg;
+  enum { N = 2048 };
+  void **v = scr_malloc(N * sizeof *v);
+  for (int i = 0; i < N; i++) {
+    v[i] = scr_malloc(BLOCK);
+    memset(v[i], 1, BLOCK);
+  }
+  poison_target = v[N / 2];
+  for (int i = 0; i < N; i++) scr_free(v[i]);
+  scr_free(v);
+  return NULL;
+}
+
+static void on_segv(int sig) {
+  (void)sig;
+  _exit(42);
+}
+
+/* mode "poison": a discarded page faults; a thread that claims the arena
+ * again gets usable memory. */
+static int mode_poison(void) {
+  run_thread(fill_keep_first, NULL);
+  if (!wait_discards(0, 3000)) return 2;
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGSEGV, on_segv);
+    signal(SIGBUS, on_segv);
+    volatile unsigned char *p = poison_target;
+    unsigned char c = *p;
+    _exit(c == 0 ? 3 : 4); /* readable: poison failed */
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!(WIFEXITED(status) && WEXITSTATUS(status) == 42)) return 5;
+  run_thread(fill_and_free, (void *)(uintptr_t)(8 * MIB)); /* claims, unpoisons, uses */
+  return 0;
+}
+
+static void test_exit_within_delay(void) {
+  const char *env[] = {"SCRALLOC_DISCARD_DELAY_MS=1000", NULL};
+  CHECK_EQ(run_self("quick", env), 0);
+}
+
+static void test_poison(void) {
+  const char *env[] = {"SCRALLOC_DISCARD=poison", "SCRALLOC_DISCARD_DELAY_MS=50", "SCRALLOC_RETAIN=100000",
+                       "SCRALLOC_RETAIN_BYTES=1G", NULL};
+  CHECK_EQ(run_self("poison", env), 0);
+}
+
+static void test_discard_off(void) {
+  const char *env[] = {"SCRALLOC_DISCARD=0", "SCRALLOC_DISCARD_DELAY_MS=0", NULL};
+  /* "quick" passes with discard off whatever the delay */
+  CHECK_EQ(run_self("quick", env), 0);
+}
+
+int main(int argc, char **argv) {
+  self = argv[0];
+  if (argc > 1 && strcmp(argv[1], "quick") == 0) return mode_quick();
+  if (argc > 1 && strcmp(argv[1], "poison") == 0) return mode_poison();
+  /* Arenas keep every empty page (the core would otherwise give most of
+   * them back at free time), so the discard has something to return. */
+  setenv("SCRALLOC_RETAIN", "100000", 1);
+  setenv("SCRALLOC_RETAIN_BYTES", "1G", 1);
+  scr_process_option_set("discard", "1");
+  scr_process_option_set("discard_delay_ms", "100");
+  scr_process_option_set("discard_delay_max_ms", "400");
+  TEST(test_discard_returns_rss);
+  TEST(test_huge_dontdump_prefault);
+  TEST(test_exit_within_delay);
+  TEST(test_poison);
+  TEST(test_discard_off);
+  return check_done();
+}

@@ -1,0 +1,348 @@
+/* Threaded stress of the process allocator: blocks handed between threads
+ * through a shared array, a producer/consumer queue with reallocs of
+ * foreign blocks, thread churn with blocks outliving their threads, fork
+ * while other threads allocate, address-ordered teardown.  Every block
+ * carries a cookie (its size and a pattern from its address) checked
+ * before it is freed.  Runs in the debug, ASan+UBSan and TSan builds. */
+#include "check.h"
+#include "scralloc.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static _Atomic unsigned long bad_cookies; /* checked by the main thread */
+static unsigned scale = 1;                /* SCR_TEST_SCALE: more iterations */
+
+static uint64_t rng_next(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+/* Sizes: mostly small, some medium, a few large (past the size classes). */
+static size_t pick_size(uint64_t *s) {
+  uint64_t r = rng_next(s) % 1000;
+  if (r < 900) return 1 + rng_next(s) % 256;
+  if (r < 995) return 257 + rng_next(s) % 16000;
+  return 20000 + rng_next(s) % 300000;
+}
+
+/* Cookie: the size in the first word, a byte pattern after it. */
+static void *cookie_alloc(size_t n) {
+  if (n < 16) n = 16;
+  uint8_t *p = scr_malloc(n);
+  if (p == NULL) return NULL;
+  memcpy(p, &n, sizeof n);
+  uint8_t b = (uint8_t)((uintptr_t)p >> 4);
+  size_t fill = n - sizeof n < 64 ? n - sizeof n : 64;
+  memset(p + sizeof n, b, fill);
+  p[n - 1] = b;
+  return p;
+}
+
+static size_t cookie_check(const void *q) {
+  const uint8_t *p = q;
+  size_t n;
+  memcpy(&n, p, sizeof n);
+  uint8_t b = (uint8_t)((uintptr_t)p >> 4);
+  size_t fill = n - sizeof n < 64 ? n - sizeof n : 64;
+  int ok = n >= 16 && n <= 400000 && scr_usable_size(p) >= n && p[n - 1] == b;
+  for (size_t i = 0; ok && i < fill; i++) ok = p[sizeof n + i] == b;
+  if (!ok) atomic_fetch_add(&bad_cookies, 1);
+  return n;
+}
+
+static void cookie_free(void *p) {
+  if (p == NULL) return;
+  cookie_check(p);
+  scr_free(p);
+}
+
+/* ---- 1: a shared array; each thread swaps its fresh block for a slot's ---- */
+
+#define SLOTS 1024
+static _Atomic(void *) slots[SLOTS];
+
+static void *swap_worker(void *arg) {
+  uint64_t s = (uintptr_t)arg * 0x9E3779B97F4A7C15ull + 1;
+  unsigned iters = 20000 * scale;
+  for (unsigned i = 0; i < iters; i++) {
+    void *mine = cookie_alloc(pick_size(&s));
+    void *old = atomic_exchange(&slots[rng_next(&s) % SLOTS], mine);
+    cookie_free(old);
+  }
+  return NULL;
+}
+
+static void test_shared_array(void) {
+  enum { T = 4 };
+  pthread_t t[T];
+  for (uintptr_t i = 0; i < T; i++) CHECK(pthread_create(&t[i], NULL, swap_worker, (void *)(i + 1)) == 0);
+  for (int i = 0; i < T; i++) pthread_join(t[i], NULL);
+  for (int i = 0; i < SLOTS; i++) cookie_free(atomic_exchange(&slots[i], NULL));
+  CHECK_EQ(atomic_load(&bad_cookies), 0);
+  struct scr_process_stats ps;
+  scr_process_stats(&ps);
+  CHECK(ps.remote_frees > 0);
+  CHECK(ps.claims >= T);
+}
+
+/* ---- 2: producer/consumer through a bounded queue; consumers realloc ---- */
+
+#define QCAP 256
+static struct {
+  pthread_mutex_t m;
+  pthread_cond_t not_empty, not_full;
+  void *q[QCAP];
+  unsigned head, count, producers_left;
+} pc = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, {0}, 0, 0, 0};
+
+static void *producer(void *arg) {
+  uint64_t s = (uintptr_t)arg * 7919 + 3;
+  unsigned iters = 15000 * scale;
+  for (unsigned i = 0; i < iters; i++) {
+    void *p = cookie_alloc(pick_size(&s));
+    pthread_mutex_lock(&pc.m);
+    while (pc.count == QCAP) pthread_cond_wait(&pc.not_full, &pc.m);
+    pc.q[(pc.head + pc.count++) % QCAP] = p;
+    pthread_cond_signal(&pc.not_empty);
+    pthread_mutex_unlock(&pc.m);
+  }
+  pthread_mutex_lock(&pc.m);
+  pc.producers_left--;
+  pthread_cond_broadcast(&pc.not_empty);
+  pthread_mutex_unlock(&pc.m);
+  return NULL;
+}
+
+static void *consumer(void *arg) {
+  uint64_t s = (uintptr_t)arg * 104729 + 5;
+  for (;;) {
+    pthread_mutex_lock(&pc.m);
+    while (pc.count == 0 && pc.producers_left) pthread_cond_wait(&pc.not_empty, &pc.m);
+    if (pc.count == 0) {
+      pthread_mutex_unlock(&pc.m);
+      return NULL;
+    }
+    void *p = pc.q[pc.head];
+    pc.head = (pc.head + 1) % QCAP;
+    pc.count--;
+    pthread_cond_signal(&pc.not_full);
+    pthread_mutex_unlock(&pc.m);
+    if (rng_next(&s) % 4 == 0) {
+      /* realloc a foreign block: it moves into this thread's arena */
+      size_t n = cookie_check(p);
+      size_t m = n + rng_next(&s) % 512;
+      uint8_t *q = scr_realloc(p, m);
+      if (q == NULL) {
+        atomic_fetch_add(&bad_cookies, 1);
+        continue;
+      }
+      uint8_t b = (uint8_t)((uintptr_t)q >> 4), old = q[n - 1];
+      (void)old;
+      /* re-cookie at the new address and size */
+      memcpy(q, &m, sizeof m);
+      memset(q + sizeof m, b, m - sizeof m < 64 ? m - sizeof m : 64);
+      q[m - 1] = b;
+      p = q;
+    }
+    cookie_free(p);
+  }
+}
+
+static void test_producer_consumer(void) {
+  enum { P = 2, C = 2 };
+  pthread_t tp[P], tc[C];
+  pc.producers_left = P;
+  for (uintptr_t i = 0; i < C; i++) CHECK(pthread_create(&tc[i], NULL, consumer, (void *)(i + 1)) == 0);
+  for (uintptr_t i = 0; i < P; i++) CHECK(pthread_create(&tp[i], NULL, producer, (void *)(i + 1)) == 0);
+  for (int i = 0; i < P; i++) pthread_join(tp[i], NULL);
+  for (int i = 0; i < C; i++) pthread_join(tc[i], NULL);
+  CHECK_EQ(atomic_load(&bad_cookies), 0);
+  struct scr_process_stats ps;
+  scr_process_stats(&ps);
+  CHECK(ps.realloc_moves > 0);
+}
+
+/* ---- 3: thread churn; blocks outlive their threads ---- */
+
+#define KEEP 64
+static void *kept[64][KEEP];
+
+static void *churn_worker(void *arg) {
+  uintptr_t id = (uintptr_t)arg;
+  uint64_t s = id * 31 + 17;
+  void *local[128];
+  for (int r = 0; r < 20; r++) {
+    for (int i = 0; i < 128; i++) local[i] = cookie_alloc(pick_size(&s));
+    for (int i = 0; i < 128; i++) cookie_free(local[i]);
+  }
+  for (int i = 0; i < KEEP; i++) kept[id][i] = cookie_alloc(pick_size(&s));
+  /* free some blocks kept by an earlier thread (it has exited) */
+  if (id >= 4)
+    for (int i = 0; i < KEEP; i++) {
+      cookie_free(kept[id - 4][i]);
+      kept[id - 4][i] = NULL;
+    }
+  return NULL;
+}
+
+static void test_thread_churn(void) {
+  enum { WAVE = 4, WAVES = 16 };
+  struct scr_process_stats before, after;
+  scr_process_stats(&before);
+  for (uintptr_t w = 0; w < WAVES; w++) {
+    pthread_t t[WAVE];
+    for (uintptr_t i = 0; i < WAVE; i++) CHECK(pthread_create(&t[i], NULL, churn_worker, (void *)(w * WAVE + i)) == 0);
+    for (int i = 0; i < WAVE; i++) pthread_join(t[i], NULL);
+  }
+  for (int id = 0; id < WAVE * WAVES; id++)
+    for (int i = 0; i < KEEP; i++)
+      if (kept[id][i]) {
+        cookie_free(kept[id][i]);
+        kept[id][i] = NULL;
+      }
+  scr_process_stats(&after);
+  CHECK_EQ(atomic_load(&bad_cookies), 0);
+  CHECK(after.claims - before.claims >= WAVE * WAVES);
+  /* parked arenas are reused: far fewer arenas than threads */
+  CHECK(after.arenas <= before.arenas + 2 * WAVE + 2);
+  CHECK(after.parks >= before.parks + WAVE * WAVES);
+}
+
+/* ---- 4: fork while other threads allocate ---- */
+
+static _Atomic int stop_allocating;
+
+static void *busy_worker(void *arg) {
+  uint64_t s = (uintptr_t)arg + 99;
+  void *ring[64] = {0};
+  unsigned i = 0;
+  while (!atomic_load(&stop_allocating)) {
+    cookie_free(ring[i % 64]);
+    ring[i % 64] = cookie_alloc(pick_size(&s));
+    i++;
+  }
+  for (int k = 0; k < 64; k++) cookie_free(ring[k]);
+  return NULL;
+}
+
+static void test_fork(void) {
+  enum { T = 3 };
+  pthread_t t[T];
+  for (uintptr_t i = 0; i < T; i++) CHECK(pthread_create(&t[i], NULL, busy_worker, (void *)(i + 1)) == 0);
+  usleep(20000);
+  for (int f = 0; f < 4; f++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      uint64_t s = 12345;
+      void *ps[256];
+      for (int r = 0; r < 20; r++) {
+        for (int i = 0; i < 256; i++) ps[i] = cookie_alloc(pick_size(&s));
+        for (int i = 0; i < 256; i++) cookie_free(ps[i]);
+      }
+      struct scr_stats st;
+      scr_stats(&st); /* takes every snapshot lock: they must be free */
+      _exit(atomic_load(&bad_cookies) == 0 ? 0 : 3);
+    }
+    CHECK(pid > 0);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    usleep(5000);
+  }
+  atomic_store(&stop_allocating, 1);
+  for (int i = 0; i < T; i++) pthread_join(t[i], NULL);
+  CHECK_EQ(atomic_load(&bad_cookies), 0);
+}
+
+/* ---- 5: address-ordered teardown ---- */
+
+static void test_free_many(void) {
+  enum { N = 20000 };
+  void **v = scr_malloc(N * sizeof *v);
+  CHECK(v != NULL);
+  if (v == NULL) return;
+  uint64_t s = 777;
+  for (int i = 0; i < N; i++) v[i] = scr_malloc(48);
+  for (int i = N - 1; i > 0; i--) { /* shuffle */
+    int j = (int)(rng_next(&s) % (uint64_t)(i + 1));
+    void *t = v[i];
+    v[i] = v[j];
+    v[j] = t;
+  }
+  scr_free_many(v, N);
+  for (int i = 1; i < N; i++) CHECK((uintptr_t)v[i - 1] > (uintptr_t)v[i]);
+  /* the free lists now hand the blocks back in ascending order */
+  unsigned ascending = 0;
+  for (int i = 0; i < N; i++) v[i] = scr_malloc(48);
+  for (int i = 1; i < N; i++) ascending += (uintptr_t)v[i] > (uintptr_t)v[i - 1];
+  CHECK(ascending > N * 9 / 10);
+  scr_free_many(v, N);
+  scr_free(v);
+  scr_free_many(NULL, 0);
+}
+
+/* ---- 6: the API's edges ---- */
+
+static void test_api_edges(void) {
+  CHECK(scr_usable_size(NULL) == 0);
+  scr_free(NULL);
+  int local;
+  scr_free(&local); /* not ours: ignored */
+  CHECK(scr_usable_size(&local) == 0);
+  void *p = scr_realloc(NULL, 100);
+  CHECK(p != NULL && scr_usable_size(p) >= 100);
+  p = scr_realloc(p, 100000);
+  CHECK(p != NULL && scr_usable_size(p) >= 100000);
+  CHECK(scr_realloc(p, 0) == NULL);
+  void *z = scr_calloc(1000, 10);
+  CHECK(z != NULL);
+  int allzero = 1;
+  for (int i = 0; i < 10000; i++) allzero &= ((unsigned char *)z)[i] == 0;
+  CHECK(allzero);
+  scr_free(z);
+  CHECK(scr_calloc(SIZE_MAX / 2, 4) == NULL);
+  void *a = scr_aligned_alloc(4096, 100);
+  CHECK(a != NULL && ((uintptr_t)a & 4095) == 0);
+  scr_free(a);
+  struct scr_process_stats ps;
+  scr_process_stats(&ps);
+  CHECK(ps.foreign_frees >= 1);
+  char json[8192];
+  size_t n = scr_process_stats_json(json, sizeof json);
+  CHECK(n > 0 && n < sizeof json && json[0] == '{');
+  CHECK(scr_process_option_set("no_such_option", "1") != SCR_OK);
+  CHECK(scr_process_option_set("discard_delay_ms", "250") == SCR_OK);
+  CHECK(scr_process_option_get("discard_delay_ms") == 250);
+  CHECK(scr_process_option_set("discard_delay_ms", "10000") == SCR_OK);
+}
+
+static void test_trim_to_zero(void) {
+  scr_trim();
+  struct scr_stats st;
+  scr_stats(&st);
+  /* every block of every test was freed; trim drained the parked arenas */
+  CHECK_EQ(st.allocs, 0);
+  CHECK_EQ(st.large_allocs, 0);
+}
+
+int main(void) {
+  const char *sc = getenv("SCR_TEST_SCALE");
+  if (sc && atoi(sc) > 0) scale = (unsigned)atoi(sc);
+  /* keep the discard helper out of the way: test_trim_to_zero wants
+   * every parked arena on the parked list */
+  scr_process_option_set("discard_delay_ms", "10000");
+  TEST(test_api_edges);
+  TEST(test_shared_array);
+  TEST(test_producer_consumer);
+  TEST(test_thread_churn);
+  TEST(test_fork);
+  TEST(test_free_many);
+  TEST(test_trim_to_zero);
+  return check_done();
+}

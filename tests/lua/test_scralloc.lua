@@ -669,6 +669,19 @@ test("scralua: heap figures at exit", function()
   eq(out, "1\n[rc=0]\n", "no figures without -S")
 end)
 
+test("the fuzzer prints the seed and a shrunk failing list", function()
+  local here = debug.getinfo(1, "S").source:match("^@(.*)/[^/]*$") or "."
+  local interp = arg[-1] or LUA
+  local out = run(sh_quote(interp) .. " " .. sh_quote(here .. "/fuzz.lua") .. " 300 5 --plant")
+  assert(out:find("fuzz: FAILED, seed 5, at step", 1, true), out)
+  assert(out:find("shrunk from %d+ to 3 operations"), out)
+  assert(out:find("planted bug", 1, true), out)
+  assert(out:find("replay with: .*fuzz.lua 300 5 %-%-plant"), out)
+  assert(out:find("[rc=1]", 1, true), out)
+  out = run(sh_quote(interp) .. " " .. sh_quote(here .. "/fuzz.lua") .. " 200 9")
+  assert(out:find("fuzz: ok, seed 9, 200 steps", 1, true), out)
+end)
+
 ---------------------------------------------------------------------------
 
 print(string.format("%d passed, %d failed", passed, failed))

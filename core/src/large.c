@@ -124,6 +124,7 @@ static void mark_span(scr_segment *seg, unsigned first, unsigned span, bool cach
 }
 
 void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
+  if (n == 0) n = 1; /* aligned_alloc(big, 0): still a unique block */
   if (n > h->opt.huge_threshold || align > SCR_SEGMENT_SIZE / 2) return huge_alloc(h, n, align, zero);
   size_t bytes = round_up(n, SCR_PAGE_SIZE);
   unsigned span = (unsigned)(bytes >> SCR_PAGE_SHIFT);

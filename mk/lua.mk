@@ -16,7 +16,7 @@ LUA_INC    ?= -I/usr/include/lua5.4
 LUA_LIB    ?= -llua5.4
 LUA_SRC    := bindings/lua/lscralloc.c bindings/lua/scrlalloc.c
 LUA_DEPS   := $(LUA_SRC) bindings/lua/scrlua.h
-FUZZ_STEPS ?= 2500
+FUZZ_STEPS ?= 10000
 FUZZ_SEED  ?= $(shell date +%s)
 
 .PHONY: lua lua-release test-lua fuzz-lua

@@ -116,6 +116,7 @@ static int lscr_malloc(lua_State *L) {
   lscr_alloc *A = lscr_checkopen(L);
   size_t n = lscr_checksize(L, 2, "malloc");
   lscr_admit(L, A, n, "malloc", (lua_Integer)n);
+  errno = 0;
   return lscr_pushblock(L, A, scr_heap_malloc(A->acct.heap, n), "malloc", (lua_Integer)n);
 }
 
@@ -124,9 +125,17 @@ static int lscr_calloc(lua_State *L) {
   size_t count = lscr_checksize(L, 2, "calloc");
   size_t size = lscr_checksize(L, 3, "calloc");
   size_t total = size != 0 && count > SIZE_MAX / size ? SIZE_MAX : count * size;
-  lscr_admit(L, A, total, "calloc", (lua_Integer)total);
-  return lscr_pushblock(L, A, scr_heap_calloc(A->acct.heap, count, size), "calloc",
-                        (lua_Integer)total);
+  if (!scrl_admit(&A->acct, total))
+    return luaL_error(L, "calloc(%I, %I): %s (SCR_ENOMEM, refused by the allocator's limit)",
+                      (lua_Integer)count, (lua_Integer)size, scr_strerror(SCR_ENOMEM));
+  errno = 0;
+  void *p = scr_heap_calloc(A->acct.heap, count, size);
+  if (p == NULL) {
+    int err = errno == EINVAL ? SCR_EINVAL : SCR_ENOMEM;
+    return luaL_error(L, "calloc(%I, %I): %s (%s)", (lua_Integer)count, (lua_Integer)size,
+                      scr_strerror(err), lscr_code_name(err));
+  }
+  return lscr_pushblock(L, A, p, "calloc", (lua_Integer)total);
 }
 
 static int lscr_aligned_alloc(lua_State *L) {
@@ -171,6 +180,7 @@ static int lscr_realloc(lua_State *L) {
   size_t n = lscr_checksize(L, 3, "realloc");
   if (p == NULL) {
     lscr_admit(L, A, n, "realloc", (lua_Integer)n);
+    errno = 0;
     return lscr_pushblock(L, A, scr_heap_malloc(A->acct.heap, n), "realloc", (lua_Integer)n);
   }
   size_t old = lscr_checkblock(L, A, p, "realloc");
@@ -225,8 +235,8 @@ static char *lscr_range(lua_State *L, lscr_alloc *A, void *p, lua_Integer off, s
   if (off < 0 || (size_t)off > us || n > us - (size_t)off) {
     char addr[32];
     snprintf(addr, sizeof addr, "0x%" PRIxPTR, (uintptr_t)p);
-    luaL_error(L, "%s(%s): bytes [%I, %I) are outside the block's usable size %I (SCR_EINVAL)",
-               what, addr, off, off + (lua_Integer)n, (lua_Integer)us);
+    luaL_error(L, "%s(%s): %I bytes at offset %I are outside the block's usable size %I "
+               "(SCR_EINVAL)", what, addr, (lua_Integer)n, off, (lua_Integer)us);
   }
   return (char *)p + off;
 }
@@ -545,8 +555,8 @@ static int lscr_tostring(lua_State *L) {
 /* Fields: allocs, mmaps, bytes (live figures), closed; then the methods. */
 static int lscr_index(lua_State *L) {
   lscr_alloc *A = lscr_checkobj(L);
-  const char *k = lua_tostring(L, 2);
-  if (k != NULL && lua_type(L, 2) == LUA_TSTRING) {
+  if (lua_type(L, 2) == LUA_TSTRING) {
+    const char *k = lua_tostring(L, 2);
     if (strcmp(k, "closed") == 0) {
       lua_pushboolean(L, A->acct.heap == NULL);
       return 1;

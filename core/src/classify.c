@@ -23,7 +23,7 @@ int _scr_classify(const scr_heap *h, const void *p) {
     if (off % pg->block_size != 0) return SCR_EINTERIOR;
     uint32_t slot = (uint32_t)(off / pg->block_size);
     if (slot >= pg->capacity) return SCR_ENOTALLOC;
-    return (pg->live[slot / 64] >> (slot % 64)) & 1 ? SCR_OK : SCR_EDOUBLEFREE;
+    return _scr_page_slot_is_free(pg, p) ? SCR_EDOUBLEFREE : SCR_OK;
   }
   case SCR_PAGE_LARGE:
     if (a != start) return SCR_EINTERIOR;

@@ -52,23 +52,11 @@ bool _scr_heap_grow_ok(const scr_heap *h, size_t more) {
 
 /* ---- small blocks ---- */
 
-static inline uint32_t slot_of(const scr_page *pg, const uint8_t *start, const void *p) {
-  return (uint32_t)((size_t)((const uint8_t *)p - start) / pg->block_size);
-}
-
 /* Take a block from a page that has one (free list first, then bump). */
 static inline void *page_alloc(scr_heap *h, scr_page *pg) {
-  uint8_t *start = _scr_page_start(_scr_page_segment(pg), pg);
   scr_block *b = pg->free;
-  uint32_t slot;
-  if (b) {
-    pg->free = b->next;
-    slot = slot_of(pg, start, b);
-  } else {
-    slot = pg->capacity++;
-    b = (scr_block *)(start + (size_t)slot * pg->block_size);
-  }
-  pg->live[slot / 64] |= (uint64_t)1 << (slot % 64);
+  if (b) pg->free = b->next;
+  else b = (scr_block *)(pg->start + (size_t)pg->capacity++ * pg->block_size);
   if (SCR_UNLIKELY(pg->used++ == 0)) {
     h->empty_count[pg->cls]--;
     h->retained_pages--;
@@ -135,11 +123,16 @@ static inline void *small_alloc(scr_heap *h, unsigned c) {
 
 /* A page's last block was freed: keep it (at the tail of its queue) while
  * the class holds fewer than `retain` empty pages and the heap's retained
- * bytes stay under the cap; else give it back. */
+ * bytes stay under the cap; else give it back.  The common case (kept,
+ * already last in its queue) is inline in small_free. */
+static inline bool page_keep(const scr_heap *h, const scr_page *pg) {
+  return h->empty_count[pg->cls] < h->opt.retain &&
+         (h->retained_pages + 1) * SCR_PAGE_SIZE <= h->opt.retain_bytes;
+}
+
 void _scr_heap_page_emptied(scr_heap *h, scr_page *pg) {
   unsigned c = pg->cls;
-  if (h->empty_count[c] < h->opt.retain &&
-      (h->retained_pages + 1) * SCR_PAGE_SIZE <= h->opt.retain_bytes) {
+  if (page_keep(h, pg)) {
     h->empty_count[c]++;
     h->retained_pages++;
     if (h->queue_tail[c] != pg) {
@@ -155,12 +148,8 @@ void _scr_heap_page_emptied(scr_heap *h, scr_page *pg) {
   scr_validate_heap(h);
 }
 
-static inline void small_free(scr_heap *h, scr_segment *seg, scr_page *pg, void *p) {
-  uint8_t *start = _scr_page_start(seg, pg);
-  uint32_t slot = slot_of(pg, start, p);
-  scr_assert(((uint8_t *)p - start) % pg->block_size == 0);
-  scr_assert((pg->live[slot / 64] >> (slot % 64)) & 1);
-  pg->live[slot / 64] &= ~((uint64_t)1 << (slot % 64));
+static inline void small_free(scr_heap *h, scr_page *pg, void *p) {
+  scr_assert(((uint8_t *)p - pg->start) % pg->block_size == 0);
   scr_block *b = p;
   b->next = pg->free;
   pg->free = b;
@@ -168,7 +157,14 @@ static inline void small_free(scr_heap *h, scr_segment *seg, scr_page *pg, void 
   if (SCR_UNLIKELY(!pg->in_queue)) _scr_queue_push_front(h, pg); /* it was full */
   pg->used--;
   scr_validate_page(pg);
-  if (SCR_UNLIKELY(pg->used == 0)) _scr_heap_page_emptied(h, pg); /* may unmap pg */
+  if (SCR_UNLIKELY(pg->used == 0)) {
+    if (h->queue_tail[pg->cls] == pg && page_keep(h, pg)) {
+      h->empty_count[pg->cls]++;
+      h->retained_pages++;
+    } else {
+      _scr_heap_page_emptied(h, pg); /* may unmap pg */
+    }
+  }
 }
 
 /* ---- entry points ---- */
@@ -231,7 +227,7 @@ void scr_heap_free(scr_heap *h, void *p) {
   if (SCR_LIKELY(seg->kind == SCR_SEG_NORMAL)) {
     scr_page *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
     if (SCR_LIKELY(pg->kind == SCR_PAGE_SMALL)) {
-      small_free(h, seg, pg, p);
+      small_free(h, pg, p);
       return;
     }
   }

@@ -45,11 +45,24 @@ static inline unsigned _scr_class_of(size_t n) {
   return 4 + (lg - 6) * 4 + (unsigned)(((n - 1) >> (lg - 2)) & 3);
 }
 
-/* segmap.c: process-wide map from segment number to segment header. */
+/* segmap.c: process-wide map from segment number to segment header.
+ * Two levels over a 48-bit address space; lookups are inline here. */
+#include <stdatomic.h>
+#define SCR_SEGMAP_SEG_BITS (48 - SCR_SEGMENT_SHIFT) /* 26 */
+#define SCR_SEGMAP_LEAF_BITS 13
+#define SCR_SEGMAP_TOP_SLOTS (1u << (SCR_SEGMAP_SEG_BITS - SCR_SEGMAP_LEAF_BITS))
+struct _scr_segmap_leaf { _Atomic(scr_segment *) slot[1u << SCR_SEGMAP_LEAF_BITS]; };
+SCR_INTERNAL extern _Atomic(struct _scr_segmap_leaf *) _scr_segmap_top[SCR_SEGMAP_TOP_SLOTS];
+static inline scr_segment *_scr_segmap_get(const void *p) {
+  uintptr_t s = (uintptr_t)p >> SCR_SEGMENT_SHIFT;
+  if (SCR_UNLIKELY(s >> SCR_SEGMAP_SEG_BITS)) return NULL;
+  struct _scr_segmap_leaf *l = atomic_load_explicit(&_scr_segmap_top[s >> SCR_SEGMAP_LEAF_BITS], memory_order_acquire);
+  if (SCR_UNLIKELY(l == NULL)) return NULL;
+  return atomic_load_explicit(&l->slot[s & ((1u << SCR_SEGMAP_LEAF_BITS) - 1)], memory_order_acquire);
+}
 SCR_INTERNAL int _scr_segmap_prepare(uintptr_t base, size_t size);
 SCR_INTERNAL int _scr_segmap_set(uintptr_t base, size_t size, scr_segment *seg);
 SCR_INTERNAL void _scr_segmap_clear(uintptr_t base, size_t size);
-SCR_INTERNAL scr_segment *_scr_segmap_get(const void *p);
 
 /* segment.c */
 SCR_INTERNAL scr_segment *_scr_segment_map(scr_heap *h, size_t size, size_t align, scr_segment_kind kind);
@@ -75,6 +88,7 @@ static inline scr_segment *_scr_page_segment(const scr_page *pg) {
 /* page.c */
 SCR_INTERNAL void _scr_page_format(scr_page *pg, unsigned cls);
 SCR_INTERNAL bool _scr_page_validate(const scr_page *pg);
+SCR_INTERNAL bool _scr_page_slot_is_free(const scr_page *pg, const void *p);
 
 /* heap.c / queue handling */
 SCR_INTERNAL void *_scr_heap_alloc_small_slow(scr_heap *h, unsigned cls);

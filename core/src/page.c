@@ -14,15 +14,24 @@ void _scr_page_format(scr_page *pg, unsigned cls) {
   pg->free = NULL;
   pg->in_queue = 0;
   pg->next = pg->prev = NULL;
-  memset(pg->live, 0, ((pg->reserved + 63) / 64) * sizeof(uint64_t));
+  pg->start = _scr_page_start(_scr_page_segment(pg), pg);
 }
 
-/* used + length(free) == capacity <= reserved; live bits agree with the
- * free list; every free slot is a slot start inside the page. */
+/* Is block p on the page's free list?  O(free slots): checked calls only. */
+bool _scr_page_slot_is_free(const scr_page *pg, const void *p) {
+  for (const scr_block *b = pg->free; b; b = b->next)
+    if (b == p) return true;
+  return false;
+}
+
+/* used + length(free) == capacity <= reserved; every free slot is a slot
+ * start inside the carved part of the page, listed once. */
 bool _scr_page_validate(const scr_page *pg) {
   if (pg->kind != SCR_PAGE_SMALL) return true;
   const scr_segment *seg = _scr_page_segment(pg);
   const uint8_t *start = _scr_page_start(seg, pg);
+  uint64_t seen[SCR_MAX_SLOTS / 64] = {0};
+  if (pg->start != start) return false;
   if (pg->block_size != _scr_class_sizes[pg->cls]) return false;
   if (pg->capacity > pg->reserved || pg->used > pg->capacity) return false;
   if (pg->reserved != SCR_PAGE_SIZE / pg->block_size) return false;
@@ -32,11 +41,9 @@ bool _scr_page_validate(const scr_page *pg) {
     if ((const uint8_t *)b < start || off % pg->block_size != 0) return false;
     uint32_t slot = (uint32_t)(off / pg->block_size);
     if (slot >= pg->capacity) return false;
-    if ((pg->live[slot / 64] >> (slot % 64)) & 1) return false; /* free but marked live */
-    if (++nfree > pg->capacity) return false;                    /* a cycle */
+    if ((seen[slot / 64] >> (slot % 64)) & 1) return false; /* listed twice: a cycle */
+    seen[slot / 64] |= (uint64_t)1 << (slot % 64);
+    nfree++;
   }
-  if (pg->used + nfree != pg->capacity) return false;
-  uint32_t live = 0;
-  for (uint32_t w = 0; w < (pg->reserved + 63) / 64; w++) live += (uint32_t)__builtin_popcountll(pg->live[w]);
-  return live == pg->used;
+  return pg->used + nfree == pg->capacity;
 }

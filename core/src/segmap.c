@@ -4,16 +4,14 @@
  * slots (64 KiB).  Lookups are lock-free and never touch memory that
  * might be unmapped, so any address can be asked about. */
 #include "internal.h"
-#include <stdatomic.h>
 
-#define ADDR_BITS 48
-#define SEG_BITS (ADDR_BITS - SCR_SEGMENT_SHIFT) /* 26 */
-#define LEAF_BITS 13
-#define TOP_SLOTS (1u << (SEG_BITS - LEAF_BITS))
+#define SEG_BITS SCR_SEGMAP_SEG_BITS
+#define LEAF_BITS SCR_SEGMAP_LEAF_BITS
 #define LEAF_SLOTS (1u << LEAF_BITS)
+#define top _scr_segmap_top
+typedef struct _scr_segmap_leaf leaf;
 
-typedef struct leaf { _Atomic(scr_segment *) slot[LEAF_SLOTS]; } leaf;
-static _Atomic(leaf *) top[TOP_SLOTS];
+_Atomic(struct _scr_segmap_leaf *) _scr_segmap_top[SCR_SEGMAP_TOP_SLOTS];
 
 static leaf *leaf_for(uintptr_t segno, bool create) {
   _Atomic(leaf *) *t = &top[segno >> LEAF_BITS];
@@ -59,11 +57,4 @@ void _scr_segmap_clear(uintptr_t base, size_t size) {
     leaf *l = leaf_for(s, false);
     if (l) atomic_store_explicit(&l->slot[s & (LEAF_SLOTS - 1)], NULL, memory_order_release);
   }
-}
-
-scr_segment *_scr_segmap_get(const void *p) {
-  uintptr_t s = (uintptr_t)p >> SCR_SEGMENT_SHIFT;
-  if (s >> SEG_BITS) return NULL;
-  leaf *l = leaf_for(s, false);
-  return l ? atomic_load_explicit(&l->slot[s & (LEAF_SLOTS - 1)], memory_order_acquire) : NULL;
 }

@@ -145,8 +145,7 @@ void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, u
   uint64_t bits = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << first;
   for (unsigned i = first; i < first + n; i++) {
     scr_page *pg = &seg->pages[i];
-    memset(pg, 0, offsetof(scr_page, live));
-    if (SCR_DEBUG >= 2) memset(pg->live, 0, sizeof pg->live);
+    memset(pg, 0, sizeof *pg);
   }
   seg->free_mask |= bits;
   seg->committed_free_mask |= bits;

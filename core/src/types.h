@@ -30,7 +30,6 @@
 #define SCR_PAGES_PER_SEGMENT (SCR_SEGMENT_SIZE / SCR_PAGE_SIZE) /* 64 */
 #define SCR_FIRST_PAGE 1                 /* page 0 is the segment header */
 #define SCR_MAX_SLOTS (SCR_PAGE_SIZE / SCR_MIN_ALIGN) /* 4096 slots of 16 B */
-#define SCR_LIVE_WORDS (SCR_MAX_SLOTS / 64)
 #define SCR_SEGMENT_MAGIC 0x5343524d53454730ull /* "SCRMSEG0" */
 #define SCR_HUGE_OFFSET SCR_PAGE_SIZE   /* a huge block starts after its header page */
 
@@ -49,13 +48,15 @@ typedef enum scr_page_kind {
 
 /* A page descriptor.  For a SMALL page:
  *   used + length(free) == capacity <= reserved
- *   live bit i set  <=>  slot i < capacity and slot i is not on `free`
- *   popcount(live) == used
+ *   slot i is live  <=>  i < capacity and slot i is not on `free`
+ * (the checked API walks `free` to tell a live block from a freed one,
+ * which keeps the fast paths free of any per-slot bookkeeping)
  * Empty pages (used == 0) sit at the tail of their class queue and are
  * the heap's retained pages.  For a LARGE page: used is 1 while the block
  * is live, 0 while it sits in the large cache. */
 typedef struct scr_page {
   scr_block *free;             /* free slots (LIFO) */
+  uint8_t *start;              /* first byte of the page */
   uint32_t used;               /* live blocks */
   uint32_t capacity;           /* slots carved so far (bump index) */
   uint32_t reserved;           /* slots that fit in the page */
@@ -69,7 +70,6 @@ typedef struct scr_page {
   uint8_t head;                /* TAIL: index of the first page of the block */
   uint8_t span;                /* LARGE: pages in the block */
   struct scr_page *next, *prev;/* class queue */
-  uint64_t live[SCR_LIVE_WORDS];/* live slots (SMALL) */
 } scr_page;
 
 typedef enum scr_segment_kind { SCR_SEG_NORMAL = 0, SCR_SEG_HUGE = 1 } scr_segment_kind;

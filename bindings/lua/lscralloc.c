@@ -685,6 +685,37 @@ static int lscr_os_calls(lua_State *L) {
   return 1;
 }
 
+/* The core's reports (failures in calls that cannot return an error code,
+ * such as a failed munmap) are process-wide; reports(true) collects them
+ * silently here instead of the core's default (stderr in debug builds). */
+static struct {
+  uint64_t count;          /* reports since collection began */
+  int err;                 /* code of the last one */
+  char msg[256];           /* text of the last one */
+} lscr_reported;
+
+static void lscr_on_report(int err, const char *msg, void *arg) {
+  (void)arg;
+  lscr_reported.count++;
+  lscr_reported.err = err;
+  snprintf(lscr_reported.msg, sizeof lscr_reported.msg, "%s", msg);
+}
+
+/* reports([collect]) -> count, last message, last code */
+static int lscr_reports(lua_State *L) {
+  if (!lua_isnone(L, 1)) {
+    luaL_checktype(L, 1, LUA_TBOOLEAN);
+    memset(&lscr_reported, 0, sizeof lscr_reported);
+    scr_set_error_handler(lua_toboolean(L, 1) ? lscr_on_report : NULL, NULL);
+  }
+  lscr_pushu64(L, lscr_reported.count);
+  if (lscr_reported.count == 0)
+    return 1;
+  lua_pushstring(L, lscr_reported.msg);
+  lua_pushstring(L, lscr_code_name(lscr_reported.err));
+  return 3;
+}
+
 static void lscr_pushoptinfo(lua_State *L) {
   lua_newtable(L);
   int i = 0;
@@ -742,6 +773,7 @@ static const luaL_Reg lscr_funcs[] = {
   {"strerror", lscr_strerror},
   {"debug_fail_os_call", lscr_fail_os_call},
   {"debug_os_calls", lscr_os_calls},
+  {"reports", lscr_reports},
   {NULL, NULL}
 };
 

@@ -408,6 +408,7 @@ end
 
 ---------------------------------------------------------------------------
 
+scralloc.reports(true) -- the core's reports of failed OS calls: counted, not printed
 local where = scralloc.heap_stats() and "inside scralua" or "on " .. _VERSION
 local t0 = os.clock()
 local ops = generate(steps, seed)

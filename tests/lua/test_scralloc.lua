@@ -529,6 +529,50 @@ test("run: out of memory paths under the failure limit", function()
   assert_empty(a)
 end)
 
+test("run: failing OS calls (mmap, munmap, madvise) under a running state", function()
+  local a <close> = scralloc.new { retain = 0, large_cache = 0, huge_threshold = 64 << 10 }
+  local code = [[
+    local parts, big = {}, {}
+    for i = 1, 40 do
+      parts[#parts + 1] = string.rep(string.char(65 + i % 26), 20000 * i)
+      big[i] = table.concat(parts, "", math.max(1, #parts - 3))
+      if i % 7 == 0 then parts = {}; collectgarbage() end
+    end
+    local t = {}
+    for i = 1, 200000 do t[i] = i end
+    t = nil
+    collectgarbage()
+    return #big[40]
+  ]]
+  scralloc.reports(true) -- collect the core's reports of failed munmaps instead of printing them
+  local want = a:run(code)
+  local ok_runs, failed_runs, before = 0, 0, scralloc.debug_os_calls()
+  a:run(code)
+  local calls = scralloc.debug_os_calls() - before
+  assert(calls > 10, "the workload makes OS calls: " .. calls)
+  for n = 1, calls + 5, math.max(1, calls // 40) do
+    scralloc.debug_fail_os_call(n)
+    local ok, r = pcall(a.run, a, code)
+    scralloc.debug_fail_os_call(0)
+    if ok then
+      eq(r, want, "result with OS call " .. n .. " failing")
+      ok_runs = ok_runs + 1
+    else
+      assert(tostring(r):find("not enough memory", 1, true), r)
+      failed_runs = failed_runs + 1
+    end
+    eq(a.allocs, 0, "zero live blocks with OS call " .. n .. " failing")
+    eq(a:validate(), true, "validate")
+  end
+  assert(ok_runs > 0, "some runs survive their failed OS call")
+  local reports, last, code = scralloc.reports()
+  assert(reports > 0, "the core reported failed munmaps")
+  assert(type(last) == "string" and code:match("^SCR_E"), tostring(last))
+  scralloc.reports(false)
+  eq(scralloc.reports(), 0, "reports reset")
+  assert_empty(a)
+end)
+
 test("heap_stats of the calling state", function()
   local st = scralloc.heap_stats()
   if IN_SCRALUA then

@@ -59,11 +59,17 @@ $(B)/$(1)/tests/$(2): tests/c/$(2).c tests/c/check.h $(B)/$(1)/libscralloc.a
 endef
 $(foreach t,$(C_TESTS),$(eval $(call ctest,debug,$(t),$(DBG_FLAGS))))
 $(foreach t,$(C_TESTS),$(eval $(call ctest,asan,$(t),$(ASAN_FLAGS))))
+# tests/c/test_threads_*.c also run under ThreadSanitizer
+TSAN_C_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_threads_*.c))
+$(foreach t,$(TSAN_C_TESTS),$(eval $(call ctest,tsan,$(t),$(TSAN_FLAGS))))
 
-test-c: $(foreach t,$(C_TESTS),$(B)/debug/tests/$(t) $(B)/asan/tests/$(t))
+test-c: $(foreach t,$(C_TESTS),$(B)/debug/tests/$(t) $(B)/asan/tests/$(t)) \
+        $(foreach t,$(TSAN_C_TESTS),$(B)/tsan/tests/$(t))
 	@set -e; for t in $(C_TESTS); do \
 	  echo "== debug $$t"; $(B)/debug/tests/$$t; \
 	  echo "== asan+ubsan $$t"; ASAN_OPTIONS=detect_leaks=1 $(B)/asan/tests/$$t; \
+	done; for t in $(TSAN_C_TESTS); do \
+	  echo "== tsan $$t"; TSAN_OPTIONS="halt_on_error=1 exitcode=66" $(B)/tsan/tests/$$t; \
 	done
 
 $(B)/release/bench/bench_pairs: bench/bench_pairs.c $(B)/release/libscralloc.a

@@ -36,9 +36,13 @@ bool _scr_os_inject_failure(void) {
 }
 
 size_t _scr_os_page_size(void) {
-  static size_t ps;
-  if (ps == 0) ps = (size_t)sysconf(_SC_PAGESIZE);
-  return ps;
+  static _Atomic size_t ps; /* any thread may be first: the same value */
+  size_t v = atomic_load_explicit(&ps, memory_order_relaxed);
+  if (v == 0) {
+    v = (size_t)sysconf(_SC_PAGESIZE);
+    atomic_store_explicit(&ps, v, memory_order_relaxed);
+  }
+  return v;
 }
 
 static void *os_mmap(void *hint, size_t size, scr_os_counters *c) {

@@ -78,11 +78,17 @@ def test_extension_does_not_replace_malloc():
     nm = shutil.which("nm")
     if nm is None:
         pytest.skip("nm not installed")
-    out = subprocess.run([nm, "-D", "--defined-only", _scralloc.__file__],
-                         capture_output=True, text=True, check=True).stdout
-    names = {line.split()[-1] for line in out.splitlines() if line.strip()}
-    assert "malloc" not in names and "free" not in names
-    assert "PyInit__scralloc" in names
+    def defined(*flags):
+        out = subprocess.run([nm, *flags, "--defined-only", _scralloc.__file__],
+                             capture_output=True, text=True, check=True).stdout
+        return {line.split()[-1] for line in out.splitlines() if line.strip()}
+
+    exported = defined("-D")
+    assert exported == {"PyInit__scralloc"}
+    # Not even a local definition (SCR_OVERRIDE would make one).
+    every = defined()
+    if every:  # not stripped
+        assert not every & {"malloc", "free", "calloc", "realloc", "posix_memalign"}
 
 
 # ---- allocation -------------------------------------------------------------

@@ -649,6 +649,7 @@ test("scralua runs programs as lua does", function()
     { "-e 'print(1 + 1)' -e 'x = 5' -e 'print(x)'" },
     { "-e 'print(arg[0] ~= nil, arg[1], #arg)' " .. S .. " z" },
     { "'-eprint(10)'" },
+    { "-W -e 'print(arg[-1], arg[-2], arg[-3], arg[-4], arg[-5])' " .. S .. " x" },
     { "-e 'error(\"boom\")'" },
     { "-e 'error({})'" },
     { "-e 'error(setmetatable({}, {__tostring = function() return \"custom\" end}))'" },

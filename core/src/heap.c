@@ -37,6 +37,7 @@ void scr_heap_destroy(scr_heap *h) {
     scr_segment *seg = h->segments;
     h->segments = seg->next;
     _scr_segmap_clear((uintptr_t)seg, seg->size);
+    SCR_UNPOISON(seg, seg->size); /* the next mapping here starts clean */
     seg->magic = 0;
     if (_scr_os_unmap(seg, seg->size, &h->os) != 0)
       _scr_report(SCR_ENOMEM, "munmap failed while closing a heap: %zu bytes stay mapped", seg->size);
@@ -55,8 +56,10 @@ bool _scr_heap_grow_ok(const scr_heap *h, size_t more) {
 /* Take a block from a page that has one (free list first, then bump). */
 static inline void *page_alloc(scr_heap *h, scr_page *pg) {
   scr_block *b = pg->free;
-  if (b) pg->free = b->next;
-  else b = (scr_block *)(pg->start + (size_t)pg->capacity++ * pg->block_size);
+  if (b) {
+    SCR_UNPOISON(b, pg->block_size);
+    pg->free = b->next;
+  } else b = (scr_block *)(pg->start + (size_t)pg->capacity++ * pg->block_size);
   if (SCR_UNLIKELY(pg->used++ == 0)) {
     h->empty_count[pg->cls]--;
     h->retained_pages--;
@@ -153,6 +156,7 @@ static inline void small_free(scr_heap *h, scr_page *pg, void *p) {
   scr_block *b = p;
   b->next = pg->free;
   pg->free = b;
+  SCR_POISON(b, pg->block_size);
   h->class_live[pg->cls]--;
   if (SCR_UNLIKELY(!pg->in_queue)) _scr_queue_push_front(h, pg); /* it was full */
   pg->used--;

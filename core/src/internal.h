@@ -19,6 +19,21 @@ SCR_INTERNAL void _scr_assert_fail(const char *expr, const char *file, int line)
 #define scr_assert_internal(x) ((void)0)
 #endif
 
+/* AddressSanitizer builds poison free small blocks, so a use after free
+ * or a double use of a block is reported at the faulting access.  Code
+ * that walks free lists reads block links through scr_block_next(). */
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define SCR_POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define SCR_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#define SCR_NO_ASAN __attribute__((no_sanitize_address))
+#else
+#define SCR_POISON(p, n) ((void)(p), (void)(n))
+#define SCR_UNPOISON(p, n) ((void)(p), (void)(n))
+#define SCR_NO_ASAN
+#endif
+SCR_NO_ASAN static inline scr_block *scr_block_next(const scr_block *b) { return b->next; }
+
 /* error.c */
 SCR_INTERNAL void _scr_report(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -15,11 +15,12 @@ void _scr_page_format(scr_page *pg, unsigned cls) {
   pg->in_queue = 0;
   pg->next = pg->prev = NULL;
   pg->start = _scr_page_start(_scr_page_segment(pg), pg);
+  SCR_UNPOISON(pg->start, SCR_PAGE_SIZE); /* a retained page changing class */
 }
 
 /* Is block p on the page's free list?  O(free slots): checked calls only. */
 bool _scr_page_slot_is_free(const scr_page *pg, const void *p) {
-  for (const scr_block *b = pg->free; b; b = b->next)
+  for (const scr_block *b = pg->free; b; b = scr_block_next(b))
     if (b == p) return true;
   return false;
 }
@@ -36,7 +37,7 @@ bool _scr_page_validate(const scr_page *pg) {
   if (pg->capacity > pg->reserved || pg->used > pg->capacity) return false;
   if (pg->reserved != SCR_PAGE_SIZE / pg->block_size) return false;
   uint32_t nfree = 0;
-  for (const scr_block *b = pg->free; b; b = b->next) {
+  for (const scr_block *b = pg->free; b; b = scr_block_next(b)) {
     uintptr_t off = (uintptr_t)((const uint8_t *)b - start);
     if ((const uint8_t *)b < start || off % pg->block_size != 0) return false;
     uint32_t slot = (uint32_t)(off / pg->block_size);

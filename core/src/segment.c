@@ -147,6 +147,7 @@ void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, u
     scr_page *pg = &seg->pages[i];
     memset(pg, 0, sizeof *pg);
   }
+  SCR_UNPOISON((uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT), (size_t)n << SCR_PAGE_SHIFT);
   seg->free_mask |= bits;
   seg->committed_free_mask |= bits;
   seg->used_pages -= n;

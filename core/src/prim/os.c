@@ -70,9 +70,11 @@ static int os_munmap(void *p, size_t size, scr_os_counters *c) {
   return 0;
 }
 
-/* Start hints below the usual mmap area, 1 TiB above the 64 GiB mark. */
-#define HINT_START ((uintptr_t)0x100000000000ull) /* 16 TiB */
-#define HINT_LOW ((uintptr_t)0x10000000000ull)    /* 1 TiB */
+/* Hints go down from 32 TiB, far below the usual mmap area and above
+ * AddressSanitizer's shadow (which ends near 16 TiB), so they land in
+ * sanitized builds too. */
+#define HINT_START ((uintptr_t)0x200000000000ull) /* 32 TiB */
+#define HINT_LOW ((uintptr_t)0x110000000000ull)   /* 17 TiB */
 
 void *_scr_os_map_aligned(size_t size, size_t align, scr_os_counters *c) {
   uintptr_t hint = atomic_load_explicit(&next_hint, memory_order_relaxed);

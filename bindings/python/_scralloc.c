@@ -483,11 +483,19 @@ Block_releasebuffer(PyObject *op, Py_buffer *view)
     return;
   b->dead = 1;
   if (b->alloc->views != NULL) {
+    /* May run while an exception is pending: keep it. */
+#if PY_VERSION_HEX >= 0x030C0000
+    PyObject *pending = PyErr_GetRaisedException();
+    if (PyDict_DelItem(b->alloc->views, b->key) < 0)
+      PyErr_WriteUnraisable(op);
+    PyErr_SetRaisedException(pending);
+#else
     PyObject *type, *value, *tb;
     PyErr_Fetch(&type, &value, &tb);
     if (PyDict_DelItem(b->alloc->views, b->key) < 0)
       PyErr_WriteUnraisable(op);
     PyErr_Restore(type, value, tb);
+#endif
   }
 }
 

@@ -44,13 +44,13 @@ lua-release: $(B)/release/lua/scralloc.so $(B)/release/lua/scralua
 
 test-lua: lua $(LUA_ASAN)/scralua
 	@echo "== lua: tests (lua5.4 + debug module)"
-	$(LUA_ENV) SCRALUA=$(LUA_DBG)/scralua $(LUA) tests/lua/test_scralloc.lua
+	$(LUA_ENV) SCRALUA=$(abspath $(LUA_DBG)/scralua) $(LUA) tests/lua/test_scralloc.lua
 	@echo "== lua: fuzz (lua5.4 + debug module)"
 	$(LUA_ENV) $(LUA) tests/lua/fuzz.lua $(FUZZ_STEPS) 1
 	@echo "== lua: fuzz inside scralua (debug)"
 	$(LUA_ENV) $(LUA_DBG)/scralua tests/lua/fuzz.lua $(FUZZ_STEPS) 2
 	@echo "== lua: tests and fuzz inside scralua (ASan+UBSan)"
-	$(LUA_ENV) ASAN_OPTIONS=detect_leaks=1 SCRALUA=$(LUA_ASAN)/scralua \
+	$(LUA_ENV) ASAN_OPTIONS=detect_leaks=1 SCRALUA=$(abspath $(LUA_ASAN)/scralua) \
 	  $(LUA_ASAN)/scralua tests/lua/test_scralloc.lua
 	$(LUA_ENV) ASAN_OPTIONS=detect_leaks=1 $(LUA_ASAN)/scralua tests/lua/fuzz.lua $(FUZZ_STEPS) 3
 

@@ -11,6 +11,9 @@ local scralloc = require "scralloc"
 
 local LUA = os.getenv("LUA") or "lua5.4"
 local SCRALUA = os.getenv("SCRALUA")
+if SCRALUA and SCRALUA:sub(1, 1) ~= "/" and SCRALUA:find("/", 1, true) then
+  SCRALUA = assert(os.getenv("PWD"), "PWD") .. "/" .. SCRALUA -- the tests change directory
+end
 local IN_SCRALUA = scralloc.heap_stats() ~= nil
 
 local passed, failed = 0, 0

@@ -20,9 +20,27 @@ static void link_segment(scr_heap *h, scr_segment *seg) {
   h->segments = seg;
 }
 
+static void avail_remove(scr_heap *h, scr_segment *seg) {
+  if (!seg->in_avail) return;
+  if (seg->avail_prev) seg->avail_prev->avail_next = seg->avail_next; else h->avail = seg->avail_next;
+  if (seg->avail_next) seg->avail_next->avail_prev = seg->avail_prev;
+  seg->avail_next = seg->avail_prev = NULL;
+  seg->in_avail = 0;
+}
+
+static void avail_push(scr_heap *h, scr_segment *seg) {
+  if (seg->in_avail) return;
+  seg->avail_prev = NULL;
+  seg->avail_next = h->avail;
+  if (h->avail) h->avail->avail_prev = seg;
+  h->avail = seg;
+  seg->in_avail = 1;
+}
+
 static void unlink_segment(scr_heap *h, scr_segment *seg) {
   if (seg->prev) seg->prev->next = seg->next; else h->segments = seg->next;
   if (seg->next) seg->next->prev = seg->prev;
+  avail_remove(h, seg);
 }
 
 scr_segment *_scr_segment_map(scr_heap *h, size_t size, size_t align, scr_segment_kind kind) {
@@ -38,8 +56,11 @@ scr_segment *_scr_segment_map(scr_heap *h, size_t size, size_t align, scr_segmen
   seg->heap = h;
   seg->size = size;
   seg->kind = kind;
-  if (kind == SCR_SEG_NORMAL) seg->free_mask = ALL_PAGES_MASK;
   link_segment(h, seg);
+  if (kind == SCR_SEG_NORMAL) {
+    seg->free_mask = ALL_PAGES_MASK;
+    avail_push(h, seg);
+  }
   h->mmaps++;
   h->reserved += size;
   if (h->hooks.segment_mapped) h->hooks.segment_mapped(h, seg, size, h->hooks.arg);
@@ -60,6 +81,7 @@ bool _scr_segment_unmap(scr_heap *h, scr_segment *seg) {
     seg->magic = SCR_SEGMENT_MAGIC;
     _scr_segmap_set((uintptr_t)seg, size, seg); /* leaves exist already */
     link_segment(h, seg);
+    if (seg->free_mask) avail_push(h, seg);
     _scr_report(SCR_ENOMEM, "munmap of a segment failed; kept for a later trim");
     return false;
   }
@@ -89,6 +111,7 @@ static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigne
   uint64_t zero = fresh & ~seg->lazy_free_mask;
   seg->lazy_free_mask &= ~bits;
   seg->free_mask &= ~bits;
+  if (seg->free_mask == 0) avail_remove(h, seg);
   seg->committed_free_mask &= ~bits;
   seg->used_pages += n;
   h->bytes += PAGE_BYTES * (uint64_t)__builtin_popcountll(fresh);
@@ -114,18 +137,14 @@ scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, un
  * committed (counted in bytes) with kind FREE for the caller to set. */
 scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align) {
   scr_assert(n >= 1 && n < SCR_PAGES_PER_SEGMENT && align <= SCR_SEGMENT_SIZE / 2);
-  /* Prefer pages that are still committed (no fault on first touch). */
-  for (scr_segment *seg = h->segments; seg; seg = seg->next) {
-    if (seg->kind != SCR_SEG_NORMAL) continue;
-    uint64_t m = run_starts(seg->committed_free_mask, n, align);
-    if (m) return take_run(h, seg, (unsigned)__builtin_ctzll(m), n);
-  }
   scr_segment *best = NULL;
   uint64_t best_m = 0;
-  for (scr_segment *seg = h->segments; seg; seg = seg->next) {
-    if (seg->kind != SCR_SEG_NORMAL || seg->free_mask == 0) continue;
-    uint64_t m = run_starts(seg->free_mask, n, align);
-    /* the fullest segment first, so that empty ones can go back */
+  for (scr_segment *seg = h->avail; seg; seg = seg->avail_next) {
+    /* pages that are still committed first: no fault on first touch */
+    uint64_t m = run_starts(seg->committed_free_mask, n, align);
+    if (m) return take_run(h, seg, (unsigned)__builtin_ctzll(m), n);
+    m = run_starts(seg->free_mask, n, align);
+    /* then the fullest segment, so that emptier ones can go back */
     if (m && (best == NULL || seg->used_pages > best->used_pages)) best = seg, best_m = m;
   }
   if (!_scr_heap_grow_ok(h, (size_t)n * SCR_PAGE_SIZE)) return NULL;
@@ -149,6 +168,7 @@ void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, u
   }
   SCR_UNPOISON((uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT), (size_t)n << SCR_PAGE_SHIFT);
   seg->free_mask |= bits;
+  avail_push(h, seg);
   seg->committed_free_mask |= bits;
   seg->used_pages -= n;
   h->page_releases += n;

@@ -76,13 +76,17 @@ typedef enum scr_segment_kind { SCR_SEG_NORMAL = 0, SCR_SEG_HUGE = 1 } scr_segme
 
 /* A segment header, at the start of every mapping.
  *   NORMAL: pages[0] is the header itself; free_mask has bit i set for
- *           every page i >= 1 of kind FREE; used_pages = 63 - popcount(free_mask)
+ *           every page i >= 1 of kind FREE; used_pages = 63 - popcount(free_mask);
+ *           in_avail <=> free_mask != 0
  *   HUGE:   block at base + huge_offset, huge_size usable bytes; huge_live
  *           is 1 while the block is live, 0 while cached. */
 typedef struct scr_segment {
   uint64_t magic;               /* SCR_SEGMENT_MAGIC while mapped */
   scr_heap *heap;               /* owner */
   struct scr_segment *next, *prev; /* heap's segment list */
+  struct scr_segment *avail_next, *avail_prev; /* NORMAL with a FREE page: heap's avail list */
+  uint32_t in_avail;            /* linked in the avail list */
+  uint32_t pad_;
   size_t size;                  /* bytes mapped */
   uint32_t kind;                /* scr_segment_kind */
   uint32_t used_pages;          /* NORMAL: pages not FREE */
@@ -131,6 +135,7 @@ struct scr_heap {
   uint64_t class_pages[SCR_CLASS_COUNT]; /* pages per class */
   scr_options opt;                       /* options, clamped */
   scr_segment *segments;                 /* every mapping of this heap */
+  scr_segment *avail;                    /* NORMAL segments with a free page */
   uint64_t mmaps;                        /* live mappings */
   uint64_t bytes;                        /* committed bytes */
   uint64_t reserved;                     /* mapped bytes */

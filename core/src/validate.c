@@ -42,7 +42,10 @@ static bool validate(const scr_heap *h) {
       }
     }
     if (used != seg->used_pages) FAIL("segment %p: used_pages %u, counted %u", (void *)seg, seg->used_pages, used);
+    if ((seg->free_mask != 0) != (seg->in_avail != 0)) FAIL("segment %p: avail list membership", (void *)seg);
   }
+  for (const scr_segment *seg = h->avail; seg; seg = seg->avail_next)
+    if (!seg->in_avail || seg->kind != SCR_SEG_NORMAL) FAIL("avail list holds %p", (void *)seg);
   uint64_t retained = 0;
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     unsigned empties = 0;

@@ -243,6 +243,7 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(huge_segments, "segments advised MADV_HUGEPAGE")                            \
   X(dontdump_segments, "segments advised MADV_DONTDUMP")                        \
   X(thp_mode, "transparent huge pages: 0 never/absent, 1 madvise, 2 always")   \
+  X(parked_drains, "parked arenas the helper freed remote frees into")          \
   X(forks, "forks survived")
 
 struct scr_process_stats {

@@ -26,6 +26,13 @@ void _scr_proc_init_slow(void) {
     _scr_proc_options_init(&P->opt);
     _scr_proc_options_from_env(&P->opt);
     scr_options_init(&P->heap_opt);
+    /* Arena defaults (the environment still wins): a few more empty pages
+     * and cached large blocks than a heap object keeps, since threads
+     * free in bursts (remote frees arrive in batches); what a parked
+     * arena keeps goes back through the discard. */
+    P->heap_opt.retain = 2;
+    P->heap_opt.large_cache = 16;
+    P->heap_opt.large_cache_bytes = (size_t)8 << 20;
     scr_options_from_env(&P->heap_opt);
     P->thp_mode = _scr_proc_thp_mode();
     P->core_dumps = _scr_proc_core_dumps();
@@ -80,6 +87,8 @@ scr_arena *_scr_arena_claim(void) {
     P->parked = a->next_parked;
     a->next_parked = NULL;
     P->nparked--;
+    atomic_store_explicit(&a->parked_hint, 0, memory_order_relaxed);
+    atomic_store_explicit(&a->drain_req, 0, memory_order_relaxed);
   } else {
     a = proc_arena_new();
     if (a == NULL) {
@@ -115,6 +124,7 @@ void _scr_arena_park(scr_arena *a) {
   a->parked_ns = _scr_proc_now_ns();
   a->next_parked = P->parked;
   P->parked = a;
+  atomic_store_explicit(&a->parked_hint, 1, memory_order_relaxed);
   P->nowned--;
   P->nparked++;
   int discard = P->opt.discard != 0;

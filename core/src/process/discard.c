@@ -106,6 +106,7 @@ static void *proc_helper_main(void *arg) {
     pthread_mutex_unlock(&P->helper_lock);
 
     (void)_scr_prefault_run();
+    (void)_scr_remote_drain_parked();
 
     uint64_t wait_until = UINT64_MAX;
     scr_arena *a = NULL, *prev = NULL;
@@ -119,6 +120,7 @@ static void *proc_helper_main(void *arg) {
           if (prev) prev->next_parked = a->next_parked; else P->parked = a->next_parked;
           a->next_parked = NULL;
           a->state = SCR_ARENA_DISCARDING;
+          atomic_store_explicit(&a->parked_hint, 0, memory_order_relaxed);
           P->nparked--;
         } else {
           wait_until = due;
@@ -137,6 +139,7 @@ static void *proc_helper_main(void *arg) {
       }
       pthread_mutex_lock(&P->lock);
       a->state = SCR_ARENA_PARKED;
+      atomic_store_explicit(&a->parked_hint, 1, memory_order_relaxed);
       a->discarded = 1;
       /* Cold end of the parked list: claims prefer arenas still warm. */
       scr_arena **tail = &P->parked;

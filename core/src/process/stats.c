@@ -87,6 +87,7 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->huge_segments = SCR_PLOAD_(huge_advised);
   o->dontdump_segments = SCR_PLOAD_(dontdump_advised);
   o->forks = SCR_PLOAD_(forks);
+  o->parked_drains = SCR_PLOAD_(parked_drains);
 #undef SCR_PLOAD_
 }
 

@@ -1,0 +1,31 @@
+# The process allocator (core/src/process/): its tests in the ThreadSanitizer
+# build (the Makefile's test-c already runs tests/c/test_process_*.c in the
+# debug and ASan+UBSan builds), real programs under LD_PRELOAD, and the
+# whole-program benchmark against glibc, jemalloc, mimalloc and tcmalloc.
+
+PROC_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_process_*.c))
+$(foreach t,$(PROC_TESTS),$(eval $(call ctest,tsan,$(t),$(TSAN_FLAGS))))
+
+TEST_STEPS  += test-process
+BENCH_STEPS += bench-process
+.PHONY: test-process test-process-tsan test-preload bench-process
+
+test-process: test-process-tsan test-preload
+
+test-process-tsan: $(foreach t,$(PROC_TESTS),$(B)/tsan/tests/$(t))
+	@set -e; for t in $(PROC_TESTS); do \
+	  echo "== tsan $$t"; TSAN_OPTIONS="halt_on_error=1 exitcode=66" $(B)/tsan/tests/$$t; \
+	done
+
+test-preload: $(B)/release/libscralloc.so $(B)/debug/libscralloc.so
+	tests/preload/run.sh $(B)/release/libscralloc.so
+	SCR_PRELOAD_QUICK=1 tests/preload/run.sh $(B)/debug/libscralloc.so
+
+# Workloads linked against nothing but libc: each allocator is LD_PRELOADed.
+PROC_BENCH_BIN := $(B)/release/bench/proc_xthread $(B)/release/bench/proc_churn
+$(B)/release/bench/proc_%: bench/proc_%.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -Wall -Wextra $(WERROR) -pthread -o $@ $<
+
+bench-process: $(PROC_BENCH_BIN) $(B)/release/libscralloc.so
+	$(PYTHON) bench/proc_bench.py --lib $(B)/release/libscralloc.so --bin $(B)/release/bench

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Real programs on scralloc through LD_PRELOAD: python3 (a workload of its
+# own and a slice of its standard test suite) and lua5.4.  Each must exit 0
+# and SCRALLOC_STATS=1 must show that scralloc served it.
+# Usage: tests/preload/run.sh path/to/libscralloc.so
+# SCR_PRELOAD_QUICK=1 skips the standard test suite (debug library).
+set -euo pipefail
+lib=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+here=$(cd "$(dirname "$0")" && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# The real interpreter, not a wrapper script (pyenv shims are bash).
+py=$(python3 -c 'import sys; print(sys.executable)')
+fail=0
+
+# run NAME CMD...: runs with the library preloaded, checks exit status and
+# that the exit report names at least one arena claim.
+run() {
+  local name=$1; shift
+  local t0=$SECONDS
+  if ! env LD_PRELOAD="$lib" SCRALLOC_STATS=1 "$@" >"$tmp/out" 2>"$tmp/err"; then
+    echo "FAIL $name: exit status"; tail -n 20 "$tmp/out" "$tmp/err"; fail=1; return
+  fi
+  # the report of the program's own process (the last one printed)
+  local report
+  report=$(grep -E '^scralloc\[[0-9]+\]: [0-9]+ arenas' "$tmp/err" | tail -1 || true)
+  if [ -z "$report" ] || ! echo "$report" | grep -qE '[1-9][0-9]* claims'; then
+    echo "FAIL $name: no scralloc report"; tail -n 20 "$tmp/err"; fail=1; return
+  fi
+  echo "ok $name ($((SECONDS - t0)) s): ${report#*: }"
+}
+
+run python-workload "$py" "$here/py_workload.py"
+run python-workload-pymalloc-off env PYTHONMALLOC=malloc "$py" "$here/py_workload.py"
+if [ -z "${SCR_PRELOAD_QUICK:-}" ] && "$py" -c 'import test.libregrtest' 2>/dev/null; then
+  run python-stdlib-tests timeout 600 "$py" -m test -q test_list test_dict test_set test_bytes test_unicode \
+    test_re test_json test_thread test_queue test_collections test_struct test_array test_deque
+else
+  echo "skip python-stdlib-tests"
+fi
+if command -v lua5.4 >/dev/null; then
+  run lua5.4 lua5.4 "$here/workload.lua"
+else
+  echo "skip lua5.4 (not installed)"
+fi
+run fork-exec "$py" -c '
+import os, subprocess, threading
+subprocess.run(["ls", "/"], capture_output=True, check=True)
+stop = False
+def busy():
+    while not stop:
+        [bytes(i) for i in range(200)]
+ts = [threading.Thread(target=busy) for _ in range(3)]
+[t.start() for t in ts]
+for _ in range(5):  # fork while other threads allocate
+    pid = os.fork()
+    if pid == 0:
+        x = [str(i) * 50 for i in range(20000)]
+        os._exit(0 if len(x) == 20000 else 1)
+    assert os.waitpid(pid, 0)[1] == 0
+stop = True
+[t.join() for t in ts]
+'
+exit $fail

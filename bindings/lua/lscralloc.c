@@ -415,12 +415,18 @@ typedef struct lscr_run {
   int arg0, nargs;         /* arguments: parent stack arg0 .. arg0+nargs-1 */
 } lscr_run;
 
+/* run() inside run() nests C stacks; past this depth it is an error
+ * rather than a stack overflow. */
+#define LSCR_RUN_DEPTH 32
+static _Thread_local int lscr_run_depth;
+
 static int lscr_run_close(lua_State *L) {
   lscr_run *r = (lscr_run *)luaL_checkudata(L, 1, LSCR_RUNGUARD);
   if (r->child != NULL) {
     lua_close(r->child);
     r->child = NULL;
     r->owner->busy--;
+    lscr_run_depth--;
   }
   return 0;
 }
@@ -478,6 +484,8 @@ static int lscr_runchunk(lua_State *L) {
   for (int i = 3; i <= top; i++)
     if (!lscr_scalar(lua_type(L, i)))
       return luaL_argerror(L, i, "only nil, booleans, numbers and strings go to run()");
+  if (lscr_run_depth >= LSCR_RUN_DEPTH)
+    return luaL_error(L, "run: nested more than %d deep", LSCR_RUN_DEPTH);
   lscr_run *r = (lscr_run *)lua_newuserdatauv(L, sizeof *r, 0);
   memset(r, 0, sizeof *r);
   luaL_setmetatable(L, LSCR_RUNGUARD);
@@ -493,6 +501,7 @@ static int lscr_runchunk(lua_State *L) {
   if (r->child == NULL)
     return luaL_error(L, "run: not enough memory to create a state (SCR_ENOMEM)");
   A->busy++;
+  lscr_run_depth++;
   lua_State *C = r->child;
   lua_pushcfunction(C, lscr_run_main);  /* neither push allocates */
   lua_pushlightuserdata(C, r);

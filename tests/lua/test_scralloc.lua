@@ -471,6 +471,13 @@ test("run: results and arguments cross as scalars", function()
   raises(a.run, "attempt to load a binary chunk")(a, string.dump(function() end))
   raises(a.run, "string expected")(a)
   eq(a.allocs, 0, "every state closed")
+  -- run() inside run(), each level on an allocator of its own
+  local nest = "local src, n = ...; if n == 0 then return 'bottom' end; " ..
+    "local b <close> = require('scralloc').new(); return b:run(src, src, n - 1)"
+  eq(a:run(nest, nest, 10), "bottom", "nested runs")
+  raises(a.run, "nested more than")(a, nest, nest, 1000)
+  eq(a:run(nest, nest, 3), "bottom", "usable after the depth error")
+  eq(a.allocs, 0, "every nested state closed")
 end)
 
 test("run: a real workload on the heap, then zero live blocks", function()

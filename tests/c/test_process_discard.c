@@ -109,6 +109,48 @@ static void test_discard_returns_rss(void) {
   CHECK_EQ(ps.discard_delay_ms, 200);
 }
 
+/* Partly used pages: after the discard their free blocks are relinked in
+ * address order, so the next owner gets them ascending. */
+#define HALF_N 4096
+static void *half_kept[HALF_N];
+static void *free_every_other_shuffled(void *arg) {
+  (void)arg;
+  uint64_t s = 88172645463325252ull;
+  for (int i = 0; i < HALF_N; i++) half_kept[i] = scr_malloc(48);
+  int idx[HALF_N / 2];
+  for (int i = 0; i < HALF_N / 2; i++) idx[i] = 2 * i;
+  for (int i = HALF_N / 2 - 1; i > 0; i--) { /* free in a random order */
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    int j = (int)(s % (uint64_t)(i + 1)), t = idx[i];
+    idx[i] = idx[j];
+    idx[j] = t;
+  }
+  for (int i = 0; i < HALF_N / 2; i++) {
+    scr_free(half_kept[idx[i]]);
+    half_kept[idx[i]] = NULL;
+  }
+  return NULL;
+}
+
+static unsigned ascending_pairs;
+static void *alloc_count_ascending(void *arg) {
+  (void)arg;
+  void *v[HALF_N / 2];
+  for (int i = 0; i < HALF_N / 2; i++) v[i] = scr_malloc(48);
+  for (int i = 1; i < HALF_N / 2; i++) ascending_pairs += (uintptr_t)v[i] > (uintptr_t)v[i - 1];
+  for (int i = 0; i < HALF_N / 2; i++) scr_free(v[i]);
+  return NULL;
+}
+
+static void test_relink_in_address_order(void) {
+  struct scr_process_stats before = pstats();
+  run_thread(free_every_other_shuffled, NULL);
+  CHECK(wait_discards(before.discards, 3000));
+  run_thread(alloc_count_ascending, NULL);
+  CHECK(ascending_pairs > (HALF_N / 2) * 9 / 10);
+  for (int i = 0; i < HALF_N; i++) scr_free(half_kept[i]);
+}
+
 static void test_huge_dontdump_prefault(void) {
   struct scr_process_stats before = pstats();
   run_thread(fill_and_free, (void *)(uintptr_t)(20 * MIB));
@@ -213,6 +255,7 @@ int main(int argc, char **argv) {
   scr_process_option_set("discard_delay_ms", "100");
   scr_process_option_set("discard_delay_max_ms", "400");
   TEST(test_discard_returns_rss);
+  TEST(test_relink_in_address_order);
   TEST(test_huge_dontdump_prefault);
   TEST(test_exit_within_delay);
   TEST(test_poison);

@@ -1,0 +1,172 @@
+#!/usr/bin/env python3
+"""Whole-program benchmark of the process allocator, the seed's way: wall
+time, max RSS and minor faults of whole programs under glibc, jemalloc,
+mimalloc, tcmalloc (Debian's libjemalloc2, libmimalloc2.0,
+libtcmalloc-minimal4, through LD_PRELOAD) and scralloc (libscralloc.so),
+interleaved runs, medians, ratios.
+
+    python3 bench/proc_bench.py --lib build/release/libscralloc.so --bin build/release/bench
+
+Workloads: the threaded stress (blocks handed between threads), a
+many-threads allocation-heavy churn (after the glibc RFC reproducer; it
+also reports its RSS after everything is freed), and python3 running an
+allocation-heavy script (with pymalloc, and with PYTHONMALLOC=malloc so
+every object comes from the allocator).  Results go to stdout as Markdown
+tables and to --json.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+LIBDIR = "/usr/lib/x86_64-linux-gnu"
+OTHERS = [
+    ("jemalloc", ["libjemalloc.so.2"]),
+    ("mimalloc", ["libmimalloc.so.2", "libmimalloc.so.2.0", "libmimalloc.so"]),
+    ("tcmalloc", ["libtcmalloc_minimal.so.4", "libtcmalloc.so.4"]),
+]
+
+
+def find_allocators(scralloc):
+    allocs = [("glibc", None)]
+    for name, files in OTHERS:
+        for f in files:
+            p = os.path.join(LIBDIR, f)
+            if os.path.exists(p):
+                allocs.append((name, p))
+                break
+        else:
+            print(f"# {name}: not installed, skipped", file=sys.stderr)
+    allocs.append(("scralloc", os.path.abspath(scralloc)))
+    return allocs
+
+
+def workloads(bindir, scale):
+    here = os.path.dirname(os.path.abspath(__file__))
+    py = sys.executable
+    s = scale
+    return [
+        ("threaded stress (8 threads)", [os.path.join(bindir, "proc_xthread"), "8", str(int(250000 * s))], {}),
+        ("churn: 16 threads x 2 waves, 128 MiB live", [os.path.join(bindir, "proc_churn"), "16", "128", str(int(24 * s)), "2"], {}),
+        ("python3 alloc-heavy script (pymalloc)", [py, os.path.join(here, "proc_py.py"), "4", str(max(1, int(3 * s)))], {}),
+        ("python3 alloc-heavy script (PYTHONMALLOC=malloc)", [py, os.path.join(here, "proc_py.py"), "4", str(max(1, int(3 * s)))],
+         {"PYTHONMALLOC": "malloc"}),
+    ]
+
+
+def run_measured(argv, env_extra, preload):
+    """Fork/exec and wait4, so that max RSS and faults are this child's."""
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    env.update(env_extra)
+    if preload:
+        env["LD_PRELOAD"] = preload
+    rfd, wfd = os.pipe()
+    t0 = time.perf_counter()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(rfd)
+            os.dup2(wfd, 1)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            os.execve(argv[0], argv, env)
+        finally:
+            os._exit(127)
+    os.close(wfd)
+    chunks = []
+    while True:
+        b = os.read(rfd, 65536)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(rfd)
+    _, status, ru = os.wait4(pid, 0)
+    wall = time.perf_counter() - t0
+    code = os.waitstatus_to_exitcode(status)
+    out = b"".join(chunks).decode(errors="replace")
+    extra = {}
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0] == "rss_after_free_kib":
+            extra["rss_after_free_mib"] = int(parts[1]) / 1024
+    return code, {"wall": wall, "maxrss_mib": ru.ru_maxrss / 1024, "minflt": ru.ru_minflt,
+                  "utime": ru.ru_utime, "stime": ru.ru_stime, **extra}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True, help="libscralloc.so")
+    ap.add_argument("--bin", required=True, help="folder with proc_xthread, proc_churn")
+    ap.add_argument("--runs", type=int, default=int(os.environ.get("SCR_BENCH_RUNS", "5")))
+    ap.add_argument("--scale", type=float, default=float(os.environ.get("SCR_BENCH_SCALE", "1")))
+    ap.add_argument("--json", default="build/bench/process.json")
+    args = ap.parse_args()
+
+    allocs = find_allocators(args.lib)
+    wls = workloads(args.bin, args.scale)
+    results = {w[0]: {a[0]: [] for a in allocs} for w in wls}
+    failures = 0
+    t_start = time.time()
+    for r in range(args.runs):
+        # interleaved: every allocator once per round, in a rotating order
+        order = allocs[r % len(allocs):] + allocs[:r % len(allocs)]
+        for wname, argv, env in wls:
+            for aname, lib in order:
+                code, m = run_measured(argv, env, lib)
+                if code != 0:
+                    failures += 1
+                    print(f"# {wname} / {aname}: exit {code}", file=sys.stderr)
+                    continue
+                results[wname][aname].append(m)
+        print(f"# round {r + 1}/{args.runs} done ({time.time() - t_start:.0f} s)", file=sys.stderr)
+
+    def med(ms, key):
+        vals = [m[key] for m in ms if key in m]
+        return statistics.median(vals) if vals else None
+
+    summary = {}
+    print(f"\nWhole programs, {args.runs} interleaved runs each, medians; "
+          f"ratios are scralloc's figure over the other's (below 1 is better for scralloc).\n")
+    for wname, _, _ in wls:
+        print(f"### {wname}\n")
+        print("| allocator | wall s | user s | sys s | max RSS MiB | minor faults | RSS after free MiB |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        row = {}
+        for aname, _ in allocs:
+            ms = results[wname][aname]
+            if not ms:
+                print(f"| {aname} | failed | | | | | |")
+                continue
+            row[aname] = {k: med(ms, k) for k in ("wall", "utime", "stime", "maxrss_mib", "minflt", "rss_after_free_mib")}
+            f = row[aname]
+            raf = f"{f['rss_after_free_mib']:.1f}" if f["rss_after_free_mib"] is not None else "-"
+            print(f"| {aname} | {f['wall']:.3f} | {f['utime']:.3f} | {f['stime']:.3f} | {f['maxrss_mib']:.1f} | "
+                  f"{f['minflt']:.0f} | {raf} |")
+        summary[wname] = row
+        if "scralloc" in row:
+            s = row["scralloc"]
+            others = {k: v for k, v in row.items() if k != "scralloc"}
+            if others:
+                best = min(others, key=lambda k: others[k]["wall"])
+                ratios = ", ".join(f"{k} {s['wall'] / v['wall']:.2f}" for k, v in others.items())
+                print(f"\nscralloc wall ratio: {ratios}; best other: {best} "
+                      f"({'met' if s['wall'] <= others[best]['wall'] else 'missed'}: wall at or below the best)")
+            if "glibc" in row:
+                g = row["glibc"]
+                print(f"scralloc max RSS / glibc: {s['maxrss_mib'] / g['maxrss_mib']:.2f} "
+                      f"({'met' if s['maxrss_mib'] <= g['maxrss_mib'] else 'missed'}: max RSS at or below glibc's); "
+                      f"minor faults / glibc: {s['minflt'] / max(1, g['minflt']):.2f}")
+        print()
+    os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+    with open(args.json, "w") as f:
+        json.dump({"runs": args.runs, "scale": args.scale, "results": results, "medians": summary}, f, indent=1)
+    print(f"# raw runs and medians: {args.json}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -109,6 +109,7 @@ local function pattern(id, gen, n)
 end
 
 local function run_ops(ops, tally)
+  assert(ops.options, "operations carry their heap options")
   local a <close> = scralloc.new(ops.options)
   local other <close> = scralloc.new()
   local foreign = other:malloc(64)
@@ -149,6 +150,27 @@ local function run_ops(ops, tally)
     end
     local st = a:stats()
     if st.heap_used ~= live_bytes then fail("heap_used %d, the model says %d", st.heap_used, live_bytes) end
+    -- a block whose usable size is a class size lives in that class
+    local per_class, large = {}, 0
+    for _, b in ipairs(live) do
+      local c = scralloc.size_class(b.us)
+      if c and scralloc.class_size(c) == b.us then per_class[c] = (per_class[c] or 0) + 1
+      else large = large + 1 end
+    end
+    for i, c in ipairs(st.classes) do
+      if c.live ~= (per_class[i] or 0) then
+        fail("class %d (%d bytes): %d live blocks, the model says %d", i, c.block_size, c.live, per_class[i] or 0)
+      end
+    end
+    if st.large_allocs ~= large then fail("large_allocs %d, the model says %d", st.large_allocs, large) end
+    -- the retention bounds of the options
+    local o = ops.options
+    for i, c in ipairs(st.classes) do
+      if c.retained > o.retain then fail("class %d retains %d empty pages, retain = %d", i, c.retained, o.retain) end
+    end
+    if st.retained_bytes > o.retain_bytes then fail("retained_bytes %d > retain_bytes %d", st.retained_bytes, o.retain_bytes) end
+    if st.cached_blocks > o.large_cache then fail("cached_blocks %d > large_cache %d", st.cached_blocks, o.large_cache) end
+    if st.cached_bytes > o.large_cache_bytes then fail("cached_bytes %d > large_cache_bytes %d", st.cached_bytes, o.large_cache_bytes) end
     if a:usage().live_bytes ~= live_bytes then
       fail("binding live bytes %d, the model says %d", a:usage().live_bytes, live_bytes)
     end
@@ -289,8 +311,11 @@ local function run_ops(ops, tally)
   end
   function exec.trim()
     a:trim()
+    local st = a:stats()
+    if st.retained_pages ~= 0 or st.cached_blocks ~= 0 then
+      fail("after trim: retained_pages=%d cached_blocks=%d", st.retained_pages, st.cached_blocks)
+    end
     if #live == 0 then
-      local st = a:stats()
       if st.mmaps ~= 0 or st.bytes ~= 0 then
         fail("trim of an empty heap left mmaps=%d bytes=%d", st.mmaps, st.bytes)
       end

@@ -91,9 +91,14 @@ static void sr_print_stats(void) {
   sr_printed = 1;
   const char *when = sr_closed ? "after lua_close" : "at exit";
   if (sr_stats == 2) {
-    char buf[8192];
-    size_t n = scr_heap_stats_json(sr_heap, buf, sizeof buf);
-    fprintf(stderr, "scralua: heap %s: %s%s\n", when, buf, n < sizeof buf ? "" : "...");
+    char small[4096];
+    char *buf = small;
+    size_t n = scr_heap_stats_json(sr_heap, small, sizeof small);
+    if (n >= sizeof small && (buf = malloc(n + 1)) != NULL)
+      scr_heap_stats_json(sr_heap, buf, n + 1);
+    fprintf(stderr, "scralua: heap %s: %s\n", when, buf != NULL ? buf : small);
+    if (buf != small)
+      free(buf);
   } else {
     struct scr_stats st;
     scr_heap_stats(sr_heap, &st);

@@ -146,17 +146,16 @@ void _scr_arena_publish(scr_arena *a) {
   a->snap = st;
   a->snap_drained = a->remote_drained;
   pthread_mutex_unlock(&a->snap_lock);
-  a->ops = 0;
+  a->ops_published = a->ops;
 }
 
 void _scr_arena_tick_slow(scr_arena *a) {
+  _scr_remote_poll(a);
   if (a->pf_pending) {
     a->pf_pending = 0;
-    a->ops = a->ops_saved;
     _scr_prefault_post(a);
-    return;
   }
-  if (a->ops >= SCR_ARENA_PUBLISH_EVERY) _scr_arena_publish(a);
+  if (a->ops - a->ops_published >= SCR_ARENA_PUBLISH_EVERY) _scr_arena_publish(a);
 }
 
 /* ---- fork ----

@@ -52,8 +52,7 @@ static void proc_page_acquired(scr_heap *h, void *page_start, size_t page_bytes,
   a->pf_from = from;
   a->pf_end = to;
   a->pf_pending = 1;
-  a->ops_saved = a->ops;
-  a->ops = SCR_ARENA_PUBLISH_EVERY; /* the next tick posts it, outside the heap call */
+  a->ops |= SCR_ARENA_POLL_EVERY - 1; /* the next tick posts it, outside the heap call */
 }
 
 const struct _scr_heap_hooks _scr_arena_hooks = {proc_segment_mapped, proc_page_acquired, NULL};

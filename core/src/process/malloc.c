@@ -18,7 +18,6 @@ void _scr_proc_bad_free(const void *p) {
 void *scr_malloc(size_t n) {
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
-  _scr_remote_poll(a);
   void *p = scr_heap_malloc(a->heap, n);
   _scr_arena_tick(a);
   return p;
@@ -27,7 +26,6 @@ void *scr_malloc(size_t n) {
 void *scr_calloc(size_t count, size_t size) {
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
-  _scr_remote_poll(a);
   void *p = scr_heap_calloc(a->heap, count, size);
   _scr_arena_tick(a);
   return p;
@@ -36,7 +34,6 @@ void *scr_calloc(size_t count, size_t size) {
 void *scr_aligned_alloc(size_t alignment, size_t n) {
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
-  _scr_remote_poll(a);
   void *p = scr_heap_aligned_alloc(a->heap, alignment, n);
   _scr_arena_tick(a);
   return p;
@@ -81,7 +78,6 @@ void *scr_realloc(void *p, size_t n) {
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   if (SCR_LIKELY(a->heap == h)) {
-    _scr_remote_poll(a);
     void *q = scr_heap_realloc(h, p, n);
     _scr_arena_tick(a);
     return q;

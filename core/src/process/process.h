@@ -70,8 +70,8 @@ typedef struct scr_arena {
   unsigned discarded;               /* pages returned since it was parked */
   unsigned worker;                  /* holder is not the main thread */
   uint64_t parked_ns;               /* when it was parked (monotonic) */
-  uint64_t ops;                     /* holder's calls since the last snapshot */
-  uint64_t ops_saved;               /* ops while a prefault post is pending */
+  uint64_t ops;                     /* holder's calls (ticks) */
+  uint64_t ops_published;           /* ops at the last snapshot */
   uint64_t remote_drained;          /* blocks taken from remote (holder) */
   uint64_t mapped;                  /* bytes of segments mapped (holder, via hook) */
   uint64_t carved;                  /* bytes of fresh pages taken (holder, via hook) */
@@ -178,12 +178,16 @@ static inline scr_arena *_scr_arena_get(void) {
   if (SCR_UNLIKELY(a == NULL)) a = _scr_arena_claim();
   return a;
 }
-#define SCR_ARENA_PUBLISH_EVERY 65536
-/* Counts the holder's calls; the slow side publishes a stats snapshot and
- * posts prefault work (hooks.c sets ops high to get there soon). */
+#define SCR_ARENA_PUBLISH_EVERY 65536 /* calls between stats snapshots */
+#define SCR_ARENA_POLL_EVERY 32       /* calls between looks at the remote stack (a power of 2) */
+/* Counts the holder's calls.  Every SCR_ARENA_POLL_EVERY calls the slow
+ * side frees what other threads pushed (reading the remote stack's cache
+ * line, which pushers keep writing, on every call would cost a miss each
+ * time), posts prefault work (hooks.c sets ops to get there on the next
+ * call) and now and then publishes a stats snapshot. */
 SCR_INTERNAL void _scr_arena_tick_slow(scr_arena *a);
 static inline void _scr_arena_tick(scr_arena *a) {
-  if (SCR_UNLIKELY(++a->ops >= SCR_ARENA_PUBLISH_EVERY)) _scr_arena_tick_slow(a);
+  if (SCR_UNLIKELY((++a->ops & (SCR_ARENA_POLL_EVERY - 1)) == 0)) _scr_arena_tick_slow(a);
 }
 
 /* remote.c */

@@ -6,16 +6,22 @@
  * once, so there is no ABA problem. */
 #include "process.h"
 
+#define SCR_REMOTE_DRAIN_BATCH 256 /* a power of 2 */
+
 void _scr_remote_push(scr_arena *a, void *p) {
   void *head = atomic_load_explicit(&a->remote, memory_order_relaxed);
   do {
     *(void **)p = head;
   } while (!atomic_compare_exchange_weak_explicit(&a->remote, &head, p, memory_order_release,
                                                   memory_order_relaxed));
-  atomic_fetch_add_explicit(&a->remote_pushed, 1, memory_order_relaxed);
-  /* Nobody holds a parked arena: ask the helper to free the blocks into
-   * it, so their pages can go back (once per parking). */
-  if (SCR_UNLIKELY(atomic_load_explicit(&a->parked_hint, memory_order_relaxed)) &&
+  uint64_t n = atomic_fetch_add_explicit(&a->remote_pushed, 1, memory_order_relaxed) + 1;
+  /* Nobody holds a parked arena: every SCR_REMOTE_DRAIN_BATCH pushes, ask
+   * the helper to free the blocks into it so their pages can go back (a
+   * request per push would keep the helper and the pushers ping-ponging
+   * on its lock).  What stays below a batch goes at the next claim or
+   * discard. */
+  if (SCR_UNLIKELY((n & (SCR_REMOTE_DRAIN_BATCH - 1)) == 0) &&
+      atomic_load_explicit(&a->parked_hint, memory_order_relaxed) &&
       !atomic_exchange_explicit(&a->drain_req, 1, memory_order_relaxed))
     _scr_helper_post();
 }

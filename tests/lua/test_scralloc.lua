@@ -583,6 +583,16 @@ test("run: failing OS calls (mmap, munmap, madvise) under a running state", func
   assert_empty(a)
 end)
 
+test("the core's own limit_bytes option", function()
+  local a <close> = scralloc.new { limit_bytes = "2M" }
+  raises(a.malloc, "SCR_ENOMEM")(a, 3 << 20)
+  local p = a:malloc(1000)
+  raises(a.run, "not enough memory")(a, "return #string.rep('x', 4 << 20)")
+  eq(a:run("return #string.rep('x', 1 << 16)"), 1 << 16, "fits")
+  a:free(p)
+  assert_empty(a)
+end)
+
 test("heap_stats of the calling state", function()
   local st = scralloc.heap_stats()
   if IN_SCRALUA then

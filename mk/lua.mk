@@ -7,6 +7,8 @@
 #   make test-lua      the test file and a bounded fuzz under lua5.4 and under
 #                      scralua, then both again in the ASan+UBSan scralua
 #   make fuzz-lua      a longer fuzz: make fuzz-lua FUZZ_STEPS=200000 FUZZ_SEED=7
+#   make bench-lua     tests/lua/bench.lua under lua5.4 with glibc (and jemalloc,
+#                      mimalloc, tcmalloc where installed) and under release scralua
 #
 # The module and scralua link the flavour's libscralloc.a (the unity build
 # of core/src/static.c, without SCR_OVERRIDE).
@@ -19,8 +21,9 @@ LUA_DEPS   := $(LUA_SRC) bindings/lua/scrlua.h
 FUZZ_STEPS ?= 10000
 FUZZ_SEED  ?= $(shell date +%s)
 
-.PHONY: lua lua-release test-lua fuzz-lua
-TEST_STEPS += test-lua
+.PHONY: lua lua-release test-lua fuzz-lua bench-lua
+TEST_STEPS  += test-lua
+BENCH_STEPS += bench-lua
 
 define luaflavour
 $(B)/$(1)/lua/scralloc.so: $(LUA_DEPS) $(B)/$(1)/libscralloc.a
@@ -56,3 +59,14 @@ test-lua: lua $(LUA_ASAN)/scralua
 
 fuzz-lua: lua
 	$(LUA_ENV) $(LUA) tests/lua/fuzz.lua $(FUZZ_STEPS) $(FUZZ_SEED)
+
+LUA_BENCH_SCALE ?= 1
+LUA_PRELOADS := $(wildcard /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 \
+  /usr/lib/x86_64-linux-gnu/libmimalloc.so.2 /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4)
+LUA_TIME := $(if $(wildcard /usr/bin/time),/usr/bin/time -f '          wall %es  max RSS %MKB')
+
+bench-lua: lua-release
+	@echo "== lua: tests/lua/bench.lua $(LUA_BENCH_SCALE) (CPU seconds per workload)"
+	@$(LUA_TIME) $(LUA) tests/lua/bench.lua $(LUA_BENCH_SCALE)
+	@for so in $(LUA_PRELOADS); do LD_PRELOAD=$$so $(LUA_TIME) $(LUA) tests/lua/bench.lua $(LUA_BENCH_SCALE); done
+	@$(LUA_TIME) $(B)/release/lua/scralua -S tests/lua/bench.lua $(LUA_BENCH_SCALE) 2>&1 | grep -v 'classes in use'

@@ -9,6 +9,19 @@
 #include <errno.h>
 #include <string.h>
 
+/* Hidden aliases of the heap entry points (defined in this translation
+ * unit: static.c includes every source), so calls from here are direct
+ * rather than through the PLT that the exported names need in the shared
+ * library. */
+#define SCR_HIDDEN_ALIAS(local, target) \
+  extern __typeof(target) local __attribute__((alias(#target), visibility("hidden")))
+SCR_HIDDEN_ALIAS(proc_heap_malloc, scr_heap_malloc);
+SCR_HIDDEN_ALIAS(proc_heap_calloc, scr_heap_calloc);
+SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
+SCR_HIDDEN_ALIAS(proc_heap_realloc, scr_heap_realloc);
+SCR_HIDDEN_ALIAS(proc_heap_free, scr_heap_free);
+SCR_HIDDEN_ALIAS(proc_heap_usable_size, scr_heap_usable_size);
+
 void _scr_proc_bad_free(const void *p) {
   SCR_PC_ADD(foreign_frees, 1);
   if (_scr_proc.opt.verbose || SCR_DEBUG > 0)
@@ -18,7 +31,7 @@ void _scr_proc_bad_free(const void *p) {
 void *scr_malloc(size_t n) {
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
-  void *p = scr_heap_malloc(a->heap, n);
+  void *p = proc_heap_malloc(a->heap, n);
   _scr_arena_tick(a);
   return p;
 }
@@ -26,7 +39,7 @@ void *scr_malloc(size_t n) {
 void *scr_calloc(size_t count, size_t size) {
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
-  void *p = scr_heap_calloc(a->heap, count, size);
+  void *p = proc_heap_calloc(a->heap, count, size);
   _scr_arena_tick(a);
   return p;
 }
@@ -34,7 +47,7 @@ void *scr_calloc(size_t count, size_t size) {
 void *scr_aligned_alloc(size_t alignment, size_t n) {
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
-  void *p = scr_heap_aligned_alloc(a->heap, alignment, n);
+  void *p = proc_heap_aligned_alloc(a->heap, alignment, n);
   _scr_arena_tick(a);
   return p;
 }
@@ -48,7 +61,7 @@ void scr_free(void *p) {
   scr_heap *h = _scr_heap_of(p);
   scr_arena *a = _scr_tl_arena;
   if (SCR_LIKELY(a != NULL && a->heap == h)) {
-    scr_heap_free(h, p);
+    proc_heap_free(h, p);
     _scr_arena_tick(a);
     return;
   }
@@ -64,7 +77,7 @@ size_t scr_usable_size(const void *p) {
   if (p == NULL) return 0;
   scr_heap *h = _scr_heap_of(p);
   if (h == NULL || proc_arena_of_heap(h) == NULL) return 0;
-  return scr_heap_usable_size(h, p);
+  return proc_heap_usable_size(h, p);
 }
 
 void *scr_realloc(void *p, size_t n) {
@@ -78,7 +91,7 @@ void *scr_realloc(void *p, size_t n) {
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   if (SCR_LIKELY(a->heap == h)) {
-    void *q = scr_heap_realloc(h, p, n);
+    void *q = proc_heap_realloc(h, p, n);
     _scr_arena_tick(a);
     return q;
   }
@@ -87,7 +100,7 @@ void *scr_realloc(void *p, size_t n) {
     scr_free(p);
     return NULL;
   }
-  size_t old = scr_heap_usable_size(h, p);
+  size_t old = proc_heap_usable_size(h, p);
   void *q = scr_malloc(n);
   if (q == NULL) return NULL;
   memcpy(q, p, old < n ? old : n);
@@ -116,3 +129,11 @@ size_t scr_trim(void) {
   pthread_mutex_unlock(&P->lock);
   return n;
 }
+
+/* Direct (hidden) names of the entry points, for override.c's malloc & co. */
+SCR_HIDDEN_ALIAS(_scr_proc_malloc, scr_malloc);
+SCR_HIDDEN_ALIAS(_scr_proc_calloc, scr_calloc);
+SCR_HIDDEN_ALIAS(_scr_proc_realloc, scr_realloc);
+SCR_HIDDEN_ALIAS(_scr_proc_free, scr_free);
+SCR_HIDDEN_ALIAS(_scr_proc_aligned_alloc, scr_aligned_alloc);
+SCR_HIDDEN_ALIAS(_scr_proc_usable_size, scr_usable_size);

@@ -18,10 +18,10 @@ void free_aligned_sized(void *p, size_t alignment, size_t n);
 
 static inline int proc_is_pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 
-SCR_EXPORT void *malloc(size_t n) { return scr_malloc(n); }
-SCR_EXPORT void free(void *p) { scr_free(p); }
-SCR_EXPORT void *calloc(size_t count, size_t size) { return scr_calloc(count, size); }
-SCR_EXPORT void *realloc(void *p, size_t n) { return scr_realloc(p, n); }
+SCR_EXPORT void *malloc(size_t n) { return _scr_proc_malloc(n); }
+SCR_EXPORT void free(void *p) { _scr_proc_free(p); }
+SCR_EXPORT void *calloc(size_t count, size_t size) { return _scr_proc_calloc(count, size); }
+SCR_EXPORT void *realloc(void *p, size_t n) { return _scr_proc_realloc(p, n); }
 
 SCR_EXPORT void *reallocarray(void *p, size_t count, size_t size) {
   size_t n;
@@ -29,13 +29,13 @@ SCR_EXPORT void *reallocarray(void *p, size_t count, size_t size) {
     errno = ENOMEM;
     return NULL;
   }
-  return scr_realloc(p, n);
+  return _scr_proc_realloc(p, n);
 }
 
 SCR_EXPORT int posix_memalign(void **out, size_t alignment, size_t n) {
   if (!proc_is_pow2(alignment) || alignment % sizeof(void *) != 0) return EINVAL;
   int saved = errno;
-  void *p = scr_aligned_alloc(alignment, n);
+  void *p = _scr_proc_aligned_alloc(alignment, n);
   if (p == NULL) {
     int e = errno ? errno : ENOMEM;
     errno = saved;
@@ -50,7 +50,7 @@ SCR_EXPORT void *aligned_alloc(size_t alignment, size_t n) {
     errno = EINVAL;
     return NULL;
   }
-  return scr_aligned_alloc(alignment, n);
+  return _scr_proc_aligned_alloc(alignment, n);
 }
 
 /* memalign rounds an alignment that is not a power of two up, as glibc's. */
@@ -61,12 +61,12 @@ SCR_EXPORT void *memalign(size_t alignment, size_t n) {
   }
   size_t a = SCR_MIN_ALIGN;
   while (a < alignment) a <<= 1;
-  return scr_aligned_alloc(a, n);
+  return _scr_proc_aligned_alloc(a, n);
 }
 
 static size_t proc_os_page(void) { return _scr_os_page_size(); }
 
-SCR_EXPORT void *valloc(size_t n) { return scr_aligned_alloc(proc_os_page(), n); }
+SCR_EXPORT void *valloc(size_t n) { return _scr_proc_aligned_alloc(proc_os_page(), n); }
 
 SCR_EXPORT void *pvalloc(size_t n) {
   size_t ps = proc_os_page();
@@ -74,21 +74,21 @@ SCR_EXPORT void *pvalloc(size_t n) {
     errno = ENOMEM;
     return NULL;
   }
-  return scr_aligned_alloc(ps, n ? (n + ps - 1) & ~(ps - 1) : ps);
+  return _scr_proc_aligned_alloc(ps, n ? (n + ps - 1) & ~(ps - 1) : ps);
 }
 
-SCR_EXPORT size_t malloc_usable_size(void *p) { return scr_usable_size(p); }
+SCR_EXPORT size_t malloc_usable_size(void *p) { return _scr_proc_usable_size(p); }
 SCR_EXPORT int malloc_trim(size_t pad) {
   (void)pad;
   return scr_trim() > 0;
 }
 SCR_EXPORT void free_sized(void *p, size_t n) {
   (void)n;
-  scr_free(p);
+  _scr_proc_free(p);
 }
 SCR_EXPORT void free_aligned_sized(void *p, size_t alignment, size_t n) {
   (void)alignment;
   (void)n;
-  scr_free(p);
+  _scr_proc_free(p);
 }
 #endif /* SCR_OVERRIDE */

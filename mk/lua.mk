@@ -4,8 +4,9 @@
 #                        build/debug/lua/scralloc.so  (require "scralloc" via LUA_CPATH)
 #                        build/debug/lua/scralua      (lua with its state on a scralloc heap)
 #   make lua-release   the same in build/release/lua/
-#   make test-lua      the test file and a bounded fuzz under lua5.4 and under
-#                      scralua, then both again in the ASan+UBSan scralua
+#   make test-lua      the adapter's C test, the test file and a bounded fuzz
+#                      under lua5.4 and under scralua, then again in the
+#                      ASan+UBSan builds
 #   make fuzz-lua      a longer fuzz: make fuzz-lua FUZZ_STEPS=200000 FUZZ_SEED=7
 #   make bench-lua     tests/lua/bench.lua under lua5.4 with glibc (and jemalloc,
 #                      mimalloc, tcmalloc where installed) and under release scralua
@@ -29,6 +30,10 @@ define luaflavour
 $(B)/$(1)/lua/scralloc.so: $(LUA_DEPS) $(B)/$(1)/libscralloc.a
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(2) $(WERROR) $(LUA_INC) -shared -o $$@ $(LUA_SRC) $(B)/$(1)/libscralloc.a -ldl
+$(B)/$(1)/lua/test_adapter: tests/lua/test_adapter.c $(LUA_DEPS) $(B)/$(1)/libscralloc.a
+	@mkdir -p $$(dir $$@)
+	$$(CC) $(2) $(WERROR) $(LUA_INC) -Ibindings/lua -o $$@ $$< bindings/lua/scrlalloc.c \
+	  $(B)/$(1)/libscralloc.a $(LUA_LIB) -lm -ldl
 $(B)/$(1)/lua/scralua: bindings/lua/scralua.c $(LUA_DEPS) $(B)/$(1)/libscralloc.a
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(2) $(WERROR) $(LUA_INC) -o $$@ bindings/lua/scralua.c $(LUA_SRC) \
@@ -45,7 +50,10 @@ LUA_ENV   = LUA_CPATH='$(LUA_DBG)/?.so;;' LUA=$(LUA)
 lua: $(LUA_DBG)/scralloc.so $(LUA_DBG)/scralua
 lua-release: $(B)/release/lua/scralloc.so $(B)/release/lua/scralua
 
-test-lua: lua $(LUA_ASAN)/scralua
+test-lua: lua $(LUA_ASAN)/scralua $(LUA_DBG)/test_adapter $(LUA_ASAN)/test_adapter
+	@echo "== lua: the lua_Alloc adapter in C (debug, then ASan+UBSan)"
+	$(LUA_DBG)/test_adapter
+	ASAN_OPTIONS=detect_leaks=1 $(LUA_ASAN)/test_adapter
 	@echo "== lua: tests (lua5.4 + debug module)"
 	$(LUA_ENV) SCRALUA=$(abspath $(LUA_DBG)/scralua) $(LUA) tests/lua/test_scralloc.lua
 	@echo "== lua: fuzz (lua5.4 + debug module)"

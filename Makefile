@@ -84,4 +84,4 @@ test: $(TEST_STEPS)
 bench: $(BENCH_STEPS)
 
 clean:
-	rm -rf $(B) *.egg-info bindings/python/*.so
+	rm -rf $(B) *.egg-info bindings/python/scralloc/*.so

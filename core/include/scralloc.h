@@ -167,7 +167,12 @@ SCR_API void *scr_heap_realloc(scr_heap *h, void *p, size_t n);
 SCR_API void scr_heap_free(scr_heap *h, void *p);          /* NULL ok */
 SCR_API size_t scr_heap_usable_size(const scr_heap *h, const void *p); /* 0 for NULL */
 
-/* Checked forms: exact classification of any address, never a crash. */
+/* Checked forms: exact classification of any address, never a crash.
+ * NULL is SCR_EFOREIGN for check and usable_size_checked, SCR_OK (nothing
+ * to do) for free_checked, and malloc for realloc_checked.  A block whose
+ * memory went back to the OS is no longer this heap's: freeing it again is
+ * SCR_EFOREIGN or SCR_ENOTALLOC rather than SCR_EDOUBLEFREE, but it is
+ * always an error. */
 SCR_API int scr_heap_check(const scr_heap *h, const void *p);  /* SCR_OK if p is a live block */
 SCR_API int scr_heap_free_checked(scr_heap *h, void *p);        /* NULL -> SCR_OK */
 SCR_API int scr_heap_realloc_checked(scr_heap *h, void *p, size_t n, void **out);
@@ -243,7 +248,7 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(huge_segments, "segments advised MADV_HUGEPAGE")                            \
   X(dontdump_segments, "segments advised MADV_DONTDUMP")                        \
   X(thp_mode, "transparent huge pages: 0 never/absent, 1 madvise, 2 always")   \
-  X(parked_drains, "parked arenas the helper freed remote frees into")          \
+  X(parked_drains, "parked arenas a freeing thread freed a batch of blocks into")\
   X(forks, "forks survived")
 
 struct scr_process_stats {

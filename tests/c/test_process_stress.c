@@ -206,7 +206,7 @@ static void test_thread_churn(void) {
         cookie_free(kept[id][i]);
         kept[id][i] = NULL;
       }
-  /* those frees went to parked arenas: the helper frees them in */
+  /* those frees went to parked arenas: every 256th push frees a batch in */
   for (int i = 0; i < 200; i++) {
     scr_process_stats(&after);
     if (after.parked_drains > before.parked_drains && after.remote_pending == 0) break;

@@ -143,7 +143,6 @@ static void *proc_helper_main(void *arg) {
     pthread_mutex_unlock(&P->helper_lock);
 
     (void)_scr_prefault_run();
-    (void)_scr_remote_drain_parked();
 
     uint64_t wait_until = UINT64_MAX;
     scr_arena *a = NULL, *prev = NULL;

@@ -62,7 +62,7 @@ typedef struct scr_arena {
   _Atomic(void *) remote;           /* lock-free stack of remote frees */
   _Atomic uint64_t remote_pushed;   /* blocks pushed on remote (any thread) */
   _Atomic int parked_hint;          /* 1 while PARKED (pushers then ask the helper to drain) */
-  _Atomic int drain_req;            /* a pusher asked the helper to drain this parked arena */
+  _Atomic int drain_req;            /* a pusher is draining this parked arena */
   char pad_[64 - sizeof(void *) - sizeof(uint64_t) - 2 * sizeof(int)]; /* keep pushers off the holder's line */
   scr_heap *heap;                   /* this arena's heap */
   unsigned id;                      /* index in creation order */
@@ -136,7 +136,7 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(prefault_skipped, "steps left to the owner (budget or kernel)")            \
   X(huge_advised, "segments advised MADV_HUGEPAGE")                            \
   X(dontdump_advised, "segments advised MADV_DONTDUMP")                        \
-  X(parked_drains, "parked arenas the helper drained of remote frees")         \
+  X(parked_drains, "parked arenas a pusher drained of remote frees")         \
   X(forks, "forks the allocator went through")
 
 typedef struct scr_proc_counters {
@@ -193,7 +193,6 @@ static inline void _scr_arena_tick(scr_arena *a) {
 /* remote.c */
 SCR_INTERNAL void _scr_remote_push(scr_arena *a, void *p);
 SCR_INTERNAL void _scr_remote_drain(scr_arena *a);
-SCR_INTERNAL int _scr_remote_drain_parked(void); /* helper: drain parked arenas that got frees */
 static inline void _scr_remote_poll(scr_arena *a) {
   if (SCR_UNLIKELY(atomic_load_explicit(&a->remote, memory_order_relaxed) != NULL)) _scr_remote_drain(a);
 }

@@ -43,14 +43,20 @@ extern "C" {
 
 /* ---- errors -------------------------------------------------------- */
 
+/* X(name, value, message) */
+#define SCR_ERRORS(X)                                                              \
+  X(SCR_OK, 0, "success")                                                          \
+  X(SCR_ENOMEM, 1, "out of memory")              /* the OS refused, or limit_bytes */ \
+  X(SCR_EINVAL, 2, "invalid size or alignment")                                    \
+  X(SCR_EFOREIGN, 3, "invalid pointer: not owned by this allocator")              \
+  X(SCR_EINTERIOR, 4, "invalid pointer: interior of a block")                      \
+  X(SCR_ENOTALLOC, 5, "invalid pointer: never allocated")   /* a position never handed out */ \
+  X(SCR_EDOUBLEFREE, 6, "double free")           /* a block that is already free */
+
 typedef enum scr_error {
-  SCR_OK = 0,
-  SCR_ENOMEM = 1,      /* the OS refused memory, or the heap's byte limit */
-  SCR_EINVAL = 2,      /* bad size or alignment */
-  SCR_EFOREIGN = 3,    /* the address is not in any memory of this heap */
-  SCR_EINTERIOR = 4,   /* inside a block of this heap, but not its start */
-  SCR_ENOTALLOC = 5,   /* a block position of this heap never handed out */
-  SCR_EDOUBLEFREE = 6, /* a block of this heap that is already free */
+#define SCR_ERROR_ENUM_(name, value, msg) name = value,
+  SCR_ERRORS(SCR_ERROR_ENUM_)
+#undef SCR_ERROR_ENUM_
 } scr_error;
 
 SCR_API const char *scr_strerror(int err);

@@ -8,13 +8,9 @@ static void *error_arg;
 
 const char *scr_strerror(int err) {
   switch (err) {
-  case SCR_OK: return "success";
-  case SCR_ENOMEM: return "out of memory";
-  case SCR_EINVAL: return "invalid size or alignment";
-  case SCR_EFOREIGN: return "invalid pointer: not owned by this allocator";
-  case SCR_EINTERIOR: return "invalid pointer: interior of a block";
-  case SCR_ENOTALLOC: return "invalid pointer: never allocated";
-  case SCR_EDOUBLEFREE: return "double free";
+#define X(name, value, msg) case name: return msg;
+    SCR_ERRORS(X)
+#undef X
   default: return "unknown error";
   }
 }

@@ -147,10 +147,7 @@ static int lscr_aligned_alloc(lua_State *L) {
                       scr_strerror(SCR_EINVAL));
   lscr_admit(L, A, n, "aligned_alloc", (lua_Integer)n);
   errno = 0;
-  /* Work-around: the core (c2ef116) asserts in segment.c on a zero-byte
-   * request with an alignment of 32 KiB or more; one byte is the same
-   * unique minimum block. */
-  void *p = scr_heap_aligned_alloc(A->acct.heap, (size_t)al, n == 0 ? 1 : n);
+  void *p = scr_heap_aligned_alloc(A->acct.heap, (size_t)al, n);
   if (p == NULL) {
     int err = errno == EINVAL ? SCR_EINVAL : SCR_ENOMEM;
     return luaL_error(L, "aligned_alloc(%I, %I): %s (%s)", al, (lua_Integer)n,

@@ -1367,9 +1367,9 @@ static const struct {
   const char *name;
   int code;
 } error_codes[] = {
-  {"SCR_OK", SCR_OK},           {"SCR_ENOMEM", SCR_ENOMEM},       {"SCR_EINVAL", SCR_EINVAL},
-  {"SCR_EFOREIGN", SCR_EFOREIGN}, {"SCR_EINTERIOR", SCR_EINTERIOR}, {"SCR_ENOTALLOC", SCR_ENOTALLOC},
-  {"SCR_EDOUBLEFREE", SCR_EDOUBLEFREE},
+#define ERROR_ENTRY(name, value, msg) {#name, name},
+  SCR_ERRORS(ERROR_ENTRY)
+#undef ERROR_ENTRY
 };
 
 static int

@@ -204,7 +204,7 @@ test("aligned_alloc", function()
   local ps = {}
   for k = 0, 20 do
     local al = 1 << k
-    for _, n in ipairs { 1, al, 3 * al + 5 } do
+    for _, n in ipairs { 0, 1, al, 3 * al + 5 } do
       local p = a:aligned_alloc(al, n)
       eq(p % al, 0, "aligned_alloc(" .. al .. ", " .. n .. ")")
       assert(a:usable_size(p) >= n)

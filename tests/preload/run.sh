@@ -9,6 +9,10 @@ lib=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# Preload a private copy: a rebuild of the library while the tests run
+# (their subprocesses inherit LD_PRELOAD) must not swap it under them.
+cp "$lib" "$tmp/libscralloc.so"
+lib=$tmp/libscralloc.so
 # The real interpreter, not a wrapper script (pyenv shims are bash).
 py=$(python3 -c 'import sys; print(sys.executable)')
 fail=0

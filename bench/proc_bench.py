@@ -17,9 +17,10 @@ tables and to --json.
 import argparse
 import json
 import os
+import shutil
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
 
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
@@ -106,7 +107,11 @@ def main():
     ap.add_argument("--json", default="build/bench/process.json")
     args = ap.parse_args()
 
-    allocs = find_allocators(args.lib)
+    # A private copy of the library: a rebuild meanwhile must not change it.
+    tmpdir = tempfile.mkdtemp(prefix="scr-bench-")
+    lib = os.path.join(tmpdir, "libscralloc.so")
+    shutil.copy(args.lib, lib)
+    allocs = find_allocators(lib)
     wls = workloads(args.bin, args.scale)
     results = {w[0]: {a[0]: [] for a in allocs} for w in wls}
     failures = 0
@@ -165,6 +170,7 @@ def main():
     with open(args.json, "w") as f:
         json.dump({"runs": args.runs, "scale": args.scale, "results": results, "medians": summary}, f, indent=1)
     print(f"# raw runs and medians: {args.json}", file=sys.stderr)
+    shutil.rmtree(tmpdir, ignore_errors=True)
     return 1 if failures else 0
 
 

@@ -10,6 +10,10 @@ static void proc_segment_mapped(scr_heap *h, void *base, size_t size, void *arg)
   scr_arena *a = arg;
   const scr_proc *P = &_scr_proc;
   a->mapped += size;
+  if (size == SCR_SEGMENT_SIZE) { /* a normal segment: carving starts after its header page */
+    a->frontier_seg = (uintptr_t)base;
+    a->frontier = (uintptr_t)base + SCR_PAGE_SIZE;
+  }
 #if defined(MADV_HUGEPAGE) && defined(MADV_NOHUGEPAGE)
   if (P->thp_mode != 0) {
     if (a->carved >= P->opt.hugepage_after) {
@@ -41,6 +45,13 @@ static void proc_page_acquired(scr_heap *h, void *page_start, size_t page_bytes,
     atomic_fetch_sub_explicit(&_scr_pc.prefault_inflight, a->pf_counted, memory_order_relaxed);
     a->pf_counted = 0;
   }
+  /* Fault ahead only where the carving enters fresh territory (the top of
+   * the segment mapped last): pages taken again after a decommit, or out
+   * of order, say nothing about what comes next. */
+  if ((((uintptr_t)page_start) & ~(uintptr_t)(SCR_SEGMENT_SIZE - 1)) != a->frontier_seg ||
+      (uintptr_t)end <= a->frontier)
+    return;
+  a->frontier = (uintptr_t)end;
   if (!P->opt.prefault || !P->populate_ok || a->carved < P->opt.prefault_after) return;
   if ((uintptr_t)end + P->opt.prefault_step / 2 <= a->pf_end) return; /* still ahead */
   /* The next step after `end`, within its segment. */

@@ -77,6 +77,8 @@ typedef struct scr_arena {
   uint64_t carved;                  /* bytes of fresh pages taken (holder, via hook) */
   uint64_t huge_segments;           /* segments advised MADV_HUGEPAGE (holder) */
   uintptr_t pf_end;                 /* end of the last range faulted ahead (holder) */
+  uintptr_t frontier_seg;           /* the segment mapped last (holder, via hook) */
+  uintptr_t frontier;               /* highest page end taken in it: fresh territory above */
   unsigned poisoned;                /* discard made its free pages PROT_NONE */
   unsigned pf_pending;              /* a prefault step waits to be posted (holder) */
   uintptr_t pf_from;                /* start of the last range faulted ahead (holder) */

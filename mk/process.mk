@@ -17,7 +17,13 @@ test-process-tsan: $(foreach t,$(PROC_TESTS),$(B)/tsan/tests/$(t))
 	  echo "== tsan $$t"; TSAN_OPTIONS="halt_on_error=1 exitcode=66" $(B)/tsan/tests/$$t; \
 	done
 
-test-preload: $(B)/release/libscralloc.so $(B)/debug/libscralloc.so
+$(B)/release/tests/override_check: tests/preload/override_check.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O1 -Wall -Wextra $(WERROR) -o $@ $< -ldl
+
+test-preload: $(B)/release/libscralloc.so $(B)/debug/libscralloc.so $(B)/release/tests/override_check
+	LD_PRELOAD=$(B)/release/libscralloc.so $(B)/release/tests/override_check
+	LD_PRELOAD=$(B)/debug/libscralloc.so $(B)/release/tests/override_check
 	tests/preload/run.sh $(B)/release/libscralloc.so
 	SCR_PRELOAD_QUICK=1 tests/preload/run.sh $(B)/debug/libscralloc.so
 

@@ -1,0 +1,104 @@
+/* The malloc family of libscralloc.so, checked from a program that links
+ * nothing but libc and runs with LD_PRELOAD=libscralloc.so.  Prints
+ * "N passed, N failed"; exits 0 when all hold. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int passed, failed;
+#define CHECK(c)                                                           \
+  do {                                                                     \
+    if (c) passed++;                                                       \
+    else {                                                                 \
+      failed++;                                                            \
+      fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);         \
+    }                                                                      \
+  } while (0)
+
+static int aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
+
+/* Called through volatile pointers and sizes: the calls below are meant
+ * to fail, which the compiler would otherwise warn about. */
+static void *(*volatile ra)(void *, size_t, size_t) = reallocarray;
+static void (*volatile fr)(void *) = free;
+static volatile size_t huge = SIZE_MAX / 2;
+
+int main(void) {
+  /* scralloc is the allocator: its API is in the process, and malloc's
+   * blocks are its blocks */
+  size_t (*usable)(const void *) = (size_t (*)(const void *))dlsym(RTLD_DEFAULT, "scr_usable_size");
+  CHECK(usable != NULL);
+  void *p = malloc(100);
+  CHECK(p != NULL && usable && usable(p) >= 100);
+  CHECK(malloc_usable_size(p) >= 100);
+  free(p);
+  free(NULL);
+
+  void *z = calloc(1000, 8);
+  int zero = z != NULL;
+  for (int i = 0; z && i < 8000; i++) zero &= ((unsigned char *)z)[i] == 0;
+  CHECK(zero);
+  free(z);
+  errno = 0;
+  CHECK(calloc(huge, 3) == NULL && errno == ENOMEM);
+
+  char *r = malloc(10);
+  memcpy(r, "abcdefghi", 10);
+  r = realloc(r, 100000);
+  CHECK(r != NULL && memcmp(r, "abcdefghi", 10) == 0);
+  r = realloc(r, 5);
+  CHECK(r != NULL && memcmp(r, "abcde", 5) == 0);
+  CHECK(realloc(r, 0) == NULL); /* frees, as glibc */
+  void *q = realloc(NULL, 64);
+  CHECK(q != NULL);
+  errno = 0;
+  CHECK(ra(q, huge, 4) == NULL && errno == ENOMEM);
+  q = ra(q, 10, 100);
+  CHECK(q != NULL && malloc_usable_size(q) >= 1000);
+  free(q);
+
+  size_t aligns[] = {16, 64, 4096, 65536, (size_t)2 << 20};
+  for (size_t i = 0; i < sizeof aligns / sizeof aligns[0]; i++) {
+    void *a = NULL;
+    CHECK(posix_memalign(&a, aligns[i], 1000) == 0 && a && aligned(a, aligns[i]));
+    memset(a, 1, 1000);
+    free(a);
+    a = aligned_alloc(aligns[i], 3 * aligns[i]);
+    CHECK(a && aligned(a, aligns[i]));
+    free(a);
+    a = memalign(aligns[i], 10);
+    CHECK(a && aligned(a, aligns[i]));
+    free(a);
+  }
+  void *bad = (void *)1;
+  CHECK(posix_memalign(&bad, 24, 10) == EINVAL && bad == (void *)1);
+  CHECK(posix_memalign(&bad, 4, 10) == EINVAL);
+  void *m = memalign(48, 10); /* not a power of two: rounded up */
+  CHECK(m && aligned(m, 64));
+  free(m);
+  long ps = sysconf(_SC_PAGESIZE);
+  void *v = valloc(10);
+  CHECK(v && aligned(v, (size_t)ps));
+  free(v);
+  v = pvalloc(10);
+  CHECK(v && aligned(v, (size_t)ps) && malloc_usable_size(v) >= (size_t)ps);
+  free(v);
+
+  /* many sizes, then trim */
+  void *many[2000];
+  for (int i = 0; i < 2000; i++) many[i] = malloc((size_t)(i * 37 % 70000) + 1);
+  for (int i = 0; i < 2000; i++) free(many[i]);
+  (void)malloc_trim(0);
+  int local = 0;
+  fr(&local); /* not scralloc's: ignored, no crash */
+  CHECK(malloc_usable_size(&local) == 0);
+
+  printf("%d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}

@@ -273,6 +273,9 @@ SCR_API size_t scr_process_stats_json(char *buf, size_t len);
  * SCR_OK or SCR_EINVAL; get returns UINT64_MAX for an unknown name. */
 SCR_API int scr_process_option_set(const char *name, const char *value);
 SCR_API uint64_t scr_process_option_get(const char *name);
+/* Runs the process allocator's validator (arena lists, counts, states):
+ * SCR_OK or SCR_EINVAL, reported through the error handler. */
+SCR_API int scr_process_validate(void);
 
 #ifdef __cplusplus
 }

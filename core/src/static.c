@@ -28,5 +28,6 @@
 #include "process/discard.c"
 #include "process/malloc.c"
 #include "process/free_many.c"
+#include "process/validate.c"
 #include "process/stats.c"
 #include "process/override.c"

@@ -218,6 +218,7 @@ static void test_thread_churn(void) {
   /* parked arenas are reused: far fewer arenas than threads */
   CHECK(after.arenas <= before.arenas + 2 * WAVE + 2);
   CHECK(after.parks >= before.parks + WAVE * WAVES);
+  CHECK(scr_process_validate() == SCR_OK);
 }
 
 /* ---- 4: fork while other threads allocate ---- */
@@ -335,6 +336,7 @@ static void test_trim_to_zero(void) {
   /* every block of every test was freed; trim drained the parked arenas */
   CHECK_EQ(st.allocs, 0);
   CHECK_EQ(st.large_allocs, 0);
+  CHECK(scr_process_validate() == SCR_OK);
 }
 
 int main(void) {

@@ -99,6 +99,7 @@ scr_arena *_scr_arena_claim(void) {
   }
   a->state = SCR_ARENA_OWNED;
   P->nowned++;
+  scr_validate_proc();
   _scr_discard_on_claim(now);
   unsigned poisoned = a->poisoned;
   pthread_mutex_unlock(&P->lock);
@@ -127,6 +128,7 @@ void _scr_arena_park(scr_arena *a) {
   atomic_store_explicit(&a->parked_hint, 1, memory_order_relaxed);
   P->nowned--;
   P->nparked++;
+  scr_validate_proc();
   int discard = P->opt.discard != 0;
   pthread_mutex_unlock(&P->lock);
   SCR_PC_ADD(parks, 1);

@@ -166,6 +166,14 @@ SCR_INTERNAL int _scr_proc_populate_probe(void);
 SCR_INTERNAL pid_t _scr_proc_gettid(void);
 SCR_INTERNAL int _scr_proc_protect(void *p, size_t size, int accessible);
 
+/* validate.c */
+SCR_INTERNAL bool _scr_proc_validate_locked(void);
+#if SCR_DEBUG >= 3
+#define scr_validate_proc() ((void)(_scr_proc_validate_locked() || (_scr_assert_fail("process validator", __FILE__, __LINE__), 0)))
+#else
+#define scr_validate_proc() ((void)0)
+#endif
+
 /* arena.c */
 SCR_INTERNAL void _scr_proc_init_slow(void);
 SCR_INTERNAL scr_arena *_scr_arena_claim(void);

@@ -1,0 +1,62 @@
+/* The process allocator's validator: the arena lists against their
+ * counts and states.  Debug builds (SCR_DEBUG >= 3) run it at every claim
+ * and park; scr_process_validate() runs it on demand.
+ *   length(all) == narenas, ids 0 .. narenas-1 each once
+ *   every arena on parked is PARKED (parked_hint set), length == nparked
+ *   nowned == arenas OWNED;  nowned + nparked <= narenas (the rest are
+ *   DISCARDING: borrowed by the helper or a freeing thread) */
+#include "process.h"
+
+/* Under _scr_proc.lock.  true when consistent; reports what is not. */
+bool _scr_proc_validate_locked(void) {
+  const scr_proc *P = &_scr_proc;
+  unsigned n = 0, owned = 0, parked = 0;
+  uint64_t seen[4] = {0}; /* ids below 256 */
+  for (const scr_arena *a = atomic_load_explicit(&P->all, memory_order_acquire); a; a = a->next_all) {
+    n++;
+    if (a->id >= P->narenas) {
+      _scr_report(SCR_EINVAL, "arena id %u out of range (%u arenas)", a->id, P->narenas);
+      return false;
+    }
+    if (a->id < 256) {
+      if ((seen[a->id / 64] >> (a->id % 64)) & 1) {
+        _scr_report(SCR_EINVAL, "arena id %u twice", a->id);
+        return false;
+      }
+      seen[a->id / 64] |= (uint64_t)1 << (a->id % 64);
+    }
+    if (a->state == SCR_ARENA_OWNED) owned++;
+    else if (a->state != SCR_ARENA_PARKED && a->state != SCR_ARENA_DISCARDING) {
+      _scr_report(SCR_EINVAL, "arena %u in state %u", a->id, a->state);
+      return false;
+    }
+    if (_scr_heap_owner(a->heap) != a) {
+      _scr_report(SCR_EINVAL, "arena %u: its heap names another owner", a->id);
+      return false;
+    }
+  }
+  for (const scr_arena *a = P->parked; a; a = a->next_parked) {
+    if (++parked > n) {
+      _scr_report(SCR_EINVAL, "parked list has a cycle");
+      return false;
+    }
+    if (a->state != SCR_ARENA_PARKED || !atomic_load_explicit(&a->parked_hint, memory_order_relaxed)) {
+      _scr_report(SCR_EINVAL, "arena %u on the parked list but not parked", a->id);
+      return false;
+    }
+  }
+  if (n != P->narenas || parked != P->nparked || owned != P->nowned || owned + parked > n) {
+    _scr_report(SCR_EINVAL, "arena counts: %u listed / %u, %u parked / %u, %u owned / %u", n, P->narenas,
+                parked, P->nparked, owned, P->nowned);
+    return false;
+  }
+  return true;
+}
+
+int scr_process_validate(void) {
+  _scr_proc_init();
+  pthread_mutex_lock(&_scr_proc.lock);
+  bool ok = _scr_proc_validate_locked();
+  pthread_mutex_unlock(&_scr_proc.lock);
+  return ok ? SCR_OK : SCR_EINVAL;
+}

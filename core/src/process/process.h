@@ -40,6 +40,7 @@
   X(prefault_budget, (uint64_t)8 << 20, 0, UINT64_MAX, "bytes in flight for worker threads") \
   X(dontdump, 2, 0, 2, "MADV_DONTDUMP on segments: 0 never, 1 always, 2 auto (when no core would be written)") \
   X(stats, 0, 0, 2, "print statistics at exit: 1 summary, 2 also per arena")        \
+  X(stats_fd, 2, 0, 1 << 20, "file descriptor the exit report goes to (stderr by default)") \
   X(verbose, 0, 0, 1, "report frees of memory scralloc does not own")
 
 typedef struct scr_proc_options {

@@ -126,7 +126,7 @@ size_t scr_process_stats_json(char *buf, size_t len) {
 
 static void proc_write_line(proc_out *o) {
   size_t n = o->pos < o->len ? o->pos : o->len - 1;
-  ssize_t w = write(2, o->buf, n);
+  ssize_t w = write((int)_scr_proc.opt.stats_fd, o->buf, n);
   (void)w;
   o->pos = 0;
 }

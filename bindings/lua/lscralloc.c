@@ -29,13 +29,9 @@ typedef struct lscr_alloc {
 
 static const char *lscr_code_name(int err) {
   switch (err) {
-    case SCR_OK: return "SCR_OK";
-    case SCR_ENOMEM: return "SCR_ENOMEM";
-    case SCR_EINVAL: return "SCR_EINVAL";
-    case SCR_EFOREIGN: return "SCR_EFOREIGN";
-    case SCR_EINTERIOR: return "SCR_EINTERIOR";
-    case SCR_ENOTALLOC: return "SCR_ENOTALLOC";
-    case SCR_EDOUBLEFREE: return "SCR_EDOUBLEFREE";
+#define ERROR_NAME(name, value, msg) case name: return #name;
+    SCR_ERRORS(ERROR_NAME)
+#undef ERROR_NAME
     default: return "SCR_E?";
   }
 }

@@ -80,6 +80,22 @@ bench-core: $(B)/release/bench/bench_pairs
 
 -include mk/*.mk
 
+# The main demonstration: the seed's reproducer in C beside glibc, jemalloc,
+# mimalloc and tcmalloc; the same from Python and from Lua; and a real
+# program (python3) running on scralloc through LD_PRELOAD.
+.PHONY: demo
+demo: lib $(B)/release/bench/bench_pairs lua-release python-release
+	@echo "== C: 200,000 alloc/free pairs (bench/bench_pairs.c, release build)"
+	$(B)/release/bench/bench_pairs 200000 3
+	@echo "== Python: the same at the prompt (examples/seed_table.py)"
+	PYTHONPATH=bindings/python $(PYTHON) examples/seed_table.py
+	@echo "== Lua: scralua runs a script on a scralloc heap (examples/demo.lua)"
+	SCRALLOC_STATS=1 $(B)/release/lua/scralua examples/demo.lua
+	@echo "== any program: python3 with LD_PRELOAD=libscralloc.so"
+	py=$$($(PYTHON) -c 'import sys; print(sys.executable)'); \
+	  LD_PRELOAD=$(abspath $(B)/release/libscralloc.so) SCRALLOC_STATS=1 \
+	  $$py -c 'd = {i: str(i) * 3 for i in range(300000)}; print(len(d), "entries")'
+
 test: $(TEST_STEPS)
 bench: $(BENCH_STEPS)
 

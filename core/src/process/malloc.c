@@ -9,18 +9,6 @@
 #include <errno.h>
 #include <string.h>
 
-/* Hidden aliases of the heap entry points (defined in this translation
- * unit: static.c includes every source), so calls from here are direct
- * rather than through the PLT that the exported names need in the shared
- * library. */
-#define SCR_HIDDEN_ALIAS(local, target) \
-  extern __typeof(target) local __attribute__((alias(#target), visibility("hidden")))
-SCR_HIDDEN_ALIAS(proc_heap_malloc, scr_heap_malloc);
-SCR_HIDDEN_ALIAS(proc_heap_calloc, scr_heap_calloc);
-SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
-SCR_HIDDEN_ALIAS(proc_heap_realloc, scr_heap_realloc);
-SCR_HIDDEN_ALIAS(proc_heap_free, scr_heap_free);
-SCR_HIDDEN_ALIAS(proc_heap_usable_size, scr_heap_usable_size);
 
 void _scr_proc_bad_free(const void *p) {
   SCR_PC_ADD(foreign_frees, 1);

@@ -25,6 +25,19 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
+/* Hidden aliases of the heap entry points (all defined in the one
+ * translation unit static.c makes), so that calls from the process layer
+ * are direct rather than through the PLT that the exported names need in
+ * the shared library. */
+#define SCR_HIDDEN_ALIAS(local, target) \
+  extern __typeof(target) local __attribute__((alias(#target), visibility("hidden")))
+SCR_HIDDEN_ALIAS(proc_heap_malloc, scr_heap_malloc);
+SCR_HIDDEN_ALIAS(proc_heap_calloc, scr_heap_calloc);
+SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
+SCR_HIDDEN_ALIAS(proc_heap_realloc, scr_heap_realloc);
+SCR_HIDDEN_ALIAS(proc_heap_free, scr_heap_free);
+SCR_HIDDEN_ALIAS(proc_heap_usable_size, scr_heap_usable_size);
+
 /* ---- options (one table; environment SCRALLOC_<NAME>) ---- */
 /* X(name, default, min, max, description); every value is a uint64_t.
  * discard: 0 keep every parked arena's memory, 1 return it after the

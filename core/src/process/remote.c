@@ -29,7 +29,7 @@ void _scr_remote_drain(scr_arena *a) {
   void *p = atomic_exchange_explicit(&a->remote, NULL, memory_order_acquire);
   while (p) {
     void *next = *(void **)p;
-    scr_heap_free(a->heap, p);
+    proc_heap_free(a->heap, p);
     a->remote_drained++;
     p = next;
   }

@@ -222,13 +222,25 @@ void *scr_heap_aligned_alloc(scr_heap *h, size_t align, size_t n) {
 }
 
 void scr_heap_free(scr_heap *h, void *p) {
+  /* The segment a block is in: the one the last free used when the address
+   * arithmetic lands there (it only ever holds a NORMAL segment of this
+   * heap, whose base is never a block), else the segment map. */
+  scr_segment *seg = _scr_segment_of(p);
+  if (SCR_LIKELY(seg == h->last_free_seg && p != NULL)) {
+    scr_page *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
+    if (SCR_LIKELY(pg->kind == SCR_PAGE_SMALL)) {
+      small_free(h, pg, p);
+      return;
+    }
+  }
   if (p == NULL) return;
-  scr_segment *seg = _scr_segmap_get(p);
+  seg = _scr_segmap_get(p);
   if (SCR_UNLIKELY(seg == NULL || seg->heap != h)) {
     _scr_report(SCR_EFOREIGN, "free(%p): not a block of heap %p", p, (void *)h);
     return;
   }
   if (SCR_LIKELY(seg->kind == SCR_SEG_NORMAL)) {
+    h->last_free_seg = seg;
     scr_page *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
     if (SCR_LIKELY(pg->kind == SCR_PAGE_SMALL)) {
       small_free(h, pg, p);

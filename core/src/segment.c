@@ -38,6 +38,7 @@ static void avail_push(scr_heap *h, scr_segment *seg) {
 }
 
 static void unlink_segment(scr_heap *h, scr_segment *seg) {
+  if (h->last_free_seg == seg) h->last_free_seg = NULL;
   if (seg->prev) seg->prev->next = seg->next; else h->segments = seg->next;
   if (seg->next) seg->next->prev = seg->prev;
   avail_remove(h, seg);

@@ -136,6 +136,7 @@ struct scr_heap {
   scr_options opt;                       /* options, clamped */
   scr_segment *segments;                 /* every mapping of this heap */
   scr_segment *avail;                    /* NORMAL segments with a free page */
+  scr_segment *last_free_seg;            /* NORMAL segment of the last free (NULL once unmapped) */
   uint64_t mmaps;                        /* live mappings */
   uint64_t bytes;                        /* committed bytes */
   uint64_t reserved;                     /* mapped bytes */

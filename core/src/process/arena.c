@@ -147,6 +147,7 @@ void _scr_arena_publish(scr_arena *a) {
   pthread_mutex_lock(&a->snap_lock);
   a->snap = st;
   a->snap_drained = a->remote_drained;
+  a->snap_sent = a->remote_sent;
   pthread_mutex_unlock(&a->snap_lock);
   a->ops_published = a->ops;
 }

@@ -71,13 +71,13 @@ typedef enum scr_arena_state {
 /* An arena.
  *   remote: blocks freed by threads that do not hold the arena, linked
  *           through their first word; pushed with CAS, taken all at once.
- *   remote_pushed - remote_drained == length(remote) (when quiescent) */
+ *   sum(remote_sent) + _scr_pc.remote_sent_unowned - sum(remote_drained)
+ *     == sum(length(remote)) (when quiescent) */
 typedef struct scr_arena {
   _Atomic(void *) remote;           /* lock-free stack of remote frees */
-  _Atomic uint64_t remote_pushed;   /* blocks pushed on remote (any thread) */
-  _Atomic int parked_hint;          /* 1 while PARKED (pushers then ask the helper to drain) */
+  _Atomic int parked_hint;          /* 1 while PARKED (pushers then drain it now and then) */
   _Atomic int drain_req;            /* a pusher is draining this parked arena */
-  char pad_[64 - sizeof(void *) - sizeof(uint64_t) - 2 * sizeof(int)]; /* keep pushers off the holder's line */
+  char pad_[64 - sizeof(void *) - 2 * sizeof(int)]; /* keep pushers off the holder's line */
   scr_heap *heap;                   /* this arena's heap */
   unsigned id;                      /* index in creation order */
   unsigned state;                   /* scr_arena_state, under _scr_proc.lock */
@@ -87,6 +87,7 @@ typedef struct scr_arena {
   uint64_t ops;                     /* holder's calls (ticks) */
   uint64_t ops_published;           /* ops at the last snapshot */
   uint64_t remote_drained;          /* blocks taken from remote (holder) */
+  uint64_t remote_sent;             /* blocks its holder pushed on other arenas (holder) */
   uint64_t mapped;                  /* bytes of segments mapped (holder, via hook) */
   uint64_t carved;                  /* bytes of fresh pages taken (holder, via hook) */
   uint64_t huge_segments;           /* segments advised MADV_HUGEPAGE (holder) */
@@ -104,6 +105,7 @@ typedef struct scr_arena {
   pthread_mutex_t snap_lock;        /* guards snap */
   struct scr_stats snap;            /* heap stats as of the last publish */
   uint64_t snap_drained;            /* remote_drained as of the last publish */
+  uint64_t snap_sent;               /* remote_sent as of the last publish */
   struct scr_arena *next_all;       /* next on _scr_proc.all (set before publishing) */
   struct scr_arena *next_parked;    /* parked list (under lock) */
 } scr_arena;
@@ -153,6 +155,7 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(huge_advised, "segments advised MADV_HUGEPAGE")                            \
   X(dontdump_advised, "segments advised MADV_DONTDUMP")                        \
   X(parked_drains, "parked arenas a pusher drained of remote frees")         \
+  X(remote_sent_unowned, "remote frees by threads that hold no arena")      \
   X(forks, "forks the allocator went through")
 
 typedef struct scr_proc_counters {

@@ -15,9 +15,15 @@ void _scr_remote_push(scr_arena *a, void *p) {
     *(void **)p = head;
   } while (!atomic_compare_exchange_weak_explicit(&a->remote, &head, p, memory_order_release,
                                                   memory_order_relaxed));
-  uint64_t n = atomic_fetch_add_explicit(&a->remote_pushed, 1, memory_order_relaxed) + 1;
-  /* Nobody holds a parked arena: every SCR_REMOTE_DRAIN_BATCH pushes, the
-   * pusher frees the batch into it so that its pages can go back.  What
+  /* Counted by the pushing thread (its own arena, no atomic on the line
+   * every pusher writes). */
+  scr_arena *me = _scr_tl_arena;
+  uint64_t n;
+  if (SCR_LIKELY(me != NULL)) n = ++me->remote_sent;
+  else n = atomic_fetch_add_explicit(&_scr_pc.remote_sent_unowned, 1, memory_order_relaxed) + 1;
+  /* Nobody holds a parked arena: every SCR_REMOTE_DRAIN_BATCH pushes of a
+   * thread that land on one, it frees what waits there so that the pages
+   * can go back.  What
    * stays below a batch goes at the next claim or discard. */
   if (SCR_UNLIKELY((n & (SCR_REMOTE_DRAIN_BATCH - 1)) == 0) &&
       atomic_load_explicit(&a->parked_hint, memory_order_relaxed) &&

@@ -65,14 +65,15 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->discard_delay_ms = P->delay_ms;
   o->thp_mode = (uint64_t)P->thp_mode;
   pthread_mutex_unlock(&P->lock);
+  uint64_t sent = atomic_load_explicit(&_scr_pc.remote_sent_unowned, memory_order_relaxed), drained = 0;
   for (scr_arena *a = atomic_load_explicit(&P->all, memory_order_acquire); a; a = a->next_all) {
-    uint64_t pushed = atomic_load_explicit(&a->remote_pushed, memory_order_relaxed);
     pthread_mutex_lock(&a->snap_lock);
-    uint64_t drained = a->snap_drained;
+    sent += a->snap_sent;
+    drained += a->snap_drained;
     pthread_mutex_unlock(&a->snap_lock);
-    o->remote_frees += pushed;
-    o->remote_pending += pushed > drained ? pushed - drained : 0;
   }
+  o->remote_frees = sent;
+  o->remote_pending = sent > drained ? sent - drained : 0;
 #define SCR_PLOAD_(name) atomic_load_explicit(&_scr_pc.name, memory_order_relaxed)
   o->claims = SCR_PLOAD_(claims);
   o->parks = SCR_PLOAD_(parks);

@@ -34,6 +34,11 @@ SCR_INTERNAL void _scr_assert_fail(const char *expr, const char *file, int line)
 #endif
 SCR_NO_ASAN static inline scr_block *scr_block_next(const scr_block *b) { return b->next; }
 
+/* stats.c: text output that appends to a buffer like snprintf, tracking
+ * the length it would need (pos may pass len). */
+typedef struct _scr_out { char *buf; size_t len, pos; } _scr_out;
+SCR_INTERNAL void _scr_out_put(_scr_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* error.c */
 SCR_INTERNAL void _scr_report(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -49,6 +54,8 @@ SCR_INTERNAL size_t _scr_os_page_size(void);
 
 /* options.c */
 SCR_INTERNAL void _scr_options_clamp(scr_options *opt);
+SCR_INTERNAL int _scr_parse_size(const char *s, uint64_t *out);
+SCR_INTERNAL const char *_scr_env_option(const char *name, char *env, size_t len);
 
 /* size_class.c */
 SCR_INTERNAL extern const uint32_t _scr_class_sizes[SCR_CLASS_COUNT];

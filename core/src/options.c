@@ -25,8 +25,8 @@ void _scr_options_clamp(scr_options *opt) {
   if (opt->large_cache > SCR_LARGE_CACHE_MAX) opt->large_cache = SCR_LARGE_CACHE_MAX;
 }
 
-/* "123", "64K", "4M", "1G" (binary multiples). */
-static int parse_size(const char *s, uint64_t *out) {
+/* "123", "64K", "4M", "1G", "4KiB", "4MB" (binary multiples). */
+int _scr_parse_size(const char *s, uint64_t *out) {
   if (s == NULL || !isdigit((unsigned char)*s)) return SCR_EINVAL;
   errno = 0;
   char *end;
@@ -39,7 +39,8 @@ static int parse_size(const char *s, uint64_t *out) {
   case 'G': shift = 30; end++; break;
   default: break;
   }
-  if (toupper((unsigned char)*end) == 'B' || toupper((unsigned char)*end) == 'I') end++;
+  if (shift && toupper((unsigned char)*end) == 'I') end++;
+  if (toupper((unsigned char)*end) == 'B') end++;
   if (*end != '\0') return SCR_EINVAL;
   if (shift && v > (UINT64_MAX >> shift)) return SCR_EINVAL;
   *out = (uint64_t)v << shift;
@@ -48,7 +49,7 @@ static int parse_size(const char *s, uint64_t *out) {
 
 int scr_options_set(scr_options *opt, const char *name, const char *value) {
   uint64_t v;
-  if (opt == NULL || name == NULL || parse_size(value, &v) != SCR_OK) return SCR_EINVAL;
+  if (opt == NULL || name == NULL || _scr_parse_size(value, &v) != SCR_OK) return SCR_EINVAL;
 #define X(type, oname, def, lo, hi, doc)                              \
   if (strcasecmp(name, #oname) == 0) {                                 \
     if (outside(v, (uint64_t)(lo), (uint64_t)(hi))) return SCR_EINVAL;   \
@@ -60,18 +61,24 @@ int scr_options_set(scr_options *opt, const char *name, const char *value) {
   return SCR_EINVAL;
 }
 
+/* The value of SCRALLOC_<NAME> (name in any case), or NULL; env (at
+ * least 64 bytes) receives the variable's name.  No malloc. */
+const char *_scr_env_option(const char *name, char *env, size_t len) {
+  size_t i = 0;
+  memcpy(env, "SCRALLOC_", 9);
+  for (; name[i] && i + 10 < len; i++) env[9 + i] = (char)toupper((unsigned char)name[i]);
+  env[9 + i] = '\0';
+  const char *v = getenv(env);
+  return v && *v ? v : NULL;
+}
+
 void scr_options_from_env(scr_options *opt) {
   char env[64];
-#define X(type, name, def, lo, hi, doc)                                 \
-  {                                                                     \
-    const char *n = #name;                                              \
-    size_t i = 0;                                                       \
-    memcpy(env, "SCRALLOC_", 9);                                        \
-    for (; n[i] && i + 10 < sizeof env; i++) env[9 + i] = (char)toupper((unsigned char)n[i]); \
-    env[9 + i] = '\0';                                                  \
-    const char *v = getenv(env);                                        \
-    if (v && scr_options_set(opt, #name, v) != SCR_OK)                  \
-      _scr_report(SCR_EINVAL, "ignoring %s=%s", env, v);                \
+#define X(type, name, def, lo, hi, doc)                                  \
+  {                                                                      \
+    const char *v = _scr_env_option(#name, env, sizeof env);             \
+    if (v && scr_options_set(opt, #name, v) != SCR_OK)                   \
+      _scr_report(SCR_EINVAL, "ignoring %s=%s", env, v);                 \
   }
   SCR_OPTIONS(X)
 #undef X

@@ -38,12 +38,9 @@ void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
   st->page_releases = h->page_releases;
 }
 
-/* Appends to buf like snprintf, tracking the length it would need. */
-typedef struct { char *buf; size_t len, pos; } out_t;
-
-static void put(out_t *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #include <stdarg.h>
-static void put(out_t *o, const char *fmt, ...) {
+
+void _scr_out_put(_scr_out *o, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   size_t room = o->pos < o->len ? o->len - o->pos : 0;
@@ -53,23 +50,23 @@ static void put(out_t *o, const char *fmt, ...) {
 }
 
 size_t scr_stats_json(const struct scr_stats *st, char *buf, size_t len) {
-  out_t o = {buf, len, 0};
+  _scr_out o = {buf, len, 0};
   if (len) buf[0] = '\0';
-  put(&o, "{");
-#define X(name, doc) put(&o, "\"%s\":%llu,", #name, (unsigned long long)st->name);
+  _scr_out_put(&o, "{");
+#define X(name, doc) _scr_out_put(&o, "\"%s\":%llu,", #name, (unsigned long long)st->name);
   SCR_STATS_FIELDS(X)
 #undef X
-  put(&o, "\"classes\":[");
+  _scr_out_put(&o, "\"classes\":[");
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     const scr_class_stats *cs = &st->classes[c];
-    put(&o, "%s{", c ? "," : "");
+    _scr_out_put(&o, "%s{", c ? "," : "");
     const char *sep = "";
-#define X(name, doc) put(&o, "%s\"%s\":%llu", sep, #name, (unsigned long long)cs->name), sep = ",";
+#define X(name, doc) _scr_out_put(&o, "%s\"%s\":%llu", sep, #name, (unsigned long long)cs->name), sep = ",";
     SCR_CLASS_STATS_FIELDS(X)
 #undef X
-    put(&o, "}");
+    _scr_out_put(&o, "}");
   }
-  put(&o, "]}");
+  _scr_out_put(&o, "]}");
   return o.pos;
 }
 

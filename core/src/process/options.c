@@ -11,30 +11,13 @@ void _scr_proc_options_init(scr_proc_options *o) {
 #undef SCR_PROC_OPT_DEF_
 }
 
-/* "123", "4K", "8M", "1G"; "poison" for discard.  -1 on bad text. */
+/* A size as the core parses it ("8M"), on/off words, and "poison" for
+ * discard.  -1 on bad text. */
 static int proc_parse_value(const char *name, const char *s, uint64_t *out) {
   if (strcmp(name, "discard") == 0 && strcmp(s, "poison") == 0) { *out = 2; return 0; }
   if (strcmp(s, "on") == 0 || strcmp(s, "true") == 0 || strcmp(s, "yes") == 0) { *out = 1; return 0; }
   if (strcmp(s, "off") == 0 || strcmp(s, "false") == 0 || strcmp(s, "no") == 0) { *out = 0; return 0; }
-  if (*s < '0' || *s > '9') return -1;
-  uint64_t v = 0;
-  for (; *s >= '0' && *s <= '9'; s++) {
-    if (v > (UINT64_MAX - 9) / 10) return -1;
-    v = v * 10 + (uint64_t)(*s - '0');
-  }
-  unsigned shift = 0;
-  switch (*s) {
-  case 'k': case 'K': shift = 10; s++; break;
-  case 'm': case 'M': shift = 20; s++; break;
-  case 'g': case 'G': shift = 30; s++; break;
-  default: break;
-  }
-  if (*s == 'i' || *s == 'B' || *s == 'b') s++; /* "4KiB", "4MB" */
-  if (*s == 'B') s++;
-  if (*s != '\0') return -1;
-  if (shift && v > (UINT64_MAX >> shift)) return -1;
-  *out = v << shift;
-  return 0;
+  return _scr_parse_size(s, out) == SCR_OK ? 0 : -1;
 }
 
 static uint64_t proc_clamp(uint64_t v, uint64_t lo, uint64_t hi) {
@@ -58,15 +41,9 @@ void _scr_proc_options_from_env(scr_proc_options *o) {
   char env[64];
 #define SCR_PROC_OPT_ENV_(n, def, lo, hi, doc)                                  \
   {                                                                             \
-    const char *nm = #n;                                                        \
-    size_t i = 0;                                                               \
-    memcpy(env, "SCRALLOC_", 9);                                                \
-    for (; nm[i] && i + 10 < sizeof env; i++)                                   \
-      env[9 + i] = (char)(nm[i] >= 'a' && nm[i] <= 'z' ? nm[i] - 32 : nm[i]);   \
-    env[9 + i] = '\0';                                                          \
-    const char *val = getenv(env);                                              \
-    if (val && *val && _scr_proc_option_set(o, nm, val) != SCR_OK)              \
-      _scr_report(SCR_EINVAL, "ignoring %s=%s", env, val);            \
+    const char *val = _scr_env_option(#n, env, sizeof env);                     \
+    if (val && _scr_proc_option_set(o, #n, val) != SCR_OK)                      \
+      _scr_report(SCR_EINVAL, "ignoring %s=%s", env, val);                      \
   }
   SCR_PROC_OPTIONS(SCR_PROC_OPT_ENV_)
 #undef SCR_PROC_OPT_ENV_

@@ -92,40 +92,29 @@ void scr_process_stats(struct scr_process_stats *o) {
 #undef SCR_PLOAD_
 }
 
-/* Appends like snprintf, tracking the length it would need. */
-typedef struct { char *buf; size_t len, pos; } proc_out;
-static void proc_put(proc_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void proc_put(proc_out *o, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  size_t room = o->pos < o->len ? o->len - o->pos : 0;
-  int n = vsnprintf(room ? o->buf + o->pos : NULL, room, fmt, ap);
-  va_end(ap);
-  if (n > 0) o->pos += (size_t)n;
-}
 
 size_t scr_process_stats_json(char *buf, size_t len) {
   struct scr_stats st;
   struct scr_process_stats ps;
   scr_stats(&st);
   scr_process_stats(&ps);
-  proc_out o = {buf, len, 0};
+  _scr_out o = {buf, len, 0};
   if (len) buf[0] = '\0';
-  proc_put(&o, "{\"heap\":");
+  _scr_out_put(&o, "{\"heap\":");
   size_t room = o.pos < len ? len - o.pos : 0;
   o.pos += scr_stats_json(&st, room ? buf + o.pos : NULL, room);
-  proc_put(&o, ",\"process\":{");
+  _scr_out_put(&o, ",\"process\":{");
   const char *sep = "";
-#define SCR_PJSON_(name, doc) proc_put(&o, "%s\"%s\":%llu", sep, #name, (unsigned long long)ps.name), sep = ",";
+#define SCR_PJSON_(name, doc) _scr_out_put(&o, "%s\"%s\":%llu", sep, #name, (unsigned long long)ps.name), sep = ",";
   SCR_PROCESS_STATS_FIELDS(SCR_PJSON_)
 #undef SCR_PJSON_
-  proc_put(&o, "}}");
+  _scr_out_put(&o, "}}");
   return o.pos;
 }
 
 /* ---- SCRALLOC_STATS=1: a report on stderr at exit ---- */
 
-static void proc_write_line(proc_out *o) {
+static void proc_write_line(_scr_out *o) {
   size_t n = o->pos < o->len ? o->pos : o->len - 1;
   ssize_t w = write((int)_scr_proc.opt.stats_fd, o->buf, n);
   (void)w;
@@ -136,21 +125,21 @@ static double proc_mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
 static void proc_print_stats(void) {
   char buf[512];
-  proc_out o = {buf, sizeof buf, 0};
+  _scr_out o = {buf, sizeof buf, 0};
   struct scr_stats st;
   struct scr_process_stats ps;
   scr_stats(&st);
   scr_process_stats(&ps);
   static const char *const thp[] = {"never", "madvise", "always"};
   int pid = (int)getpid();
-  proc_put(&o, "scralloc[%d]: %llu arenas (%llu owned, %llu parked); %llu claims, %llu parks; "
+  _scr_out_put(&o, "scralloc[%d]: %llu arenas (%llu owned, %llu parked); %llu claims, %llu parks; "
            "%llu remote frees (%llu pending), %llu realloc moves, %llu foreign frees\n",
            pid, (unsigned long long)ps.arenas, (unsigned long long)ps.arenas_owned,
            (unsigned long long)ps.arenas_parked, (unsigned long long)ps.claims, (unsigned long long)ps.parks,
            (unsigned long long)ps.remote_frees, (unsigned long long)ps.remote_pending,
            (unsigned long long)ps.realloc_moves, (unsigned long long)ps.foreign_frees);
   proc_write_line(&o);
-  proc_put(&o, "scralloc[%d]: heap_total %.2f MiB, heap_used %.2f MiB, %llu live blocks (%llu large), "
+  _scr_out_put(&o, "scralloc[%d]: heap_total %.2f MiB, heap_used %.2f MiB, %llu live blocks (%llu large), "
            "%llu mappings, reserved %.2f MiB; syscalls: %llu mmap, %llu munmap, %llu madvise, %llu mremap, %llu failed\n",
            pid, proc_mib(st.heap_total), proc_mib(st.heap_used), (unsigned long long)st.allocs,
            (unsigned long long)st.large_allocs, (unsigned long long)st.mmaps, proc_mib(st.reserved_bytes),
@@ -158,7 +147,7 @@ static void proc_print_stats(void) {
            (unsigned long long)st.madvise_calls, (unsigned long long)st.mremap_calls,
            (unsigned long long)st.os_failures);
   proc_write_line(&o);
-  proc_put(&o, "scralloc[%d]: %llu discards (%.2f MiB returned, delay %llu ms, %llu doublings); "
+  _scr_out_put(&o, "scralloc[%d]: %llu discards (%.2f MiB returned, delay %llu ms, %llu doublings); "
            "%llu prefaults (%.2f MiB, %llu skipped); %llu huge-page segments (THP %s); %llu dontdump segments\n",
            pid, (unsigned long long)ps.discards, proc_mib(ps.discard_bytes),
            (unsigned long long)ps.discard_delay_ms, (unsigned long long)ps.delay_doublings,
@@ -170,7 +159,7 @@ static void proc_print_stats(void) {
   for (unsigned i = 0; i < ps.arenas; i++) {
     struct scr_stats as;
     if (scr_arena_stats(i, &as) != SCR_OK) continue;
-    proc_put(&o, "scralloc[%d]:   arena %u: heap_total %.2f MiB, heap_used %.2f MiB, %llu live blocks, "
+    _scr_out_put(&o, "scralloc[%d]:   arena %u: heap_total %.2f MiB, heap_used %.2f MiB, %llu live blocks, "
              "%llu mappings, %llu retained pages\n",
              pid, i, proc_mib(as.heap_total), proc_mib(as.heap_used), (unsigned long long)as.allocs,
              (unsigned long long)as.mmaps, (unsigned long long)as.retained_pages);

@@ -591,7 +591,7 @@ static scr_heap *
 open_heap(AllocatorObject *a)
 {
   if (a->heap == NULL)
-    PyErr_SetString(PyExc_ValueError, "I/O operation on closed allocator");
+    PyErr_SetString(PyExc_ValueError, "operation on a closed allocator");
   return a->heap;
 }
 

@@ -419,7 +419,7 @@ def test_close_and_closed_errors():
         lambda: a.options, lambda: a.__enter__(),
     ]
     for call in calls:
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="operation on a closed allocator"):
             call()
 
 

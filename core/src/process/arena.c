@@ -117,6 +117,7 @@ scr_arena *_scr_arena_claim(void) {
  * its blocks stay valid; the helper returns its free pages later. */
 void _scr_arena_park(scr_arena *a) {
   scr_proc *P = &_scr_proc;
+  _scr_recycle_flush(a);
   _scr_prefault_release_ahead(a);
   _scr_remote_poll(a);
   _scr_arena_publish(a);

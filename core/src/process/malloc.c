@@ -19,7 +19,8 @@ void _scr_proc_bad_free(const void *p) {
 void *scr_malloc(size_t n) {
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
-  void *p = proc_heap_malloc(a->heap, n);
+  void *p = _scr_recycle_take(a, n);
+  if (p == NULL) p = proc_heap_malloc(a->heap, n);
   _scr_arena_tick(a);
   return p;
 }
@@ -58,6 +59,7 @@ void scr_free(void *p) {
     _scr_proc_bad_free(p);
     return;
   }
+  if (a != NULL && _scr_recycle_put(a, o, p)) return;
   _scr_remote_push(o, p);
 }
 
@@ -105,6 +107,7 @@ size_t scr_trim(void) {
   size_t n = 0;
   scr_arena *a = _scr_tl_arena;
   if (a) {
+    _scr_recycle_flush(a);
     _scr_remote_drain(a);
     n += scr_heap_trim(a->heap);
     _scr_arena_publish(a);

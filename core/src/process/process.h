@@ -106,6 +106,11 @@ typedef struct scr_arena {
   struct scr_stats snap;            /* heap stats as of the last publish */
   uint64_t snap_drained;            /* remote_drained as of the last publish */
   uint64_t snap_sent;               /* remote_sent as of the last publish */
+  uint32_t rc_total;                /* blocks in rc_head (holder) */
+  uint16_t rc_count[SCR_CLASS_COUNT]; /* blocks per class in rc_head (holder) */
+  void *rc_head[SCR_CLASS_COUNT];   /* other arenas' blocks this holder freed, kept for its own
+                                       mallocs of the class (linked through the first word;
+                                       live in their heaps all along) */
   struct scr_arena *next_all;       /* next on _scr_proc.all (set before publishing) */
   struct scr_arena *next_parked;    /* parked list (under lock) */
 } scr_arena;
@@ -218,6 +223,19 @@ static inline void _scr_arena_tick(scr_arena *a) {
 }
 
 /* remote.c */
+SCR_INTERNAL int _scr_recycle_put(scr_arena *a, scr_arena *o, void *p);
+SCR_INTERNAL void _scr_recycle_flush(scr_arena *a);
+/* A block of the caller's recycled blocks of class c, or NULL. */
+static inline void *_scr_recycle_take(scr_arena *a, size_t n) {
+  if (SCR_LIKELY(a->rc_total == 0) || n > SCR_SMALL_MAX) return NULL;
+  unsigned c = _scr_class_of(n);
+  void *b = a->rc_head[c];
+  if (b == NULL) return NULL;
+  a->rc_head[c] = *(void **)b;
+  a->rc_count[c]--;
+  a->rc_total--;
+  return b;
+}
 SCR_INTERNAL void _scr_remote_push(scr_arena *a, void *p);
 SCR_INTERNAL void _scr_remote_drain(scr_arena *a);
 static inline void _scr_remote_poll(scr_arena *a) {

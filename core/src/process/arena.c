@@ -26,12 +26,14 @@ void _scr_proc_init_slow(void) {
     _scr_proc_options_init(&P->opt);
     _scr_proc_options_from_env(&P->opt);
     scr_options_init(&P->heap_opt);
-    /* Arena defaults (the environment still wins): a few more empty pages
-     * and cached large blocks than a heap object keeps, since threads
-     * free in bursts (remote frees arrive in batches); what a parked
+    /* Arena defaults (the environment still wins): more empty pages than
+     * a heap object keeps, since threads free in bursts (remote frees
+     * arrive in batches), and half its cached large bytes (recycling
+     * already keeps one-page blocks moving between threads: 16 cached
+     * blocks cost the threaded stress 3-4 MiB of max RSS); what a parked
      * arena keeps goes back through the discard. */
     P->heap_opt.retain = 2;
-    P->heap_opt.large_cache = 16;
+    P->heap_opt.large_cache = 8;
     P->heap_opt.large_cache_bytes = (size_t)8 << 20;
     scr_options_from_env(&P->heap_opt);
     P->thp_mode = _scr_proc_thp_mode();

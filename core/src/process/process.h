@@ -108,9 +108,11 @@ typedef struct scr_arena {
   uint64_t snap_sent;               /* remote_sent as of the last publish */
   uint32_t rc_total;                /* blocks in rc_head (holder) */
   uint16_t rc_count[SCR_CLASS_COUNT]; /* blocks per class in rc_head (holder) */
-  void *rc_head[SCR_CLASS_COUNT];   /* other arenas' blocks this holder freed, kept for its own
+  void *rc_head[SCR_CLASS_COUNT + 1]; /* other arenas' blocks this holder freed, kept for its own
                                        mallocs of the class (linked through the first word;
-                                       live in their heaps all along) */
+                                       live in their heaps all along); the last list holds
+                                       one-page large blocks */
+  uint16_t rc_large;                /* blocks in rc_head[SCR_CLASS_COUNT] (holder) */
   struct scr_arena *next_all;       /* next on _scr_proc.all (set before publishing) */
   struct scr_arena *next_parked;    /* parked list (under lock) */
 } scr_arena;
@@ -227,7 +229,15 @@ SCR_INTERNAL int _scr_recycle_put(scr_arena *a, scr_arena *o, void *p);
 SCR_INTERNAL void _scr_recycle_flush(scr_arena *a);
 /* A block of the caller's recycled blocks of class c, or NULL. */
 static inline void *_scr_recycle_take(scr_arena *a, size_t n) {
-  if (SCR_LIKELY(a->rc_total == 0) || n > SCR_SMALL_MAX) return NULL;
+  if (SCR_LIKELY(a->rc_total == 0) || n > SCR_PAGE_SIZE) return NULL;
+  if (n > SCR_SMALL_MAX) { /* a one-page large block holds any n up to a page */
+    void *b = a->rc_head[SCR_CLASS_COUNT];
+    if (b == NULL) return NULL;
+    a->rc_head[SCR_CLASS_COUNT] = *(void **)b;
+    a->rc_large--;
+    a->rc_total--;
+    return b;
+  }
   unsigned c = _scr_class_of(n);
   void *b = a->rc_head[c];
   if (b == NULL) return NULL;

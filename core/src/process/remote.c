@@ -33,7 +33,9 @@ void _scr_remote_push(scr_arena *a, void *p) {
 
 /* Recycling: a small block of another arena that this thread frees is
  * kept (up to SCR_RECYCLE_CLASS_BYTES and SCR_RECYCLE_CLASS_MAX blocks per
- * class) for this thread's next malloc of its class, instead of being
+ * class; one-page large blocks up to SCR_RECYCLE_LARGE_MAX, for any
+ * request between SCR_SMALL_MAX and a page) for this thread's next malloc
+ * of its class, instead of being
  * pushed to its owner, which would free it into its heap and hand it out
  * again: the block's cache line stays with the thread that just touched
  * it, and neither the push nor the owner's drain happens.  The block stays
@@ -43,12 +45,23 @@ void _scr_remote_push(scr_arena *a, void *p) {
  * arena are pushed as before, so that its pages can go back. */
 #define SCR_RECYCLE_CLASS_BYTES 16384
 #define SCR_RECYCLE_CLASS_MAX 64
+#define SCR_RECYCLE_LARGE_MAX 4 /* one-page (64 KiB) large blocks */
 
 int _scr_recycle_put(scr_arena *a, scr_arena *o, void *p) {
   if (atomic_load_explicit(&o->parked_hint, memory_order_relaxed)) return 0;
   scr_segment *seg = _scr_segment_of(p); /* p is a live block of o: its segment is mapped */
   if (seg->kind != SCR_SEG_NORMAL) return 0;
   const scr_page *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
+  if (pg->kind == SCR_PAGE_LARGE) {
+    /* a live one-page block (its descriptor is its own; a cached one is not
+     * freed again) */
+    if (pg->span != 1 || a->rc_large >= SCR_RECYCLE_LARGE_MAX) return 0;
+    *(void **)p = a->rc_head[SCR_CLASS_COUNT];
+    a->rc_head[SCR_CLASS_COUNT] = p;
+    a->rc_large++;
+    a->rc_total++;
+    return 1;
+  }
   if (pg->kind != SCR_PAGE_SMALL) return 0;
   unsigned c = pg->cls;
   if (a->rc_count[c] >= SCR_RECYCLE_CLASS_MAX ||
@@ -64,16 +77,17 @@ int _scr_recycle_put(scr_arena *a, scr_arena *o, void *p) {
 /* Every recycled block goes back to its owner (at park and trim). */
 void _scr_recycle_flush(scr_arena *a) {
   if (a->rc_total == 0) return;
-  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
+  for (unsigned c = 0; c <= SCR_CLASS_COUNT; c++) {
     void *p = a->rc_head[c];
     a->rc_head[c] = NULL;
-    a->rc_count[c] = 0;
+    if (c < SCR_CLASS_COUNT) a->rc_count[c] = 0;
     while (p) {
       void *next = *(void **)p;
       _scr_remote_push((scr_arena *)_scr_heap_owner(_scr_heap_of(p)), p);
       p = next;
     }
   }
+  a->rc_large = 0;
   a->rc_total = 0;
 }
 

@@ -87,7 +87,10 @@ void *_scr_os_map_aligned(size_t size, size_t align, scr_os_counters *c) {
     return p;
   }
   /* The kernel chose another place: map again with room to align, trim. */
-  if (os_munmap(p, size, c) != 0) return NULL;
+  if (os_munmap(p, size, c) != 0) {
+    _scr_report(SCR_ENOMEM, "munmap failed: %zu bytes at %p stay mapped", size, p);
+    return NULL;
+  }
   if (size + align < size) return NULL;
   uint8_t *raw = os_mmap(NULL, size + align, c);
   if (raw == NULL) return NULL;

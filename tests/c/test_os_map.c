@@ -1,0 +1,82 @@
+/* The OS layer's aligned mapping: one mmap at an aligned hint, and the
+ * fallback (over-allocate, then trim head and tail) when the kernel puts
+ * the mapping elsewhere because something else sits at the hint. */
+#include "check.h"
+#include "internal.h"
+#include <sys/mman.h>
+
+static void hint_lands_with_one_mmap(void) {
+  scr_os_counters c = {0};
+  void *p = _scr_os_map_aligned(SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, &c);
+  CHECK(p != NULL);
+  CHECK(((uintptr_t)p & (SCR_SEGMENT_SIZE - 1)) == 0);
+  void *q = _scr_os_map_aligned(SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, &c);
+  CHECK(q != NULL && ((uintptr_t)q & (SCR_SEGMENT_SIZE - 1)) == 0);
+  CHECK_EQ(c.mmap_calls, 2);
+  CHECK_EQ(c.munmap_calls, 0);
+  CHECK_EQ(_scr_os_unmap(q, SCR_SEGMENT_SIZE, &c), 0);
+  CHECK_EQ(_scr_os_unmap(p, SCR_SEGMENT_SIZE, &c), 0);
+}
+
+static void occupied_hint_falls_back_to_trimming(void) {
+  scr_os_counters c = {0};
+  /* Map and unmap once: the next hint is that same place.  Then put a
+   * mapping of our own there, so the kernel must choose elsewhere. */
+  void *p = _scr_os_map_aligned(SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, &c);
+  CHECK(p != NULL);
+  CHECK_EQ(_scr_os_unmap(p, SCR_SEGMENT_SIZE, &c), 0);
+  void *blocker = mmap(p, SCR_SEGMENT_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  CHECK(blocker == p);
+  scr_os_counters f = {0};
+  void *q = _scr_os_map_aligned(SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, &f);
+  CHECK(q != NULL && q != p);
+  CHECK(((uintptr_t)q & (SCR_SEGMENT_SIZE - 1)) == 0);
+  CHECK_EQ(f.mmap_calls, 2);            /* the hint, then size + align */
+  CHECK(f.munmap_calls >= 2 && f.munmap_calls <= 3); /* the misplaced one, then head and/or tail */
+  ((volatile char *)q)[SCR_SEGMENT_SIZE - 1] = 1; /* the whole range is ours */
+  CHECK_EQ(_scr_os_unmap(q, SCR_SEGMENT_SIZE, &f), 0);
+  munmap(blocker, SCR_SEGMENT_SIZE);
+  /* a heap still works afterwards */
+  scr_heap *h = scr_heap_new(NULL);
+  void *b = scr_heap_malloc(h, 100);
+  CHECK(b != NULL);
+  scr_heap_free(h, b);
+  scr_heap_destroy(h);
+}
+
+static void quiet(int err, const char *msg, void *arg) { (void)err; (void)msg; (void)arg; }
+
+static void a_failure_in_the_fallback_is_survived(void) {
+  /* fail each of the fallback's calls in turn: the misplaced mmap's unmap,
+   * the big mmap, the head trim, the tail trim */
+  scr_set_error_handler(quiet, NULL);
+  for (unsigned long n = 1; n <= 4; n++) {
+    scr_os_counters c = {0};
+    void *p = _scr_os_map_aligned(SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, &c);
+    CHECK(p != NULL);
+    CHECK_EQ(_scr_os_unmap(p, SCR_SEGMENT_SIZE, &c), 0);
+    void *blocker = mmap(p, SCR_SEGMENT_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    CHECK(blocker == p);
+    scr_debug_fail_os_call(n);
+    void *q = _scr_os_map_aligned(SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, &c);
+    scr_debug_fail_os_call(0);
+    if (q) {
+      /* the failing call was a trim: the block is still aligned and usable */
+      CHECK(((uintptr_t)q & (SCR_SEGMENT_SIZE - 1)) == 0);
+      ((volatile char *)q)[0] = 1;
+      _scr_os_unmap(q, SCR_SEGMENT_SIZE, &c);
+    } else {
+      CHECK(n <= 3);
+    }
+    CHECK(c.failures >= 1);
+    munmap(blocker, SCR_SEGMENT_SIZE);
+  }
+  scr_set_error_handler(NULL, NULL);
+}
+
+int main(void) {
+  TEST(hint_lands_with_one_mmap);
+  TEST(occupied_hint_falls_back_to_trimming);
+  TEST(a_failure_in_the_fallback_is_survived);
+  return check_done();
+}

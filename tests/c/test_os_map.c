@@ -18,15 +18,20 @@ static void hint_lands_with_one_mmap(void) {
   CHECK_EQ(_scr_os_unmap(p, SCR_SEGMENT_SIZE, &c), 0);
 }
 
-static void occupied_hint_falls_back_to_trimming(void) {
+/* Map and unmap once: the next hint is that same place.  Then put a
+ * mapping of our own there, so that the kernel must choose elsewhere. */
+static void *occupy_next_hint(void) {
   scr_os_counters c = {0};
-  /* Map and unmap once: the next hint is that same place.  Then put a
-   * mapping of our own there, so the kernel must choose elsewhere. */
   void *p = _scr_os_map_aligned(SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, &c);
   CHECK(p != NULL);
   CHECK_EQ(_scr_os_unmap(p, SCR_SEGMENT_SIZE, &c), 0);
   void *blocker = mmap(p, SCR_SEGMENT_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
   CHECK(blocker == p);
+  return blocker;
+}
+
+static void occupied_hint_falls_back_to_trimming(void) {
+  void *blocker = occupy_next_hint(), *p = blocker;
   scr_os_counters f = {0};
   void *q = _scr_os_map_aligned(SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, &f);
   CHECK(q != NULL && q != p);
@@ -52,11 +57,7 @@ static void a_failure_in_the_fallback_is_survived(void) {
   scr_set_error_handler(quiet, NULL);
   for (unsigned long n = 1; n <= 4; n++) {
     scr_os_counters c = {0};
-    void *p = _scr_os_map_aligned(SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, &c);
-    CHECK(p != NULL);
-    CHECK_EQ(_scr_os_unmap(p, SCR_SEGMENT_SIZE, &c), 0);
-    void *blocker = mmap(p, SCR_SEGMENT_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-    CHECK(blocker == p);
+    void *blocker = occupy_next_hint();
     scr_debug_fail_os_call(n);
     void *q = _scr_os_map_aligned(SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, &c);
     scr_debug_fail_os_call(0);

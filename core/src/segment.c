@@ -120,7 +120,6 @@ static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigne
   for (unsigned i = first; i < first + n; i++) {
     scr_page *pg = &seg->pages[i];
     pg->zero = (zero >> i) & 1;
-    pg->committed = 1;
   }
   scr_page *pg = &seg->pages[first];
   if (h->hooks.page_acquired)

@@ -40,7 +40,7 @@ _Static_assert(SCR_PAGES_PER_SEGMENT == 64, "the segment's page masks are 64-bit
 typedef struct scr_block { struct scr_block *next; } scr_block;
 
 typedef enum scr_page_kind {
-  SCR_PAGE_FREE = 0,  /* belongs to no block; committed or not (see committed) */
+  SCR_PAGE_FREE = 0,  /* belongs to no block (committed or not: the segment's masks say) */
   SCR_PAGE_SMALL,     /* slots of one size class */
   SCR_PAGE_LARGE,     /* first page of a large block spanning `span` pages */
   SCR_PAGE_TAIL,      /* a later page of a large block; `head` is its first */
@@ -63,7 +63,6 @@ typedef struct scr_page {
   uint32_t block_size;         /* bytes per slot (SMALL) */
   uint8_t kind;                /* scr_page_kind */
   uint8_t cls;                 /* size class (SMALL) */
-  uint8_t committed;           /* memory is backed (not decommitted, not fresh) */
   uint8_t zero;                /* bytes not yet carved read as zero */
   uint8_t in_queue;            /* linked in its class queue */
   uint8_t cached;              /* LARGE: sits in the large cache */

@@ -133,6 +133,15 @@ static inline bool page_keep(const scr_heap *h, const scr_page *pg) {
          (h->retained_pages + 1) * SCR_PAGE_SIZE <= h->opt.retain_bytes;
 }
 
+/* An empty page of class pg->cls leaves its queue and goes back to its
+ * segment (decommitted, or unmapped with the segment). */
+static void page_release(scr_heap *h, scr_page *pg) {
+  _scr_queue_remove(h, pg);
+  h->class_pages[pg->cls]--;
+  scr_segment *seg = _scr_page_segment(pg);
+  _scr_segment_release_pages(h, seg, _scr_page_index(seg, pg), 1);
+}
+
 void _scr_heap_page_emptied(scr_heap *h, scr_page *pg) {
   unsigned c = pg->cls;
   if (page_keep(h, pg)) {
@@ -144,10 +153,7 @@ void _scr_heap_page_emptied(scr_heap *h, scr_page *pg) {
     }
     return;
   }
-  _scr_queue_remove(h, pg);
-  h->class_pages[c]--;
-  scr_segment *seg = _scr_page_segment(pg);
-  _scr_segment_release_pages(h, seg, _scr_page_index(seg, pg), 1);
+  page_release(h, pg);
   scr_validate_heap(h);
 }
 
@@ -221,6 +227,21 @@ void *scr_heap_aligned_alloc(scr_heap *h, size_t align, size_t n) {
   return _scr_large_alloc(h, n, align < SCR_PAGE_SIZE ? SCR_PAGE_SIZE : align, &zero);
 }
 
+/* The segment of h that holds p, or NULL (NULL p, another heap's or no
+ * heap's memory). */
+static inline scr_segment *own_segment(const scr_heap *h, const void *p) {
+  scr_segment *seg = p ? _scr_segmap_get(p) : NULL;
+  return seg && seg->heap == h ? seg : NULL;
+}
+
+static size_t block_usable(const scr_segment *seg, const void *p) {
+  if (seg->kind == SCR_SEG_NORMAL) {
+    const scr_page *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
+    if (pg->kind == SCR_PAGE_SMALL) return pg->block_size;
+  }
+  return _scr_large_usable(seg, p);
+}
+
 void scr_heap_free(scr_heap *h, void *p) {
   /* The segment a block is in: the one the last free used when the address
    * arithmetic lands there (it only ever holds a NORMAL segment of this
@@ -234,8 +255,8 @@ void scr_heap_free(scr_heap *h, void *p) {
     }
   }
   if (p == NULL) return;
-  seg = _scr_segmap_get(p);
-  if (SCR_UNLIKELY(seg == NULL || seg->heap != h)) {
+  seg = own_segment(h, p);
+  if (SCR_UNLIKELY(seg == NULL)) {
     _scr_report(SCR_EFOREIGN, "free(%p): not a block of heap %p", p, (void *)h);
     return;
   }
@@ -251,14 +272,8 @@ void scr_heap_free(scr_heap *h, void *p) {
 }
 
 size_t scr_heap_usable_size(const scr_heap *h, const void *p) {
-  if (p == NULL) return 0;
-  scr_segment *seg = _scr_segmap_get(p);
-  if (seg == NULL || seg->heap != h) return 0;
-  if (seg->kind == SCR_SEG_NORMAL) {
-    const scr_page *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
-    if (pg->kind == SCR_PAGE_SMALL) return pg->block_size;
-  }
-  return _scr_large_usable(seg, p);
+  scr_segment *seg = own_segment(h, p);
+  return seg ? block_usable(seg, p) : 0;
 }
 
 void *scr_heap_realloc(scr_heap *h, void *p, size_t n) {
@@ -271,17 +286,18 @@ void *scr_heap_realloc(scr_heap *h, void *p, size_t n) {
     errno = ENOMEM;
     return NULL;
   }
-  size_t usable = scr_heap_usable_size(h, p);
-  if (usable == 0) {
+  scr_segment *seg = own_segment(h, p);
+  if (seg == NULL) {
     _scr_report(SCR_EFOREIGN, "realloc(%p): not a block of heap %p", p, (void *)h);
     errno = EINVAL;
     return NULL;
   }
+  size_t usable = block_usable(seg, p);
   /* Stay in place while the block fits and is not more than twice what is
    * needed (then a smaller block gives the memory back). */
   if (n <= usable && (usable <= 64 || n > usable / 2)) return p;
   if (n > usable && usable > SCR_SMALL_MAX) {
-    void *q = _scr_large_realloc_inplace(h, _scr_segmap_get(p), p, n);
+    void *q = _scr_large_realloc_inplace(h, seg, p, n);
     if (q) return q;
   }
   void *q = scr_heap_malloc(h, n);
@@ -301,10 +317,7 @@ size_t scr_heap_trim(scr_heap *h) {
       scr_assert(pg && pg->used == 0);
       h->empty_count[c]--;
       h->retained_pages--;
-      _scr_queue_remove(h, pg);
-      h->class_pages[c]--;
-      scr_segment *seg = _scr_page_segment(pg);
-      _scr_segment_release_pages(h, seg, _scr_page_index(seg, pg), 1);
+      page_release(h, pg);
     }
   }
   _scr_large_cache_flush(h);

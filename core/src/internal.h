@@ -94,6 +94,10 @@ SCR_INTERNAL scr_page *_scr_segment_take_pages(scr_heap *h, unsigned npages, siz
 SCR_INTERNAL void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigned npages);
 SCR_INTERNAL void _scr_segment_retry_decommits(scr_heap *h);
 SCR_INTERNAL size_t _scr_segment_meta_bytes(const scr_heap *h);
+/* Bits first .. first+n-1 of a segment's 64-bit page masks. */
+static inline uint64_t _scr_run_mask(unsigned first, unsigned n) {
+  return (n >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << first;
+}
 static inline scr_segment *_scr_segment_of(const void *p) {
   return (scr_segment *)((uintptr_t)p & ~(uintptr_t)(SCR_SEGMENT_SIZE - 1));
 }
@@ -119,7 +123,7 @@ SCR_INTERNAL void _scr_queue_push_front(scr_heap *h, scr_page *pg);
 SCR_INTERNAL void _scr_queue_push_back(scr_heap *h, scr_page *pg);
 SCR_INTERNAL void _scr_queue_remove(scr_heap *h, scr_page *pg);
 SCR_INTERNAL bool _scr_heap_grow_ok(const scr_heap *h, size_t more);
-SCR_INTERNAL void _scr_heap_validate_quick(const scr_heap *h);
+SCR_INTERNAL void _scr_heap_validate_or_abort(const scr_heap *h);
 
 /* large.c */
 SCR_INTERNAL void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero);
@@ -140,7 +144,7 @@ SCR_INTERNAL void _scr_heap_set_hooks(scr_heap *h, const struct _scr_heap_hooks 
 /* validation: expensive checks at state changes in SCR_DEBUG >= 3 builds */
 #if SCR_DEBUG >= 3
 #define scr_validate_page(pg) ((void)(_scr_page_validate(pg) || (_scr_assert_fail("page validator", __FILE__, __LINE__), 0)))
-#define scr_validate_heap(h) _scr_heap_validate_quick(h)
+#define scr_validate_heap(h) _scr_heap_validate_or_abort(h)
 #else
 #define scr_validate_page(pg) ((void)0)
 #define scr_validate_heap(h) ((void)0)

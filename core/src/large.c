@@ -62,19 +62,28 @@ static bool large_release(scr_heap *h, void *block) {
   return true;
 }
 
+/* Append to the cache (newest last).  false when the array is full. */
+static bool cache_push(scr_heap *h, void *block, size_t size) {
+  if (h->cache_count >= SCR_LARGE_CACHE_MAX) return false;
+  h->cache[h->cache_count++] = (scr_cached){block, size};
+  h->cache_bytes += size;
+  return true;
+}
+
+/* Give back the oldest cached block; one whose munmap fails goes back to
+ * the end of the cache, for a later trim.  false when that happened. */
+static bool cache_evict_oldest(scr_heap *h) {
+  scr_cached old = h->cache[0];
+  cache_remove_at(h, 0);
+  if (large_release(h, old.block)) return true;
+  cache_push(h, old.block, old.size); /* room: one entry was just removed */
+  return false;
+}
+
+/* Each cached block once (a failed release stays cached, and is not
+ * retried in this pass). */
 void _scr_large_cache_flush(scr_heap *h) {
-  uint32_t i = 0;
-  while (i < h->cache_count) {
-    void *block = h->cache[i].block;
-    size_t size = h->cache[i].size;
-    cache_remove_at(h, i);
-    if (!large_release(h, block)) {
-      /* keep it cached; it goes at the next trim */
-      h->cache[h->cache_count++] = (scr_cached){block, size};
-      h->cache_bytes += size;
-      if (i + 1 >= h->cache_count) break;
-    }
-  }
+  for (uint32_t n = h->cache_count; n > 0; n--) cache_evict_oldest(h);
 }
 
 /* ---- alloc / free ---- */
@@ -172,29 +181,17 @@ void _scr_large_free(scr_heap *h, scr_segment *seg, void *p) {
   if (h->opt.large_cache > 0 && size <= h->opt.large_cache_bytes) {
     while (h->cache_count > 0 &&
            (h->cache_count >= h->opt.large_cache || h->cache_bytes + size > h->opt.large_cache_bytes)) {
-      void *old = h->cache[0].block;
-      size_t old_size = h->cache[0].size;
-      cache_remove_at(h, 0);
-      if (!large_release(h, old)) { /* could not give it back: keep it */
-        h->cache[h->cache_count++] = (scr_cached){old, old_size};
-        h->cache_bytes += old_size;
-        break;
-      }
+      if (!cache_evict_oldest(h)) break; /* could not give it back: it stays */
     }
-    if (h->cache_count < SCR_LARGE_CACHE_MAX) {
-      h->cache[h->cache_count++] = (scr_cached){p, size};
-      h->cache_bytes += size;
+    if (cache_push(h, p, size)) {
       scr_validate_heap(h);
       return;
     }
   }
-  if (!large_release(h, p)) {
-    /* munmap failed: keep the block cached, above the caps, for a later trim */
-    if (h->cache_count < SCR_LARGE_CACHE_MAX) {
-      h->cache[h->cache_count++] = (scr_cached){p, size};
-      h->cache_bytes += size;
-    }
-  }
+  /* A munmap that fails keeps the block cached, above the caps, for a
+   * later trim (lost only if all SCR_LARGE_CACHE_MAX entries are taken). */
+  if (!large_release(h, p) && !cache_push(h, p, size))
+    _scr_report(SCR_ENOMEM, "munmap failed and the large cache is full: %zu bytes stay mapped", size);
   scr_validate_heap(h);
 }
 
@@ -209,7 +206,7 @@ void *_scr_large_realloc_inplace(scr_heap *h, scr_segment *seg, void *p, size_t 
     unsigned want = (unsigned)(round_up(n, SCR_PAGE_SIZE) >> SCR_PAGE_SHIFT);
     unsigned more = want - pg->span;
     if (first + want > SCR_PAGES_PER_SEGMENT) return NULL;
-    uint64_t bits = (((uint64_t)1 << more) - 1) << (first + pg->span);
+    uint64_t bits = _scr_run_mask(first + pg->span, more);
     if ((seg->free_mask & bits) != bits) return NULL;
     if (!_scr_heap_grow_ok(h, (size_t)more * SCR_PAGE_SIZE)) return NULL;
     if (_scr_segment_take_at(h, seg, first + pg->span, more) == NULL) return NULL;

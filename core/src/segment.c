@@ -107,7 +107,7 @@ static uint64_t run_starts(uint64_t free_mask, unsigned n, size_t align) {
 }
 
 static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
-  uint64_t bits = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << first;
+  uint64_t bits = _scr_run_mask(first, n);
   uint64_t fresh = bits & ~seg->committed_free_mask;
   uint64_t zero = fresh & ~seg->lazy_free_mask;
   seg->lazy_free_mask &= ~bits;
@@ -157,11 +157,25 @@ scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align) {
   return take_run(h, best, (unsigned)__builtin_ctzll(best_m), n);
 }
 
+/* Decommit free pages first..first+n-1 of seg (MADV_FREE below
+ * madv_free_below, whose pages then do not read as zero).  On failure they
+ * stay committed, for a later trim. */
+static void decommit_run(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
+  uint64_t bits = _scr_run_mask(first, n);
+  size_t len = (size_t)n << SCR_PAGE_SHIFT;
+  bool lazy = len < h->opt.madv_free_below;
+  if (_scr_os_decommit((uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT), len, lazy, &h->os) != 0) return;
+  seg->committed_free_mask &= ~bits;
+  if (lazy) seg->lazy_free_mask |= bits;
+  h->bytes -= (uint64_t)len;
+  h->decommits++;
+}
+
 /* Pages first..first+n-1 of seg go back: the whole segment to the OS if
  * nothing else lives in it, else the run is decommitted.  A failed OS call
  * leaves the pages committed and free, for a later trim to retry. */
 void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
-  uint64_t bits = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << first;
+  uint64_t bits = _scr_run_mask(first, n);
   for (unsigned i = first; i < first + n; i++) {
     scr_page *pg = &seg->pages[i];
     memset(pg, 0, sizeof *pg);
@@ -173,14 +187,7 @@ void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, u
   seg->used_pages -= n;
   h->page_releases += n;
   if (seg->used_pages == 0 && _scr_segment_unmap(h, seg)) return;
-  size_t len = (size_t)n << SCR_PAGE_SHIFT;
-  uint8_t *start = (uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT);
-  if (_scr_os_decommit(start, len, len < h->opt.madv_free_below, &h->os) == 0) {
-    seg->committed_free_mask &= ~bits;
-    h->bytes -= (uint64_t)len;
-    h->decommits++;
-    if (len < h->opt.madv_free_below) seg->lazy_free_mask |= bits; /* MADV_FREE: not zero */
-  }
+  decommit_run(h, seg, first, n);
 }
 
 /* Give back what earlier failures kept: empty segments and committed free
@@ -199,14 +206,8 @@ void _scr_segment_retry_decommits(scr_heap *h) {
       unsigned first = (unsigned)__builtin_ctzll(m);
       unsigned n = 0;
       while (first + n < 64 && ((m >> (first + n)) & 1)) n++;
-      uint64_t bits = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << first;
-      m &= ~bits;
-      size_t len = (size_t)n << SCR_PAGE_SHIFT;
-      if (_scr_os_decommit((uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT), len, false, &h->os) == 0) {
-        seg->committed_free_mask &= ~bits;
-        h->bytes -= (uint64_t)len;
-        h->decommits++;
-      }
+      m &= ~_scr_run_mask(first, n);
+      decommit_run(h, seg, first, n);
     }
   }
 }

@@ -76,6 +76,6 @@ static bool validate(const scr_heap *h) {
 
 int scr_heap_validate(const scr_heap *h) { return validate(h) ? SCR_OK : SCR_EINVAL; }
 
-void _scr_heap_validate_quick(const scr_heap *h) {
+void _scr_heap_validate_or_abort(const scr_heap *h) {
   if (!validate(h)) _scr_assert_fail("heap validator", __FILE__, __LINE__);
 }

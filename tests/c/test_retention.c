@@ -21,16 +21,21 @@ static scr_heap *heap_with(unsigned retain, size_t retain_bytes) {
 
 #define PAIRS 200000
 
+/* The seed's loop: one block allocated, touched and freed, PAIRS times. */
+static struct scr_stats run_pairs(scr_heap *h, size_t size) {
+  for (int k = 0; k < PAIRS; k++) {
+    void *p = scr_heap_malloc(h, size);
+    *(volatile char *)p = 1;
+    scr_heap_free(h, p);
+  }
+  return stats(h);
+}
+
 static void seed_reproducer_retain_1(void) {
   size_t sizes[] = {64, 4096};
   for (int i = 0; i < 2; i++) {
     scr_heap *h = heap_with(1, 0);
-    for (int k = 0; k < PAIRS; k++) {
-      void *p = scr_heap_malloc(h, sizes[i]);
-      *(volatile char *)p = 1;
-      scr_heap_free(h, p);
-    }
-    struct scr_stats st = stats(h);
+    struct scr_stats st = run_pairs(h, sizes[i]);
     CHECK_EQ(st.mmap_calls, 1);   /* the first segment */
     CHECK_EQ(st.munmap_calls, 0);
     CHECK_EQ(st.madvise_calls, 0);
@@ -52,12 +57,7 @@ static void seed_reproducer_retain_0(void) {
   size_t sizes[] = {64, 4096};
   for (int i = 0; i < 2; i++) {
     scr_heap *h = heap_with(0, 0);
-    for (int k = 0; k < PAIRS; k++) {
-      void *p = scr_heap_malloc(h, sizes[i]);
-      *(volatile char *)p = 1;
-      scr_heap_free(h, p);
-    }
-    struct scr_stats st = stats(h);
+    struct scr_stats st = run_pairs(h, sizes[i]);
     /* free-on-empty: one page acquisition and release per pair, and as
      * the segment empties each time, one mmap and one munmap */
     CHECK_EQ(st.page_acquires, PAIRS);

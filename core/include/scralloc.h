@@ -77,7 +77,7 @@ SCR_API void scr_set_error_handler(scr_error_handler *fn, void *arg);
   X(unsigned, retain, 1, 0, 1u << 20,                                           \
     "empty pages kept per size class before they are decommitted")             \
   X(size_t, retain_bytes, (size_t)8 << 20, 0, SIZE_MAX,                         \
-    "cap on the bytes of all retained empty pages of a heap")                  \
+    "cap on the bytes of empty pages a heap keeps committed (retained pages and pages waiting for the purge)") \
   X(unsigned, large_cache, 8, 0, 1024,                                          \
     "freed large blocks kept for reuse")                                       \
   X(size_t, large_cache_bytes, (size_t)16 << 20, 0, SIZE_MAX,                   \
@@ -87,7 +87,9 @@ SCR_API void scr_set_error_handler(scr_error_handler *fn, void *arg);
   X(size_t, madv_free_below, 0, 0, SIZE_MAX,                                    \
     "decommit runs shorter than this with MADV_FREE, longer with MADV_DONTNEED")\
   X(size_t, limit_bytes, 0, 0, SIZE_MAX,                                        \
-    "refuse (ENOMEM) to hold more than this many committed bytes; 0 = no limit")
+    "refuse (ENOMEM) to hold more than this many committed bytes; 0 = no limit")\
+  X(unsigned, purge_delay_ms, 0, 0, 3600000,                                    \
+    "keep freed pages committed (reused first, no fault) this long before decommitting them; 0 = at once")
 
 typedef struct scr_options {
 #define SCR_OPTION_FIELD_(type, name, def, lo, hi, doc) type name;
@@ -112,12 +114,13 @@ SCR_API int scr_options_set(scr_options *opt, const char *name, const char *valu
   X(madvise_calls, "madvise calls made (cumulative)")                           \
   X(mremap_calls, "mremap calls made (cumulative)")                             \
   X(os_failures, "OS calls that failed (cumulative)")                           \
-  X(heap_total, "bytes held for blocks: pages in use, retained and cached")     \
+  X(heap_total, "bytes held for blocks: pages in use, retained, cached and dirty") \
   X(heap_used, "bytes in live blocks (usable sizes)")                           \
   X(retained_pages, "empty size-class pages kept")                              \
   X(retained_bytes, "bytes of empty size-class pages kept")                     \
   X(cached_blocks, "freed large blocks kept for reuse")                         \
   X(cached_bytes, "bytes of freed large blocks kept for reuse")                 \
+  X(dirty_bytes, "bytes of freed pages kept committed until the purge (purge_delay_ms)") \
   X(large_allocs, "live blocks above the size classes")                         \
   X(large_bytes, "bytes of live blocks above the size classes")                 \
   X(reserved_bytes, "address space mapped (committed or not)")                  \
@@ -206,6 +209,9 @@ SCR_API int scr_heap_validate(const scr_heap *h);
 SCR_API void scr_debug_fail_os_call(unsigned long n);
 /* Number of OS calls made by the whole process so far (every heap). */
 SCR_API unsigned long scr_debug_os_calls(void);
+/* Move the clock the purge delay is measured on ms milliseconds ahead
+ * (process-wide, cumulative); for tests of purge_delay_ms. */
+SCR_API void scr_debug_advance_clock(unsigned long ms);
 
 /* ---- process allocator --------------------------------------------- */
 /* (owned by core/src/process/; declarations added there) */

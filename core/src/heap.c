@@ -130,7 +130,7 @@ static inline void *small_alloc(scr_heap *h, unsigned c) {
  * already last in its queue) is inline in small_free. */
 static inline bool page_keep(const scr_heap *h, const scr_page *pg) {
   return h->empty_count[pg->cls] < h->opt.retain &&
-         (h->retained_pages + 1) * SCR_PAGE_SIZE <= h->opt.retain_bytes;
+         (h->retained_pages + h->dirty_pages + 1) * SCR_PAGE_SIZE <= h->opt.retain_bytes;
 }
 
 /* An empty page of class pg->cls leaves its queue and goes back to its
@@ -321,7 +321,7 @@ size_t scr_heap_trim(scr_heap *h) {
     }
   }
   _scr_large_cache_flush(h);
-  _scr_segment_retry_decommits(h);
+  _scr_segment_purge(h, true);
   scr_validate_heap(h);
   return (size_t)(before - h->bytes);
 }

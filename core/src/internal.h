@@ -51,6 +51,7 @@ SCR_INTERNAL int _scr_os_advise(void *p, size_t size, int advice, scr_os_counter
 SCR_INTERNAL void *_scr_os_remap(void *old, size_t old_size, size_t new_size, void *target, scr_os_counters *c);
 SCR_INTERNAL bool _scr_os_inject_failure(void);
 SCR_INTERNAL size_t _scr_os_page_size(void);
+SCR_INTERNAL uint64_t _scr_os_now_ms(void);
 
 /* options.c */
 SCR_INTERNAL void _scr_options_clamp(scr_options *opt);
@@ -92,7 +93,8 @@ SCR_INTERNAL bool _scr_segment_unmap(scr_heap *h, scr_segment *seg);
 SCR_INTERNAL scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, unsigned n);
 SCR_INTERNAL scr_page *_scr_segment_take_pages(scr_heap *h, unsigned npages, size_t align);
 SCR_INTERNAL void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigned npages);
-SCR_INTERNAL void _scr_segment_retry_decommits(scr_heap *h);
+SCR_INTERNAL void _scr_segment_purge(scr_heap *h, bool all);
+SCR_INTERNAL void _scr_segment_purge_tick(scr_heap *h);
 SCR_INTERNAL size_t _scr_segment_meta_bytes(const scr_heap *h);
 /* Bits first .. first+n-1 of a segment's 64-bit page masks. */
 static inline uint64_t _scr_run_mask(unsigned first, unsigned n) {

@@ -15,6 +15,7 @@ void _scr_page_format(scr_page *pg, unsigned cls) {
   pg->in_queue = 0;
   pg->next = pg->prev = NULL;
   pg->start = _scr_page_start(_scr_page_segment(pg), pg);
+  _scr_page_segment(pg)->page_tag[_scr_page_index(_scr_page_segment(pg), pg)] = (uint8_t)cls;
   SCR_UNPOISON(pg->start, SCR_PAGE_SIZE); /* a retained page changing class */
 }
 

@@ -57,6 +57,7 @@ scr_segment *_scr_segment_map(scr_heap *h, size_t size, size_t align, scr_segmen
   seg->heap = h;
   seg->size = size;
   seg->kind = kind;
+  memset(seg->page_tag, SCR_TAG_OTHER, sizeof seg->page_tag);
   link_segment(h, seg);
   if (kind == SCR_SEG_NORMAL) {
     seg->free_mask = ALL_PAGES_MASK;
@@ -75,6 +76,7 @@ bool _scr_segment_unmap(scr_heap *h, scr_segment *seg) {
   uint64_t committed = seg->kind == SCR_SEG_HUGE ? size
                                                  : PAGE_BYTES * (uint64_t)__builtin_popcountll(seg->committed_free_mask);
   scr_assert(seg->kind == SCR_SEG_HUGE || seg->used_pages == 0);
+  uint64_t dirty = seg->dirty_new | seg->dirty_old;
   unlink_segment(h, seg);
   _scr_segmap_clear((uintptr_t)seg, size);
   seg->magic = 0;
@@ -89,6 +91,7 @@ bool _scr_segment_unmap(scr_heap *h, scr_segment *seg) {
   h->mmaps--;
   h->reserved -= size;
   h->bytes -= committed;
+  h->dirty_pages -= (uint64_t)__builtin_popcountll(dirty);
   return true;
 }
 
@@ -114,6 +117,10 @@ static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigne
   seg->free_mask &= ~bits;
   if (seg->free_mask == 0) avail_remove(h, seg);
   seg->committed_free_mask &= ~bits;
+  uint64_t dirty = (seg->dirty_new | seg->dirty_old) & bits;
+  h->dirty_pages -= (uint64_t)__builtin_popcountll(dirty);
+  seg->dirty_new &= ~bits;
+  seg->dirty_old &= ~bits;
   seg->used_pages += n;
   h->bytes += PAGE_BYTES * (uint64_t)__builtin_popcountll(fresh);
   h->page_acquires += n;
@@ -137,6 +144,7 @@ scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, un
  * committed (counted in bytes) with kind FREE for the caller to set. */
 scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align) {
   scr_assert(n >= 1 && n < SCR_PAGES_PER_SEGMENT && align <= SCR_SEGMENT_SIZE / 2);
+  _scr_segment_purge_tick(h);
   scr_segment *best = NULL;
   uint64_t best_m = 0;
   for (scr_segment *seg = h->avail; seg; seg = seg->avail_next) {
@@ -179,6 +187,7 @@ void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, u
   for (unsigned i = first; i < first + n; i++) {
     scr_page *pg = &seg->pages[i];
     memset(pg, 0, sizeof *pg);
+    seg->page_tag[i] = SCR_TAG_OTHER;
   }
   SCR_UNPOISON((uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT), (size_t)n << SCR_PAGE_SHIFT);
   seg->free_mask |= bits;
@@ -186,30 +195,66 @@ void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, u
   seg->committed_free_mask |= bits;
   seg->used_pages -= n;
   h->page_releases += n;
+  if (h->opt.purge_delay_ms > 0 &&
+      (h->retained_pages + h->dirty_pages + n) * PAGE_BYTES <= h->opt.retain_bytes) {
+    /* kept committed until a purge pass finds it old */
+    seg->dirty_new |= bits;
+    h->dirty_pages += n;
+    _scr_segment_purge_tick(h);
+    return;
+  }
   if (seg->used_pages == 0 && _scr_segment_unmap(h, seg)) return;
   decommit_run(h, seg, first, n);
 }
 
-/* Give back what earlier failures kept: empty segments and committed free
- * pages. */
-void _scr_segment_retry_decommits(scr_heap *h) {
+/* Decommit the free pages of seg in mask m, run by run. */
+static void decommit_mask(scr_heap *h, scr_segment *seg, uint64_t m) {
+  while (m) {
+    unsigned first = (unsigned)__builtin_ctzll(m);
+    unsigned n = (unsigned)__builtin_ctzll(~(m >> first)); /* first >= 1: the top bit of ~(m >> first) is set */
+    m &= ~_scr_run_mask(first, n);
+    decommit_run(h, seg, first, n);
+  }
+}
+
+/* The purge pass.  Pages freed while purge_delay_ms > 0 stay committed
+ * (dirty), first in dirty_new; each pass decommits dirty_old and moves
+ * dirty_new there, so a page goes back between delay/2 and delay after it
+ * was freed, unless it is taken again first.  A segment left with nothing
+ * in it is unmapped once it has no page younger than that.  all: give
+ * back every committed free page (trim), including those an earlier
+ * failure kept, and every empty segment. */
+void _scr_segment_purge(scr_heap *h, bool all) {
   scr_segment *next;
   for (scr_segment *seg = h->segments; seg; seg = next) {
     next = seg->next;
     if (seg->kind != SCR_SEG_NORMAL) continue;
-    if (seg->used_pages == 0) {
-      _scr_segment_unmap(h, seg);
-      continue;
-    }
-    uint64_t m = seg->committed_free_mask;
-    while (m) {
-      unsigned first = (unsigned)__builtin_ctzll(m);
-      unsigned n = 0;
-      while (first + n < 64 && ((m >> (first + n)) & 1)) n++;
-      m &= ~_scr_run_mask(first, n);
-      decommit_run(h, seg, first, n);
-    }
+    uint64_t old = all ? seg->committed_free_mask : seg->dirty_old;
+    h->dirty_pages -= (uint64_t)__builtin_popcountll(old & (seg->dirty_new | seg->dirty_old));
+    seg->dirty_new &= ~old;
+    seg->dirty_old = seg->dirty_new;
+    seg->dirty_new = 0;
+    if (seg->used_pages == 0 && seg->dirty_old == 0 && _scr_segment_unmap(h, seg)) continue;
+    decommit_mask(h, seg, old);
   }
+}
+
+/* Run the purge pass when it is due (every purge_delay_ms / 2); called
+ * where pages are taken and freed, so an idle heap purges at its next
+ * page-level call (or trim). */
+void _scr_segment_purge_tick(scr_heap *h) {
+  if (h->dirty_pages == 0) {
+    h->purge_at_ms = 0;
+    return;
+  }
+  uint64_t now = _scr_os_now_ms(), half = (h->opt.purge_delay_ms + 1) / 2;
+  if (h->purge_at_ms == 0) {
+    h->purge_at_ms = now + half; /* the first dirty page since the last pass */
+    return;
+  }
+  if (now < h->purge_at_ms) return;
+  _scr_segment_purge(h, false);
+  h->purge_at_ms = h->dirty_pages ? now + half : 0;
 }
 
 size_t _scr_segment_meta_bytes(const scr_heap *h) {

@@ -90,14 +90,35 @@ typedef struct scr_segment {
   uint32_t kind;                /* scr_segment_kind */
   uint32_t used_pages;          /* NORMAL: pages not FREE */
   uint64_t free_mask;           /* NORMAL: FREE pages */
-  uint64_t committed_free_mask; /* NORMAL: FREE pages still committed (a decommit failed) */
+  uint64_t committed_free_mask; /* NORMAL: FREE pages still committed (dirty, or a decommit failed) */
   uint64_t lazy_free_mask;      /* NORMAL: FREE pages given back with MADV_FREE (not zero) */
+  uint64_t dirty_new, dirty_old;/* NORMAL: FREE pages kept committed for purge_delay_ms: freed
+                                   since the last purge pass, and before it (the next pass
+                                   decommits those); disjoint, both within committed_free_mask */
   size_t huge_offset;           /* HUGE: block offset from base */
   size_t huge_size;             /* HUGE: usable bytes of the block */
   uint32_t huge_live;           /* HUGE: 1 live, 0 cached */
   uint32_t huge_zero;           /* HUGE: block reads as zero */
+  /* What each page holds, for readers on other threads (the process
+   * allocator's recycling of blocks it frees for another arena): a line
+   * of its own that changes only when a page changes kind, so that those
+   * readers never share a line with the descriptors the owner writes on
+   * every malloc and free.  page_tag[i] == scr_page_tag_of(&pages[i]). */
+  _Alignas(64) uint8_t page_tag[SCR_PAGES_PER_SEGMENT];
   scr_page pages[SCR_PAGES_PER_SEGMENT]; /* NORMAL: descriptors */
 } scr_segment;
+
+/* Page tags: the size class of a SMALL page, SCR_TAG_LARGE1 for a
+ * one-page LARGE block (live or cached), SCR_TAG_OTHER for anything else
+ * (FREE, TAIL, a longer LARGE block, the header page, a HUGE segment). */
+#define SCR_TAG_LARGE1 0xFE
+#define SCR_TAG_OTHER 0xFF
+_Static_assert(SCR_CLASS_COUNT < SCR_TAG_LARGE1, "class indices must not collide with the tags");
+static inline uint8_t scr_page_tag_of(const scr_page *pg) {
+  if (pg->kind == SCR_PAGE_SMALL) return pg->cls;
+  if (pg->kind == SCR_PAGE_LARGE && pg->span == 1) return SCR_TAG_LARGE1;
+  return SCR_TAG_OTHER;
+}
 
 _Static_assert(sizeof(scr_segment) <= SCR_PAGE_SIZE, "segment header must fit page 0");
 
@@ -124,6 +145,7 @@ struct _scr_heap_hooks {
  *   queue[c]: pages of class c with a free slot or empty; non-empty pages
  *             first, the empty_count[c] empty (retained) pages last.
  *   retained_pages == sum(empty_count)
+ *   (retained_pages + dirty_pages) * SCR_PAGE_SIZE <= opt.retain_bytes
  *   bytes == SCR_PAGE_SIZE * (committed pages, any kind) + sum(huge sizes)
  *   mmaps == number of segments on `segments` */
 struct scr_heap {
@@ -140,6 +162,8 @@ struct scr_heap {
   uint64_t bytes;                        /* committed bytes */
   uint64_t reserved;                     /* mapped bytes */
   uint64_t retained_pages;               /* empty small pages kept */
+  uint64_t dirty_pages;                  /* sum of popcount(dirty_new | dirty_old) */
+  uint64_t purge_at_ms;                  /* next purge pass (monotonic ms) */
   uint64_t large_live, large_bytes;      /* live large blocks, their bytes */
   uint64_t decommits, page_acquires, page_releases;
   scr_os_counters os;                    /* syscalls of this heap */

@@ -7,7 +7,7 @@
 
 static bool validate(const scr_heap *h) {
   uint64_t committed = 0, mmaps = 0, reserved = 0, large_live = 0, large_bytes = 0;
-  uint64_t class_pages[SCR_CLASS_COUNT] = {0}, class_live[SCR_CLASS_COUNT] = {0};
+  uint64_t class_pages[SCR_CLASS_COUNT] = {0}, class_live[SCR_CLASS_COUNT] = {0}, dirty = 0;
   for (const scr_segment *seg = h->segments; seg; seg = seg->next) {
     if (seg->magic != SCR_SEGMENT_MAGIC || seg->heap != h) FAIL("segment %p: bad header", (void *)seg);
     if (_scr_segmap_get(seg) != seg) FAIL("segment %p: not in the segment map", (void *)seg);
@@ -24,6 +24,7 @@ static bool validate(const scr_heap *h) {
       const scr_page *pg = &seg->pages[i];
       bool is_free = (seg->free_mask >> i) & 1;
       if (is_free != (pg->kind == SCR_PAGE_FREE)) FAIL("page %u of %p: free mask disagrees", i, (void *)seg);
+      if (seg->page_tag[i] != scr_page_tag_of(pg)) FAIL("page %u of %p: tag disagrees", i, (void *)seg);
       if (is_free) {
         if ((seg->committed_free_mask >> i) & 1) committed += SCR_PAGE_SIZE;
         continue;
@@ -43,7 +44,14 @@ static bool validate(const scr_heap *h) {
     }
     if (used != seg->used_pages) FAIL("segment %p: used_pages %u, counted %u", (void *)seg, seg->used_pages, used);
     if ((seg->free_mask != 0) != (seg->in_avail != 0)) FAIL("segment %p: avail list membership", (void *)seg);
+    if ((seg->dirty_new & seg->dirty_old) != 0 ||
+        ((seg->dirty_new | seg->dirty_old) & ~seg->committed_free_mask) != 0)
+      FAIL("segment %p: dirty masks overlap or hold pages that are not committed and free", (void *)seg);
+    if ((seg->committed_free_mask & ~seg->free_mask) != 0) FAIL("segment %p: committed free mask holds used pages", (void *)seg);
+    dirty += (uint64_t)__builtin_popcountll(seg->dirty_new | seg->dirty_old);
   }
+  if (dirty != h->dirty_pages) FAIL("dirty_pages %llu, counted %llu", (unsigned long long)h->dirty_pages, (unsigned long long)dirty);
+  if (h->opt.purge_delay_ms == 0 && dirty != 0) FAIL("dirty pages without a purge delay");
   for (const scr_segment *seg = h->avail; seg; seg = seg->avail_next)
     if (!seg->in_avail || seg->kind != SCR_SEG_NORMAL) FAIL("avail list holds %p", (void *)seg);
   uint64_t retained = 0;
@@ -63,7 +71,7 @@ static bool validate(const scr_heap *h) {
     retained += empties;
   }
   if (retained != h->retained_pages) FAIL("retained pages %llu, counted %llu", (unsigned long long)h->retained_pages, (unsigned long long)retained);
-  if (retained * SCR_PAGE_SIZE > h->opt.retain_bytes) FAIL("retained bytes above the cap");
+  if ((retained + dirty) * SCR_PAGE_SIZE > h->opt.retain_bytes) FAIL("retained and dirty bytes above the cap");
   uint64_t cached = 0;
   for (uint32_t i = 0; i < h->cache_count; i++) cached += h->cache[i].size;
   if (cached != h->cache_bytes) FAIL("large cache bytes");

@@ -41,6 +41,7 @@ static int run(uint64_t seed, unsigned steps, unsigned retain) {
   scr_options_init(&o);
   o.retain = retain;
   o.large_cache = (unsigned)(next() % 5);
+  o.purge_delay_ms = next() % 2 ? 0 : 1 + (unsigned)(next() % 100);
   scr_heap *h = scr_heap_new(&o);
   static blk live[MAXLIVE];
   unsigned nlive = 0, fails = 0;
@@ -94,8 +95,10 @@ static int run(uint64_t seed, unsigned steps, unsigned retain) {
       int live_hit = 0;
       for (unsigned i = 0; bad && i < nlive; i++) live_hit |= live[i].p == bad;
       if (bad && !live_hit && scr_heap_free_checked(h, bad) == SCR_OK) FAILED("a bad free was accepted");
-    } else if (op < 92) {
+    } else if (op < 90) {
       scr_heap_trim(h);
+    } else if (op < 92) {
+      scr_debug_advance_clock(next() % 60); /* purge passes come due */
     } else {
       if (scr_heap_validate(h) != SCR_OK) FAILED("validator");
       /* no overlap: sort-free O(n^2) on a small set */

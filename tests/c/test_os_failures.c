@@ -48,6 +48,16 @@ static void scenario(scr_heap *h, live_t *b) {
   for (unsigned k = 4; k < 12; k++) drop(h, &b[k]); /* cache fills, evicts (munmap) */
   for (unsigned k = 12; k < 40; k++) put(h, &b[k], k, 16384); /* several pages */
   for (unsigned k = 12; k < 40; k += 2) drop(h, &b[k]);
+  /* with purge_delay_ms (1000), passes come due: dirty pages age, then
+   * are decommitted */
+  put(h, &b[40], 40, 300000);
+  put(h, &b[41], 41, 300000);
+  drop(h, &b[40]);
+  drop(h, &b[41]);
+  scr_debug_advance_clock(600);
+  put(h, &b[42], 42, 70000);
+  scr_debug_advance_clock(600);
+  put(h, &b[43], 43, 70000);
   scr_heap_trim(h);                      /* munmap, madvise */
   void *a = scr_heap_aligned_alloc(h, 8u << 20, 100); /* over-allocate and trim */
   scr_heap_free(h, a);
@@ -57,12 +67,13 @@ static void scenario(scr_heap *h, live_t *b) {
 static unsigned reported;
 static void count_reports(int err, const char *msg, void *arg) { (void)err; (void)msg; (void)arg; reported++; }
 
-static void every_os_call_can_fail(void) {
+static void fail_each_call(unsigned purge_delay_ms) {
   scr_set_error_handler(count_reports, NULL); /* failed munmaps are reported */
   scr_options o;
   scr_options_init(&o);
   o.retain = 0;
   o.large_cache = 4;
+  o.purge_delay_ms = purge_delay_ms;
   /* warm up (segment map leaves), then count the calls of one run */
   for (int warm = 0; warm < 2; warm++) {
     live_t b[SLOTS] = {{0}};
@@ -124,7 +135,11 @@ static void every_os_call_can_fail(void) {
   CHECK(failures_seen >= calls - 2);
 }
 
+static void every_os_call_can_fail(void) { fail_each_call(0); }
+static void every_os_call_can_fail_with_a_purge_delay(void) { fail_each_call(1000); }
+
 int main(void) {
   TEST(every_os_call_can_fail);
+  TEST(every_os_call_can_fail_with_a_purge_delay);
   return check_done();
 }

@@ -195,9 +195,92 @@ static void trim_brings_counters_to_zero(void) {
   scr_heap_destroy(h);
 }
 
+/* purge_delay_ms: a freed page stays committed (no madvise) and is the
+ * first taken again; a page-level call after the delay decommits it; trim
+ * gives back every dirty page at once. */
+static void purge_delay_keeps_freed_pages_a_while(void) {
+  scr_options o;
+  scr_options_init(&o);
+  o.retain = 0;
+  o.large_cache = 0;
+  o.purge_delay_ms = 100;
+  scr_heap *h = scr_heap_new(&o);
+  void *keep = scr_heap_malloc(h, 1000); /* the segment stays mapped */
+  void *a = scr_heap_malloc(h, 200000);  /* a run of 4 pages */
+  scr_heap_free(h, a);
+  struct scr_stats st = stats(h);
+  CHECK_EQ(st.madvise_calls, 0);
+  CHECK_EQ(st.dirty_bytes, 4 * SCR_PAGE_SIZE);
+  CHECK_EQ(st.bytes, 5 * SCR_PAGE_SIZE);
+  /* taken again without a fault or a syscall: the same pages */
+  void *b = scr_heap_malloc(h, 200000);
+  CHECK(b == a);
+  CHECK_EQ(stats(h).dirty_bytes, 0);
+  scr_heap_free(h, b);
+  /* a small page takes a dirty page, and emptied goes back the same way */
+  scr_heap_free(h, scr_heap_malloc(h, 64));
+  st = stats(h);
+  CHECK_EQ(st.dirty_bytes, 4 * SCR_PAGE_SIZE);
+  CHECK_EQ(st.madvise_calls, 0);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  /* after the delay, the next page-level call runs the purge pass(es) */
+  scr_debug_advance_clock(60);
+  scr_heap_free(h, scr_heap_malloc(h, 300000)); /* takes 5 dirty pages, frees them again */
+  scr_debug_advance_clock(60);
+  scr_heap_free(h, scr_heap_malloc(h, 70000)); /* 2 pages: the pass moves the rest to old */
+  CHECK_EQ(stats(h).madvise_calls, 0);
+  scr_debug_advance_clock(60);
+  scr_heap_free(h, scr_heap_malloc(h, 70000));
+  st = stats(h);
+  CHECK(st.madvise_calls > 0);
+  CHECK(st.dirty_bytes <= 2 * SCR_PAGE_SIZE);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  /* trim: every dirty page goes, and with the last block the segment */
+  scr_heap_trim(h);
+  st = stats(h);
+  CHECK_EQ(st.dirty_bytes, 0);
+  CHECK_EQ(st.bytes, SCR_PAGE_SIZE);
+  scr_heap_free(h, keep);
+  scr_debug_advance_clock(200);
+  scr_heap_trim(h);
+  st = stats(h);
+  CHECK_EQ(st.mmaps, 0);
+  CHECK_EQ(st.bytes, 0);
+  scr_heap_destroy(h);
+}
+
+/* The dirty pages and the retained pages share the retain_bytes cap:
+ * beyond it a freed page is decommitted at once. */
+static void purge_delay_respects_the_byte_cap(void) {
+  scr_options o;
+  scr_options_init(&o);
+  o.retain = 0;
+  o.large_cache = 0;
+  o.purge_delay_ms = 1000;
+  o.retain_bytes = 3 * SCR_PAGE_SIZE;
+  scr_heap *h = scr_heap_new(&o);
+  void *keep = scr_heap_malloc(h, 1000);
+  void *a = scr_heap_malloc(h, 2 * SCR_PAGE_SIZE);
+  void *b = scr_heap_malloc(h, 2 * SCR_PAGE_SIZE);
+  scr_heap_free(h, a); /* 2 dirty pages: within the cap */
+  CHECK_EQ(stats(h).dirty_bytes, 2 * SCR_PAGE_SIZE);
+  CHECK_EQ(stats(h).madvise_calls, 0);
+  scr_heap_free(h, b); /* 2 more would pass it: decommitted now */
+  struct scr_stats st = stats(h);
+  CHECK_EQ(st.dirty_bytes, 2 * SCR_PAGE_SIZE);
+  CHECK_EQ(st.madvise_calls, 1);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  scr_heap_free(h, keep);
+  scr_heap_trim(h);
+  CHECK_EQ(stats(h).mmaps, 0);
+  scr_heap_destroy(h);
+}
+
 int main(void) {
   TEST(seed_reproducer_retain_1);
   TEST(seed_reproducer_retain_0);
+  TEST(purge_delay_keeps_freed_pages_a_while);
+  TEST(purge_delay_respects_the_byte_cap);
   TEST(retain_4_keeps_four_pages_per_class);
   TEST(retain_1_and_0_per_class);
   TEST(retained_pages_serve_any_class);

@@ -61,6 +61,7 @@ local function generate(n, s)
     large_cache_bytes = one_of { 0, 1 << 20, 16 << 20 },
     huge_threshold = one_of { 16 << 10, 64 << 10, 1 << 20, 2 << 20 },
     madv_free_below = one_of { 0, 1 << 20, 1 << 40 },
+    purge_delay_ms = one_of { 0, 0, 1, 50 },
   }
   for i = 1, n do
     local w, kind = r(WEIGHT), nil
@@ -168,7 +169,10 @@ local function run_ops(ops, tally)
     for i, c in ipairs(st.classes) do
       if c.retained > o.retain then fail("class %d retains %d empty pages, retain = %d", i, c.retained, o.retain) end
     end
-    if st.retained_bytes > o.retain_bytes then fail("retained_bytes %d > retain_bytes %d", st.retained_bytes, o.retain_bytes) end
+    if st.retained_bytes + st.dirty_bytes > o.retain_bytes then
+      fail("retained_bytes %d + dirty_bytes %d > retain_bytes %d", st.retained_bytes, st.dirty_bytes, o.retain_bytes)
+    end
+    if o.purge_delay_ms == 0 and st.dirty_bytes ~= 0 then fail("dirty_bytes %d without a purge delay", st.dirty_bytes) end
     if st.cached_blocks > o.large_cache then fail("cached_blocks %d > large_cache %d", st.cached_blocks, o.large_cache) end
     if st.cached_bytes > o.large_cache_bytes then fail("cached_bytes %d > large_cache_bytes %d", st.cached_bytes, o.large_cache_bytes) end
     if a:usage().live_bytes ~= live_bytes then

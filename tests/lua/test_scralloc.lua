@@ -53,12 +53,12 @@ end
 local STATS_FIELDS = {
   "allocs", "mmaps", "bytes", "mmap_calls", "munmap_calls", "madvise_calls",
   "mremap_calls", "os_failures", "heap_total", "heap_used", "retained_pages",
-  "retained_bytes", "cached_blocks", "cached_bytes", "large_allocs", "large_bytes",
+  "retained_bytes", "cached_blocks", "cached_bytes", "dirty_bytes", "large_allocs", "large_bytes",
   "reserved_bytes", "meta_bytes", "decommits", "page_acquires", "page_releases",
 }
 local CLASS_FIELDS = { "block_size", "live", "pages", "retained" }
 local OPTIONS = { "retain", "retain_bytes", "large_cache", "large_cache_bytes",
-  "huge_threshold", "madv_free_below", "limit_bytes" }
+  "huge_threshold", "madv_free_below", "limit_bytes", "purge_delay_ms" }
 
 -- Every block freed and the heap trimmed: nothing is left.
 local function assert_empty(a, what)

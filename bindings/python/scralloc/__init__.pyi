@@ -48,6 +48,7 @@ class Allocator:
         huge_threshold: int = ...,
         madv_free_below: int = ...,
         limit_bytes: int = ...,
+        purge_delay_ms: int = ...,
     ) -> Allocator: ...
     @classmethod
     def from_env(cls, **options: int) -> Allocator: ...

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef MAP_NORESERVE
@@ -33,6 +34,22 @@ bool _scr_os_inject_failure(void) {
     if (atomic_compare_exchange_weak(&fail_countdown, &n, n - 1)) return n == 1;
   }
   return false;
+}
+
+static _Atomic unsigned long clock_offset_ms; /* scr_debug_advance_clock */
+
+void scr_debug_advance_clock(unsigned long ms) { atomic_fetch_add(&clock_offset_ms, ms); }
+
+/* Milliseconds on a monotonic clock.  The coarse clock (a vDSO read, no
+ * syscall, a few ms of resolution) is all the purge delay needs. */
+uint64_t _scr_os_now_ms(void) {
+  struct timespec ts;
+#ifdef CLOCK_MONOTONIC_COARSE
+  if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) != 0)
+#endif
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u +
+         atomic_load_explicit(&clock_offset_ms, memory_order_relaxed);
 }
 
 size_t _scr_os_page_size(void) {

@@ -47,7 +47,8 @@ static inline scr_arena *proc_arena_of_heap(scr_heap *h) { return (scr_arena *)_
 
 void scr_free(void *p) {
   if (p == NULL) return;
-  scr_heap *h = _scr_heap_of(p);
+  scr_segment *seg = _scr_segmap_get(p);
+  scr_heap *h = seg ? seg->heap : NULL;
   scr_arena *a = _scr_tl_arena;
   if (SCR_LIKELY(a != NULL && a->heap == h)) {
     proc_heap_free(h, p);
@@ -59,7 +60,7 @@ void scr_free(void *p) {
     _scr_proc_bad_free(p);
     return;
   }
-  if (a != NULL && _scr_recycle_put(a, o, p)) return;
+  if (a != NULL && _scr_recycle_put(a, o, seg, p)) return;
   _scr_remote_push(o, p);
 }
 

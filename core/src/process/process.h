@@ -225,7 +225,7 @@ static inline void _scr_arena_tick(scr_arena *a) {
 }
 
 /* remote.c */
-SCR_INTERNAL int _scr_recycle_put(scr_arena *a, scr_arena *o, void *p);
+SCR_INTERNAL int _scr_recycle_put(scr_arena *a, scr_arena *o, const scr_segment *seg, void *p);
 SCR_INTERNAL void _scr_recycle_flush(scr_arena *a);
 /* A block of the caller's recycled blocks of class c, or NULL. */
 static inline void *_scr_recycle_take(scr_arena *a, size_t n) {

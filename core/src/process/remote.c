@@ -47,25 +47,25 @@ void _scr_remote_push(scr_arena *a, void *p) {
 #define SCR_RECYCLE_CLASS_MAX 64
 #define SCR_RECYCLE_LARGE_MAX 4 /* one-page (64 KiB) large blocks */
 
-int _scr_recycle_put(scr_arena *a, scr_arena *o, void *p) {
+int _scr_recycle_put(scr_arena *a, scr_arena *o, const scr_segment *seg, void *p) {
   if (atomic_load_explicit(&o->parked_hint, memory_order_relaxed)) return 0;
-  scr_segment *seg = _scr_segment_of(p); /* p is a live block of o: its segment is mapped */
-  if (seg->kind != SCR_SEG_NORMAL) return 0;
-  const scr_page *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
-  if (pg->kind == SCR_PAGE_LARGE) {
-    /* a live one-page block (its descriptor is its own; a cached one is not
-     * freed again) */
-    if (pg->span != 1 || a->rc_large >= SCR_RECYCLE_LARGE_MAX) return 0;
+  /* The page's tag, not its descriptor: o's holder writes the descriptor
+   * on every call, the tag line only when the page changes kind.  (A HUGE
+   * segment's tags are all OTHER; its block may lie beyond the 64 pages.) */
+  uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
+  unsigned c = idx < SCR_PAGES_PER_SEGMENT ? seg->page_tag[idx] : SCR_TAG_OTHER;
+  if (c == SCR_TAG_LARGE1) {
+    /* a live one-page block (a cached one is not freed again) */
+    if (a->rc_large >= SCR_RECYCLE_LARGE_MAX) return 0;
     *(void **)p = a->rc_head[SCR_CLASS_COUNT];
     a->rc_head[SCR_CLASS_COUNT] = p;
     a->rc_large++;
     a->rc_total++;
     return 1;
   }
-  if (pg->kind != SCR_PAGE_SMALL) return 0;
-  unsigned c = pg->cls;
+  if (c >= SCR_CLASS_COUNT) return 0;
   if (a->rc_count[c] >= SCR_RECYCLE_CLASS_MAX ||
-      (size_t)a->rc_count[c] * pg->block_size >= SCR_RECYCLE_CLASS_BYTES)
+      (size_t)a->rc_count[c] * _scr_class_sizes[c] >= SCR_RECYCLE_CLASS_BYTES)
     return 0;
   *(void **)p = a->rc_head[c];
   a->rc_head[c] = p;

@@ -79,7 +79,7 @@ SCR_API void scr_set_error_handler(scr_error_handler *fn, void *arg);
   X(size_t, retain_bytes, (size_t)8 << 20, 0, SIZE_MAX,                         \
     "cap on the bytes of empty pages a heap keeps committed (retained pages and pages waiting for the purge)") \
   X(unsigned, large_cache, 8, 0, 1024,                                          \
-    "freed large blocks kept for reuse")                                       \
+    "freed large blocks kept for reuse (with purge_delay_ms, huge mappings only)") \
   X(size_t, large_cache_bytes, (size_t)16 << 20, 0, SIZE_MAX,                   \
     "cap on the bytes of cached large blocks")                                 \
   X(size_t, huge_threshold, (size_t)1 << 20, SCR_SMALL_MAX, SCR_SEGMENT_SIZE / 2, \
@@ -226,7 +226,11 @@ SCR_API void scr_debug_advance_clock(unsigned long ms);
 SCR_API void *scr_malloc(size_t n);
 SCR_API void *scr_calloc(size_t count, size_t size);
 SCR_API void *scr_realloc(void *p, size_t n);       /* moves foreign-arena blocks into the caller's */
-SCR_API void scr_free(void *p);                     /* NULL ok; memory scralloc does not own is ignored */
+/* NULL ok; memory scralloc does not own is ignored (counted in
+ * foreign_frees, reported with SCRALLOC_VERBOSE=1 and in checked builds).
+ * A double free is undefined, as with malloc; checked builds report it
+ * (SCR_EDOUBLEFREE) and ignore it. */
+SCR_API void scr_free(void *p);
 SCR_API void *scr_aligned_alloc(size_t alignment, size_t n);
 SCR_API size_t scr_usable_size(const void *p);      /* 0 for NULL or memory scralloc does not own */
 /* Frees n blocks; sets of 16384 or more are freed in descending address

@@ -4,7 +4,7 @@
  * Fast paths: malloc pops the head page of its class queue (free list,
  * then bump); free pushes onto the block's page.  Everything else (a full
  * or missing page, an emptied page, large blocks) is a slow path. */
-#include "internal.h"
+#include "heap_fast.h"
 #include <errno.h>
 #include <string.h>
 
@@ -53,25 +53,7 @@ bool _scr_heap_grow_ok(const scr_heap *h, size_t more) {
 
 /* ---- small blocks ---- */
 
-/* Take a block from a page that has one (free list first, then bump). */
-static inline void *page_alloc(scr_heap *h, scr_page *pg) {
-  scr_block *b = pg->free;
-  if (b) {
-    SCR_UNPOISON(b, pg->block_size);
-    pg->free = b->next;
-  } else b = (scr_block *)(pg->start + (size_t)pg->capacity++ * pg->block_size);
-  if (SCR_UNLIKELY(pg->used++ == 0)) {
-    h->empty_count[pg->cls]--;
-    h->retained_pages--;
-  }
-  h->class_live[pg->cls]++;
-  scr_validate_page(pg);
-  return b;
-}
 
-static inline bool page_has_room(const scr_page *pg) {
-  return pg->free != NULL || pg->capacity < pg->reserved;
-}
 
 /* A page for class c: a retained page of another class, else a page from
  * a segment.  It comes back counted as an empty page of class c, which the
@@ -103,7 +85,7 @@ static scr_page *page_for_class(scr_heap *h, unsigned c) {
 
 void *_scr_heap_alloc_small_slow(scr_heap *h, unsigned c) {
   scr_page *pg;
-  while ((pg = h->queue[c]) != NULL && !page_has_room(pg)) _scr_queue_remove(h, pg); /* full */
+  while ((pg = h->queue[c]) != NULL && !_scr_page_has_room(pg)) _scr_queue_remove(h, pg); /* full */
   if (pg == NULL) {
     pg = page_for_class(h, c);
     if (pg == NULL) {
@@ -111,27 +93,14 @@ void *_scr_heap_alloc_small_slow(scr_heap *h, unsigned c) {
       return NULL;
     }
     _scr_queue_push_front(h, pg);
-    void *b = page_alloc(h, pg);
+    void *b = _scr_page_alloc(h, pg);
     scr_validate_heap(h);
     return b;
   }
-  return page_alloc(h, pg);
+  return _scr_page_alloc(h, pg);
 }
 
-static inline void *small_alloc(scr_heap *h, unsigned c) {
-  scr_page *pg = h->queue[c];
-  if (SCR_LIKELY(pg != NULL && page_has_room(pg))) return page_alloc(h, pg);
-  return _scr_heap_alloc_small_slow(h, c);
-}
 
-/* A page's last block was freed: keep it (at the tail of its queue) while
- * the class holds fewer than `retain` empty pages and the heap's retained
- * bytes stay under the cap; else give it back.  The common case (kept,
- * already last in its queue) is inline in small_free. */
-static inline bool page_keep(const scr_heap *h, const scr_page *pg) {
-  return h->empty_count[pg->cls] < h->opt.retain &&
-         (h->retained_pages + h->dirty_pages + 1) * SCR_PAGE_SIZE <= h->opt.retain_bytes;
-}
 
 /* An empty page of class pg->cls leaves its queue and goes back to its
  * segment (decommitted, or unmapped with the segment). */
@@ -144,7 +113,7 @@ static void page_release(scr_heap *h, scr_page *pg) {
 
 void _scr_heap_page_emptied(scr_heap *h, scr_page *pg) {
   unsigned c = pg->cls;
-  if (page_keep(h, pg)) {
+  if (_scr_page_keep(h, pg)) {
     h->empty_count[c]++;
     h->retained_pages++;
     if (h->queue_tail[c] != pg) {
@@ -157,30 +126,11 @@ void _scr_heap_page_emptied(scr_heap *h, scr_page *pg) {
   scr_validate_heap(h);
 }
 
-static inline void small_free(scr_heap *h, scr_page *pg, void *p) {
-  scr_assert(((uint8_t *)p - pg->start) % pg->block_size == 0);
-  scr_block *b = p;
-  b->next = pg->free;
-  pg->free = b;
-  SCR_POISON(b, pg->block_size);
-  h->class_live[pg->cls]--;
-  if (SCR_UNLIKELY(!pg->in_queue)) _scr_queue_push_front(h, pg); /* it was full */
-  pg->used--;
-  scr_validate_page(pg);
-  if (SCR_UNLIKELY(pg->used == 0)) {
-    if (h->queue_tail[pg->cls] == pg && page_keep(h, pg)) {
-      h->empty_count[pg->cls]++;
-      h->retained_pages++;
-    } else {
-      _scr_heap_page_emptied(h, pg); /* may unmap pg */
-    }
-  }
-}
 
 /* ---- entry points ---- */
 
 void *scr_heap_malloc(scr_heap *h, size_t n) {
-  if (SCR_LIKELY(n <= SCR_SMALL_MAX)) return small_alloc(h, _scr_class_of(n));
+  if (SCR_LIKELY(n <= SCR_SMALL_MAX)) return _scr_small_alloc(h, _scr_class_of(n));
   if (n > SCR_MAX_REQUEST) {
     errno = ENOMEM;
     return NULL;
@@ -196,7 +146,7 @@ void *scr_heap_calloc(scr_heap *h, size_t count, size_t size) {
     return NULL;
   }
   if (n <= SCR_SMALL_MAX) {
-    void *p = small_alloc(h, _scr_class_of(n));
+    void *p = _scr_small_alloc(h, _scr_class_of(n));
     if (p) memset(p, 0, n);
     return p;
   }
@@ -221,7 +171,7 @@ void *scr_heap_aligned_alloc(scr_heap *h, size_t align, size_t n) {
     /* A class whose size is a multiple of align: every slot is aligned,
      * since pages start on 64 KiB boundaries. */
     for (unsigned c = _scr_class_of(want); c < SCR_CLASS_COUNT; c++)
-      if (_scr_class_sizes[c] % align == 0) return small_alloc(h, c);
+      if (_scr_class_sizes[c] % align == 0) return _scr_small_alloc(h, c);
   }
   bool zero;
   return _scr_large_alloc(h, n, align < SCR_PAGE_SIZE ? SCR_PAGE_SIZE : align, &zero);
@@ -250,7 +200,7 @@ void scr_heap_free(scr_heap *h, void *p) {
   if (SCR_LIKELY(seg == h->last_free_seg && p != NULL)) {
     scr_page *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
     if (SCR_LIKELY(pg->kind == SCR_PAGE_SMALL)) {
-      small_free(h, pg, p);
+      _scr_small_free(h, pg, p);
       return;
     }
   }
@@ -264,7 +214,7 @@ void scr_heap_free(scr_heap *h, void *p) {
     h->last_free_seg = seg;
     scr_page *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
     if (SCR_LIKELY(pg->kind == SCR_PAGE_SMALL)) {
-      small_free(h, pg, p);
+      _scr_small_free(h, pg, p);
       return;
     }
   }
@@ -327,6 +277,12 @@ size_t scr_heap_trim(scr_heap *h) {
 }
 
 /* ---- hooks for the process allocator ---- */
+
+uint64_t _scr_heap_unused_bytes(const scr_heap *h) {
+  uint64_t used = h->large_bytes;
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) used += h->class_live[c] * _scr_class_sizes[c];
+  return h->bytes > used ? h->bytes - used : 0;
+}
 
 scr_heap *_scr_heap_of(const void *p) {
   scr_segment *seg = _scr_segmap_get(p);

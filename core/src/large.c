@@ -179,7 +179,11 @@ void _scr_large_free(scr_heap *h, scr_segment *seg, void *p) {
   }
   h->large_live--;
   h->large_bytes -= size;
-  if (h->opt.large_cache > 0 && size <= h->opt.large_cache_bytes) {
+  /* With a purge delay a page run goes back to its segment as dirty
+   * pages, which any later request (small pages too) takes first: the
+   * cache then holds huge mappings only. */
+  bool cacheable = seg->kind == SCR_SEG_HUGE || h->opt.purge_delay_ms == 0;
+  if (cacheable && h->opt.large_cache > 0 && size <= h->opt.large_cache_bytes) {
     while (h->cache_count > 0 &&
            (h->cache_count >= h->opt.large_cache || h->cache_bytes + size > h->opt.large_cache_bytes)) {
       if (!cache_evict_oldest(h)) break; /* could not give it back: it stays */

@@ -23,6 +23,7 @@
 #include "process/os_linux.c"
 #include "process/arena.c"
 #include "process/remote.c"
+#include "process/recycle.c"
 #include "process/hooks.c"
 #include "process/prefault.c"
 #include "process/discard.c"

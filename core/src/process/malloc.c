@@ -19,8 +19,15 @@ void _scr_proc_bad_free(const void *p) {
 void *scr_malloc(size_t n) {
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
-  void *p = _scr_recycle_take(a, n);
-  if (p == NULL) p = proc_heap_malloc(a->heap, n);
+  void *p;
+  if (SCR_LIKELY(n <= SCR_SMALL_MAX)) {
+    unsigned c = _scr_class_of(n);
+    p = _scr_recycle_take(a, c);
+    if (p == NULL) p = _scr_small_alloc(a->heap, c);
+  } else {
+    p = n <= SCR_PAGE_SIZE ? _scr_recycle_take(a, SCR_CLASS_COUNT) : NULL;
+    if (p == NULL) p = proc_heap_malloc(a->heap, n);
+  }
   _scr_arena_tick(a);
   return p;
 }
@@ -51,7 +58,7 @@ void scr_free(void *p) {
   scr_heap *h = seg ? seg->heap : NULL;
   scr_arena *a = _scr_tl_arena;
   if (SCR_LIKELY(a != NULL && a->heap == h)) {
-    proc_heap_free(h, p);
+    if (!_scr_recycle_put(a, a, seg, p) && !_scr_small_free_in(h, seg, p)) proc_heap_free(h, p);
     _scr_arena_tick(a);
     return;
   }

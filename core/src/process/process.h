@@ -21,7 +21,7 @@
 #ifndef SCR_PROCESS_H
 #define SCR_PROCESS_H
 
-#include "internal.h"
+#include "heap_fast.h"
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -73,12 +73,23 @@ typedef enum scr_arena_state {
  *           through their first word; pushed with CAS, taken all at once.
  *   sum(remote_sent) + _scr_pc.remote_sent_unowned - sum(remote_drained)
  *     == sum(length(remote)) (when quiescent) */
+/* Other arenas' blocks of one size class that the holder freed, kept for
+ * its own mallocs of the class (linked through the first word; live in
+ * their heaps all along). */
+typedef struct scr_recycled {
+  void *head;
+  uint32_t count;
+} scr_recycled;
+
+/* Three groups of fields, a cache line (or more) each, by who writes
+ * them: other threads (remote, drain_req), rarely anyone but read by
+ * every thread that frees a block of the arena (parked_hint), and the
+ * holder on every call (from heap on). */
 typedef struct scr_arena {
   _Atomic(void *) remote;           /* lock-free stack of remote frees */
-  _Atomic int parked_hint;          /* 1 while PARKED (pushers then drain it now and then) */
   _Atomic int drain_req;            /* a pusher is draining this parked arena */
-  char pad_[64 - sizeof(void *) - 2 * sizeof(int)]; /* keep pushers off the holder's line */
-  scr_heap *heap;                   /* this arena's heap */
+  _Alignas(64) _Atomic int parked_hint; /* 1 while PARKED (pushers then drain it now and then) */
+  _Alignas(64) scr_heap *heap;      /* this arena's heap */
   unsigned id;                      /* index in creation order */
   unsigned state;                   /* scr_arena_state, under _scr_proc.lock */
   unsigned discarded;               /* pages returned since it was parked */
@@ -103,16 +114,13 @@ typedef struct scr_arena {
   size_t pf_req_len;                /* its length */
   struct _scr_heap_hooks hooks;     /* the heap's hooks, arg = this arena */
   pthread_mutex_t snap_lock;        /* guards snap */
-  struct scr_stats snap;            /* heap stats as of the last publish */
+  struct scr_stats snap;            /* heap stats as of the last publish, less the blocks the
+                                       holder keeps for reuse (recycle.c) */
+  struct scr_stats snap_lent;       /* other arenas' blocks the holder kept, at that publish */
   uint64_t snap_drained;            /* remote_drained as of the last publish */
   uint64_t snap_sent;               /* remote_sent as of the last publish */
-  uint32_t rc_total;                /* blocks in rc_head (holder) */
-  uint16_t rc_count[SCR_CLASS_COUNT]; /* blocks per class in rc_head (holder) */
-  void *rc_head[SCR_CLASS_COUNT + 1]; /* other arenas' blocks this holder freed, kept for its own
-                                       mallocs of the class (linked through the first word;
-                                       live in their heaps all along); the last list holds
-                                       one-page large blocks */
-  uint16_t rc_large;                /* blocks in rc_head[SCR_CLASS_COUNT] (holder) */
+  scr_recycled rc[SCR_CLASS_COUNT + 1]; /* recycled blocks per class; the last list holds
+                                       one-page large blocks (holder) */
   struct scr_arena *next_all;       /* next on _scr_proc.all (set before publishing) */
   struct scr_arena *next_parked;    /* parked list (under lock) */
 } scr_arena;
@@ -225,27 +233,23 @@ static inline void _scr_arena_tick(scr_arena *a) {
 }
 
 /* remote.c */
+/* recycle.c */
 SCR_INTERNAL int _scr_recycle_put(scr_arena *a, scr_arena *o, const scr_segment *seg, void *p);
 SCR_INTERNAL void _scr_recycle_flush(scr_arena *a);
-/* A block of the caller's recycled blocks of class c, or NULL. */
-static inline void *_scr_recycle_take(scr_arena *a, size_t n) {
-  if (SCR_LIKELY(a->rc_total == 0) || n > SCR_PAGE_SIZE) return NULL;
-  if (n > SCR_SMALL_MAX) { /* a one-page large block holds any n up to a page */
-    void *b = a->rc_head[SCR_CLASS_COUNT];
-    if (b == NULL) return NULL;
-    a->rc_head[SCR_CLASS_COUNT] = *(void **)b;
-    a->rc_large--;
-    a->rc_total--;
-    return b;
-  }
-  unsigned c = _scr_class_of(n);
-  void *b = a->rc_head[c];
+SCR_INTERNAL void _scr_recycle_account(const scr_arena *a, struct scr_stats *st, struct scr_stats *lent);
+/* A kept block of list c (a size class, or SCR_CLASS_COUNT: one-page large
+ * blocks, which hold any request up to a page), or NULL. */
+static inline void *_scr_recycle_take(scr_arena *a, unsigned c) {
+  scr_recycled *r = &a->rc[c];
+  void *b = r->head;
   if (b == NULL) return NULL;
-  a->rc_head[c] = *(void **)b;
-  a->rc_count[c]--;
-  a->rc_total--;
+  SCR_UNPOISON(b, c < SCR_CLASS_COUNT ? _scr_class_sizes[c] : SCR_PAGE_SIZE);
+  r->head = *(void **)b;
+  r->count--;
   return b;
 }
+
+/* remote.c */
 SCR_INTERNAL void _scr_remote_push(scr_arena *a, void *p);
 SCR_INTERNAL void _scr_remote_drain(scr_arena *a);
 static inline void _scr_remote_poll(scr_arena *a) {

@@ -31,66 +31,6 @@ void _scr_remote_push(scr_arena *a, void *p) {
     proc_borrow_and_drain(a);
 }
 
-/* Recycling: a small block of another arena that this thread frees is
- * kept (up to SCR_RECYCLE_CLASS_BYTES and SCR_RECYCLE_CLASS_MAX blocks per
- * class; one-page large blocks up to SCR_RECYCLE_LARGE_MAX, for any
- * request between SCR_SMALL_MAX and a page) for this thread's next malloc
- * of its class, instead of being
- * pushed to its owner, which would free it into its heap and hand it out
- * again: the block's cache line stays with the thread that just touched
- * it, and neither the push nor the owner's drain happens.  The block stays
- * live in its owner's heap the whole time (the owner's figures count it as
- * used); it goes back to the owner when it is freed again by any thread,
- * or at this thread's exit or scr_trim (the flush).  Blocks of a parked
- * arena are pushed as before, so that its pages can go back. */
-#define SCR_RECYCLE_CLASS_BYTES 16384
-#define SCR_RECYCLE_CLASS_MAX 64
-#define SCR_RECYCLE_LARGE_MAX 4 /* one-page (64 KiB) large blocks */
-
-int _scr_recycle_put(scr_arena *a, scr_arena *o, const scr_segment *seg, void *p) {
-  if (atomic_load_explicit(&o->parked_hint, memory_order_relaxed)) return 0;
-  /* The page's tag, not its descriptor: o's holder writes the descriptor
-   * on every call, the tag line only when the page changes kind.  (A HUGE
-   * segment's tags are all OTHER; its block may lie beyond the 64 pages.) */
-  uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
-  unsigned c = idx < SCR_PAGES_PER_SEGMENT ? seg->page_tag[idx] : SCR_TAG_OTHER;
-  if (c == SCR_TAG_LARGE1) {
-    /* a live one-page block (a cached one is not freed again) */
-    if (a->rc_large >= SCR_RECYCLE_LARGE_MAX) return 0;
-    *(void **)p = a->rc_head[SCR_CLASS_COUNT];
-    a->rc_head[SCR_CLASS_COUNT] = p;
-    a->rc_large++;
-    a->rc_total++;
-    return 1;
-  }
-  if (c >= SCR_CLASS_COUNT) return 0;
-  if (a->rc_count[c] >= SCR_RECYCLE_CLASS_MAX ||
-      (size_t)a->rc_count[c] * _scr_class_sizes[c] >= SCR_RECYCLE_CLASS_BYTES)
-    return 0;
-  *(void **)p = a->rc_head[c];
-  a->rc_head[c] = p;
-  a->rc_count[c]++;
-  a->rc_total++;
-  return 1;
-}
-
-/* Every recycled block goes back to its owner (at park and trim). */
-void _scr_recycle_flush(scr_arena *a) {
-  if (a->rc_total == 0) return;
-  for (unsigned c = 0; c <= SCR_CLASS_COUNT; c++) {
-    void *p = a->rc_head[c];
-    a->rc_head[c] = NULL;
-    if (c < SCR_CLASS_COUNT) a->rc_count[c] = 0;
-    while (p) {
-      void *next = *(void **)p;
-      _scr_remote_push((scr_arena *)_scr_heap_owner(_scr_heap_of(p)), p);
-      p = next;
-    }
-  }
-  a->rc_large = 0;
-  a->rc_total = 0;
-}
-
 void _scr_remote_drain(scr_arena *a) {
   void *p = atomic_exchange_explicit(&a->remote, NULL, memory_order_acquire);
   while (p) {

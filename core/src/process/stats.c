@@ -32,11 +32,23 @@ void scr_stats(struct scr_stats *out) {
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) out->classes[c].block_size = scr_class_size(c);
   _scr_proc_init();
   proc_refresh_own();
+  struct scr_stats lent;
+  memset(&lent, 0, sizeof lent);
   for (scr_arena *a = atomic_load_explicit(&_scr_proc.all, memory_order_acquire); a; a = a->next_all) {
     pthread_mutex_lock(&a->snap_lock);
     proc_stats_add(out, &a->snap);
+    proc_stats_add(&lent, &a->snap_lent);
     pthread_mutex_unlock(&a->snap_lock);
   }
+  /* Blocks a thread keeps for reuse are live in their owner's heap: off
+   * the sum.  (Snapshots of different times: never below zero.) */
+#define SCR_TAKE_OFF_(x, y) ((x) = (x) > (y) ? (x) - (y) : 0)
+  SCR_TAKE_OFF_(out->allocs, lent.allocs);
+  SCR_TAKE_OFF_(out->heap_used, lent.heap_used);
+  SCR_TAKE_OFF_(out->large_allocs, lent.large_allocs);
+  SCR_TAKE_OFF_(out->large_bytes, lent.large_bytes);
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) SCR_TAKE_OFF_(out->classes[c].live, lent.classes[c].live);
+#undef SCR_TAKE_OFF_
 }
 
 int scr_arena_stats(unsigned i, struct scr_stats *out) {

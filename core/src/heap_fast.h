@@ -1,0 +1,76 @@
+/* The fast paths of malloc and free, inline for heap.c and for the
+ * process allocator's entry points (one call less, and no second lookup
+ * of what the caller already knows).  Everything else is in heap.c. */
+#ifndef SCR_HEAP_FAST_H
+#define SCR_HEAP_FAST_H
+
+#include "internal.h"
+
+/* Take a block from a page that has one (free list first, then bump). */
+static inline void *_scr_page_alloc(scr_heap *h, scr_page *pg) {
+  scr_block *b = pg->free;
+  if (b) {
+    SCR_UNPOISON(b, pg->block_size);
+    pg->free = b->next;
+  } else b = (scr_block *)(pg->start + (size_t)pg->capacity++ * pg->block_size);
+  if (SCR_UNLIKELY(pg->used++ == 0)) {
+    h->empty_count[pg->cls]--;
+    h->retained_pages--;
+  }
+  h->class_live[pg->cls]++;
+  scr_validate_page(pg);
+  return b;
+}
+
+static inline bool _scr_page_has_room(const scr_page *pg) {
+  return pg->free != NULL || pg->capacity < pg->reserved;
+}
+
+/* A block of class c: the head page of its queue, else the slow path. */
+static inline void *_scr_small_alloc(scr_heap *h, unsigned c) {
+  scr_page *pg = h->queue[c];
+  if (SCR_LIKELY(pg != NULL && _scr_page_has_room(pg))) return _scr_page_alloc(h, pg);
+  return _scr_heap_alloc_small_slow(h, c);
+}
+
+/* A page's last block was freed: keep it (at the tail of its queue) while
+ * the class holds fewer than `retain` empty pages and the heap's retained
+ * bytes stay under the cap; else give it back.  The common case (kept,
+ * already last in its queue) is inline in _scr_small_free. */
+static inline bool _scr_page_keep(const scr_heap *h, const scr_page *pg) {
+  return h->empty_count[pg->cls] < h->opt.retain &&
+         (h->retained_pages + h->dirty_pages + 1) * SCR_PAGE_SIZE <= h->opt.retain_bytes;
+}
+
+/* Free p, a block of the small page pg of h. */
+static inline void _scr_small_free(scr_heap *h, scr_page *pg, void *p) {
+  scr_assert(((uint8_t *)p - pg->start) % pg->block_size == 0);
+  scr_block *b = p;
+  b->next = pg->free;
+  pg->free = b;
+  SCR_POISON(b, pg->block_size);
+  h->class_live[pg->cls]--;
+  if (SCR_UNLIKELY(!pg->in_queue)) _scr_queue_push_front(h, pg); /* it was full */
+  pg->used--;
+  scr_validate_page(pg);
+  if (SCR_UNLIKELY(pg->used == 0)) {
+    if (h->queue_tail[pg->cls] == pg && _scr_page_keep(h, pg)) {
+      h->empty_count[pg->cls]++;
+      h->retained_pages++;
+    } else {
+      _scr_heap_page_emptied(h, pg); /* may unmap pg */
+    }
+  }
+}
+
+/* Free p, a block of h in seg, here when it is a small block; false
+ * (nothing done) otherwise.  The page's tag says so without reading the
+ * segment's kind; a huge block can lie beyond the 64 pages. */
+static inline bool _scr_small_free_in(scr_heap *h, scr_segment *seg, void *p) {
+  uintptr_t i = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
+  if (SCR_UNLIKELY(i >= SCR_PAGES_PER_SEGMENT || seg->page_tag[i] >= SCR_CLASS_COUNT)) return false;
+  _scr_small_free(h, &seg->pages[i], p);
+  return true;
+}
+
+#endif /* SCR_HEAP_FAST_H */

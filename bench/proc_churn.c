@@ -3,7 +3,11 @@
  * each thread keeps a live set and churns short-lived blocks around it,
  * in waves of threads that exit (so arenas are parked and claimed), then
  * everything is freed and the RSS after free is printed
- * ("rss_after_free_kib N") for the harness.
+ * ("rss_after_free_kib N") for the harness.  The threads of a wave make
+ * their first allocation, then wait for each other (a barrier), so that
+ * every thread of a wave holds its arena (or thread cache) at once
+ * whatever the scheduler does: without it, how many arenas a run
+ * created, and with it the peak RSS, varied by tens of MiB between runs.
  * Usage: proc_churn [threads] [live MiB total] [churn MiB per thread] [waves] */
 #include <pthread.h>
 #include <stdint.h>
@@ -14,6 +18,7 @@
 static int threads = 16, waves = 2;
 static size_t live_total = (size_t)128 << 20, churn_per = (size_t)64 << 20;
 static void **kept[256];
+static pthread_barrier_t start;
 static size_t kept_n[256];
 
 static uint64_t next(uint64_t *s) {
@@ -28,6 +33,7 @@ static void *worker(void *arg) {
   uint64_t s = id * 2654435761u + 7;
   size_t live_bytes = live_total / (size_t)threads, have = 0, n = 0, cap = 1024;
   void **live = malloc(cap * sizeof *live);
+  pthread_barrier_wait(&start); /* every thread holds its arena (its first malloc) */
   while (have < live_bytes) { /* the live set: 64 B .. 4 KiB */
     size_t sz = 64 + next(&s) % 4032;
     if (n == cap) live = realloc(live, (cap *= 2) * sizeof *live);
@@ -74,8 +80,10 @@ int main(int argc, char **argv) {
   if (threads < 1 || threads > 128) return 2;
   for (int w = 0; w < waves; w++) {
     pthread_t t[128];
+    pthread_barrier_init(&start, NULL, (unsigned)threads);
     for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(w % 2 * 128 / 2 + i));
     for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&start);
     /* the main thread frees what the previous wave left */
     for (int i = 0; i < 256; i++) {
       if (!kept[i] || (i >= (w % 2) * 64 && i < (w % 2) * 64 + threads)) continue;

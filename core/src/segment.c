@@ -221,12 +221,16 @@ static void decommit_mask(scr_heap *h, scr_segment *seg, uint64_t m) {
  * (dirty), first in dirty_new; each pass decommits dirty_old and moves
  * dirty_new there, so a page goes back between delay/2 and delay after it
  * was freed, unless it is taken again first.  A segment left with nothing
- * in it is unmapped once it has no page younger than that.  all: give
- * back every committed free page (trim), including those an earlier
- * failure kept, and every empty segment. */
+ * in it is unmapped once it has no page younger than that, except the
+ * newest such one, which stays mapped (decommitted) for the heap's next
+ * growth: a program that fills and empties its heap in rounds would
+ * otherwise map and unmap a segment every round.  all: give back every
+ * committed free page (trim), including those an earlier failure kept,
+ * and every empty segment. */
 void _scr_segment_purge(scr_heap *h, bool all) {
   scr_segment *next;
-  for (scr_segment *seg = h->segments; seg; seg = next) {
+  bool kept_empty = all;
+  for (scr_segment *seg = h->segments; seg; seg = next) { /* newest first */
     next = seg->next;
     if (seg->kind != SCR_SEG_NORMAL) continue;
     uint64_t old = all ? seg->committed_free_mask : seg->dirty_old;
@@ -234,7 +238,10 @@ void _scr_segment_purge(scr_heap *h, bool all) {
     seg->dirty_new &= ~old;
     seg->dirty_old = seg->dirty_new;
     seg->dirty_new = 0;
-    if (seg->used_pages == 0 && seg->dirty_old == 0 && _scr_segment_unmap(h, seg)) continue;
+    if (seg->used_pages == 0 && seg->dirty_old == 0) {
+      if (kept_empty && _scr_segment_unmap(h, seg)) continue;
+      kept_empty = true;
+    }
     decommit_mask(h, seg, old);
   }
 }

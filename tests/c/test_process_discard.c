@@ -152,8 +152,12 @@ static void test_relink_in_address_order(void) {
 }
 
 static void test_huge_dontdump_prefault(void) {
+  /* always (by default only while a CPU is spare, which this test cannot
+   * count on) */
+  CHECK(scr_process_option_set("prefault", "2") == SCR_OK);
   struct scr_process_stats before = pstats();
   run_thread(fill_and_free, (void *)(uintptr_t)(20 * MIB));
+  CHECK(scr_process_option_set("prefault", "1") == SCR_OK);
   struct scr_process_stats ps = pstats();
   if (ps.thp_mode != 0) CHECK(ps.huge_segments > before.huge_segments);
   CHECK(ps.dontdump_segments > 0 || scr_process_option_get("dontdump") == 0);
@@ -161,7 +165,7 @@ static void test_huge_dontdump_prefault(void) {
   void *pg = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   int populate = pg != MAP_FAILED && madvise(pg, 4096, 23) == 0;
   if (pg != MAP_FAILED) munmap(pg, 4096);
-  if (populate) CHECK(ps.prefaults + ps.prefault_skipped > before.prefaults + before.prefault_skipped);
+  if (populate) CHECK(ps.prefaults > before.prefaults);
 }
 
 /* ---- subprocesses (re-exec of this binary with an environment) ---- */

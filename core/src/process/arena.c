@@ -44,6 +44,7 @@ void _scr_proc_init_slow(void) {
     P->thp_mode = _scr_proc_thp_mode();
     P->core_dumps = _scr_proc_core_dumps();
     P->populate_ok = P->opt.prefault ? _scr_proc_populate_probe() : 0;
+    P->ncpus = _scr_proc_cpus();
     P->delay_ms = P->opt.discard_delay_ms;
     P->main_tid = _scr_proc_gettid();
     if (pthread_key_create(&P->key, proc_thread_exit) != 0)
@@ -122,6 +123,7 @@ scr_arena *_scr_arena_claim(void) {
   }
   a->state = SCR_ARENA_OWNED;
   P->nowned++;
+  atomic_store_explicit(&P->owned_hint, P->nowned, memory_order_relaxed);
   scr_validate_proc();
   _scr_discard_on_claim(now);
   unsigned poisoned = a->poisoned;
@@ -151,6 +153,7 @@ void _scr_arena_park(scr_arena *a) {
   P->parked = a;
   atomic_store_explicit(&a->parked_hint, 1, memory_order_relaxed);
   P->nowned--;
+  atomic_store_explicit(&P->owned_hint, P->nowned, memory_order_relaxed);
   P->nparked++;
   scr_validate_proc();
   int discard = P->opt.discard != 0;

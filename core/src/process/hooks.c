@@ -38,7 +38,6 @@ static void proc_page_acquired(scr_heap *h, void *page_start, size_t page_bytes,
   scr_arena *a = arg;
   const scr_proc *P = &_scr_proc;
   uint8_t *end = (uint8_t *)page_start + page_bytes;
-  a->carved += page_bytes;
   (void)h;
   if (a->pf_counted && (uintptr_t)page_start >= a->pf_from) {
     /* The carving reached the range faulted ahead: it no longer counts. */
@@ -51,6 +50,9 @@ static void proc_page_acquired(scr_heap *h, void *page_start, size_t page_bytes,
   if ((((uintptr_t)page_start) & ~(uintptr_t)(SCR_SEGMENT_SIZE - 1)) != a->frontier_seg ||
       (uintptr_t)end <= a->frontier)
     return;
+  /* carved: how far the frontier moved, not pages taken again (a heap
+   * that frees and takes the same pages all day is not growing) */
+  a->carved += (uintptr_t)end - (a->frontier > (uintptr_t)page_start ? a->frontier : (uintptr_t)page_start);
   a->frontier = (uintptr_t)end;
   if (!P->opt.prefault || !P->populate_ok || a->carved < P->opt.prefault_after) return;
   if ((uintptr_t)end + P->opt.prefault_step / 2 <= a->pf_end) return; /* still ahead */

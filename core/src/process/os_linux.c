@@ -1,10 +1,12 @@
 /* The OS calls of the process layer that the core's prim/ does not have:
  * the transparent-huge-page mode, whether the kernel would write a core,
- * a monotonic clock, MADV_POPULATE_WRITE.  All without malloc.  Every
+ * a monotonic clock, MADV_POPULATE_WRITE, the CPU count.  All without
+ * malloc.  Every
  * Linux-only path has a fallback that does nothing. */
 #include "process.h"
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -85,6 +87,16 @@ int _scr_proc_populate_probe(void) {
 #else
   return 0;
 #endif
+}
+
+/* CPUs this process may run on (its affinity mask), at least 1. */
+unsigned _scr_proc_cpus(void) {
+#ifdef __linux__
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return (unsigned)CPU_COUNT(&set);
+#endif
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (unsigned)n : 1;
 }
 
 pid_t _scr_proc_gettid(void) {

@@ -2,7 +2,8 @@
  * just ahead of where busy arenas carve, with MADV_POPULATE_WRITE, which
  * commits zeroed pages without storing into them (so it cannot race with
  * carving).  An arena faults ahead only after it has carved
- * prefault_after bytes; each arena has one range in flight; ranges of
+ * prefault_after bytes, and (prefault=1, the default) only while fewer
+ * threads hold arenas than the process has CPUs; each arena has one range in flight; ranges of
  * worker threads count against prefault_budget until the carving reaches
  * them or the arena parks.  Kernels without MADV_POPULATE_WRITE (< 5.14)
  * and SCRALLOC_PREFAULT=0 get nothing: the owner faults its pages. */
@@ -13,6 +14,14 @@
 void _scr_prefault_post(scr_arena *a) {
   size_t len = (size_t)(a->pf_end - a->pf_from);
   if (len == 0) return;
+  /* The helper only saves time where a CPU would otherwise idle: with as
+   * many threads holding arenas as the process may run on, the faults cost
+   * the same CPU either way and the range faulted ahead costs RSS. */
+  if (_scr_proc.opt.prefault == 1 &&
+      atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed) >= _scr_proc.ncpus) {
+    SCR_PC_ADD(prefault_skipped, 1);
+    return;
+  }
   if (atomic_load_explicit(&a->pf_state, memory_order_acquire) != 0) {
     SCR_PC_ADD(prefault_skipped, 1);
     return;

@@ -47,7 +47,7 @@ SCR_HIDDEN_ALIAS(proc_heap_usable_size, scr_heap_usable_size);
   X(discard_delay_ms, 1000, 0, 3600000, "first delay before a parked arena is discarded") \
   X(discard_delay_max_ms, 10000, 0, 3600000, "cap of the doubling delay")           \
   X(hugepage_after, (uint64_t)8 << 20, 0, UINT64_MAX, "bytes an arena maps before its segments get MADV_HUGEPAGE") \
-  X(prefault, 1, 0, 1, "fault in memory ahead of busy arenas (MADV_POPULATE_WRITE)") \
+  X(prefault, 1, 0, 2, "fault in memory ahead of busy arenas (MADV_POPULATE_WRITE): 0 off, 1 while fewer threads hold arenas than there are CPUs, 2 always") \
   X(prefault_after, (uint64_t)1 << 20, 0, UINT64_MAX, "bytes an arena carves before it is faulted ahead") \
   X(prefault_step, (uint64_t)256 << 10, 65536, (uint64_t)64 << 20, "bytes faulted ahead per step") \
   X(prefault_budget, (uint64_t)8 << 20, 0, UINT64_MAX, "bytes in flight for worker threads") \
@@ -135,6 +135,8 @@ typedef struct scr_proc {
   _Atomic(scr_arena *) all;         /* every arena, newest first (pushed under lock, read lock-free) */
   scr_arena *parked;                /* parked arenas, most recently parked first */
   unsigned narenas, nowned, nparked;/* counts (under lock) */
+  _Atomic unsigned owned_hint;      /* nowned, for readers without the lock */
+  unsigned ncpus;                   /* CPUs the process may run on (at init) */
   uint8_t *pool;                    /* arena descriptors are carved here */
   size_t pool_left;                 /* bytes left in pool */
   int thp_mode;                     /* 0 never/absent, 1 madvise, 2 always */
@@ -196,6 +198,7 @@ SCR_INTERNAL void *_scr_proc_map(size_t size);
 SCR_INTERNAL int _scr_proc_populate(void *p, size_t size);
 SCR_INTERNAL int _scr_proc_populate_probe(void);
 SCR_INTERNAL pid_t _scr_proc_gettid(void);
+SCR_INTERNAL unsigned _scr_proc_cpus(void);
 SCR_INTERNAL int _scr_proc_protect(void *p, size_t size, int accessible);
 
 /* validate.c */

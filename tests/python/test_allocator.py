@@ -301,6 +301,28 @@ def test_trim_gives_everything_back():
     a.close()
 
 
+def test_purge_delay_keeps_freed_pages():
+    # a freed run of pages stays committed (no madvise) and is taken again
+    # first; trim gives it back
+    with scralloc.Allocator(retain=0, large_cache=0, purge_delay_ms=60_000) as a:
+        keep = a.malloc(100)
+        p = a.malloc(200_000)
+        before = a.stats()
+        a.free(p)
+        s = a.stats()
+        assert s["dirty_bytes"] == 4 * scralloc.PAGE_SIZE
+        assert s["madvise_calls"] == before["madvise_calls"]
+        assert s["heap_total"] == before["heap_total"]
+        assert a.malloc(200_000) == p
+        assert a.stats()["dirty_bytes"] == 0
+        a.free(p)
+        a.free(keep)
+        a.trim()
+        s = a.stats()
+        assert (s["dirty_bytes"], s["bytes"], s["mmaps"]) == (0, 0, 0)
+    assert scralloc.OPTIONS["purge_delay_ms"]["default"] == 0
+
+
 def test_trim_with_live_blocks(a):
     p = a.malloc(64)
     q = a.malloc(5000)

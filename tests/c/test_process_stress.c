@@ -331,11 +331,13 @@ static void test_api_edges(void) {
 
 /* Blocks the thread keeps for reuse: the next malloc of the class gets
  * the last one freed back, the figures count them as free, and a double
- * free of one is reported (checked builds) and ignored. */
-static unsigned double_frees;
-static void count_double_frees(int err, const char *msg, void *arg) {
+ * free of one, or a free of a block's interior, is reported (checked
+ * builds) and ignored. */
+static unsigned double_frees, interior_frees;
+static void count_bad_frees(int err, const char *msg, void *arg) {
   (void)msg, (void)arg;
   if (err == SCR_EDOUBLEFREE) double_frees++;
+  if (err == SCR_EINTERIOR) interior_frees++;
 }
 
 static void test_recycling(void) {
@@ -356,10 +358,14 @@ static void test_recycling(void) {
   CHECK(q == p[9]);
   scr_free(q);
 #if SCR_DEBUG > 0
-  scr_set_error_handler(count_double_frees, NULL);
+  scr_set_error_handler(count_bad_frees, NULL);
   scr_free(q);
+  char *r = scr_malloc(48);
+  scr_free(r + 16);
   scr_set_error_handler(NULL, NULL);
   CHECK_EQ(double_frees, 1);
+  CHECK_EQ(interior_frees, 1);
+  scr_free(r);
   scr_stats(&after);
   CHECK_EQ(after.allocs, before.allocs);
 #endif

@@ -50,6 +50,11 @@ int _scr_recycle_put(scr_arena *a, scr_arena *o, const scr_segment *seg, void *p
   }
   scr_recycled *r = &a->rc[c];
 #if SCR_DEBUG > 0
+  /* checked builds: what the heap's free would have refused */
+  if (((uintptr_t)p - ((uintptr_t)seg + (idx << SCR_PAGE_SHIFT))) % proc_recycled_size(c) != 0) {
+    _scr_report(SCR_EINTERIOR, "free(%p): interior of a block (ignored)", p);
+    return 1;
+  }
   for (void *q = r->head, *next; q; q = next) {
     SCR_UNPOISON(q, sizeof(void *));
     next = *(void **)q;

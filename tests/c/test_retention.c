@@ -198,13 +198,19 @@ static void trim_brings_counters_to_zero(void) {
 /* purge_delay_ms: a freed page stays committed (no madvise) and is the
  * first taken again; a page-level call after the delay decommits it; trim
  * gives back every dirty page at once. */
-static void purge_delay_keeps_freed_pages_a_while(void) {
+/* No retained pages, no large cache: what is freed is dirty or gone. */
+static scr_heap *purging_heap(unsigned delay_ms, size_t retain_bytes) {
   scr_options o;
   scr_options_init(&o);
   o.retain = 0;
   o.large_cache = 0;
-  o.purge_delay_ms = 100;
-  scr_heap *h = scr_heap_new(&o);
+  o.purge_delay_ms = delay_ms;
+  if (retain_bytes) o.retain_bytes = retain_bytes;
+  return scr_heap_new(&o);
+}
+
+static void purge_delay_keeps_freed_pages_a_while(void) {
+  scr_heap *h = purging_heap(100, 0);
   void *keep = scr_heap_malloc(h, 1000); /* the segment stays mapped */
   void *a = scr_heap_malloc(h, 200000);  /* a run of 4 pages */
   scr_heap_free(h, a);
@@ -252,13 +258,7 @@ static void purge_delay_keeps_freed_pages_a_while(void) {
 /* The dirty pages and the retained pages share the retain_bytes cap:
  * beyond it a freed page is decommitted at once. */
 static void purge_delay_respects_the_byte_cap(void) {
-  scr_options o;
-  scr_options_init(&o);
-  o.retain = 0;
-  o.large_cache = 0;
-  o.purge_delay_ms = 1000;
-  o.retain_bytes = 3 * SCR_PAGE_SIZE;
-  scr_heap *h = scr_heap_new(&o);
+  scr_heap *h = purging_heap(1000, 3 * SCR_PAGE_SIZE);
   void *keep = scr_heap_malloc(h, 1000);
   void *a = scr_heap_malloc(h, 2 * SCR_PAGE_SIZE);
   void *b = scr_heap_malloc(h, 2 * SCR_PAGE_SIZE);

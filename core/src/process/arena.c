@@ -74,6 +74,7 @@ static scr_arena *proc_arena_new(void) {
   a->heap = h;
   a->id = P->narenas++;
   pthread_mutex_init(&a->snap_lock, NULL);
+  _scr_recycle_init(a);
   a->hooks = _scr_arena_hooks;
   a->hooks.arg = a;
   _scr_heap_set_owner(h, a);

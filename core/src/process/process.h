@@ -79,6 +79,7 @@ typedef enum scr_arena_state {
 typedef struct scr_recycled {
   void *head;
   uint32_t count;
+  uint32_t max;                     /* count's cap (recycle.c: bytes and blocks per class) */
 } scr_recycled;
 
 /* Three groups of fields, a cache line (or more) each, by who writes
@@ -235,18 +236,47 @@ static inline void _scr_arena_tick(scr_arena *a) {
   if (SCR_UNLIKELY((++a->ops & (SCR_ARENA_POLL_EVERY - 1)) == 0)) _scr_arena_tick_slow(a);
 }
 
-/* remote.c */
-/* recycle.c */
-SCR_INTERNAL int _scr_recycle_put(scr_arena *a, scr_arena *o, const scr_segment *seg, void *p);
+/* recycle.c: the thread's cache of the blocks it frees */
+SCR_INTERNAL void _scr_recycle_init(scr_arena *a);
 SCR_INTERNAL void _scr_recycle_flush(scr_arena *a);
 SCR_INTERNAL void _scr_recycle_account(const scr_arena *a, struct scr_stats *st, struct scr_stats *lent);
+#if SCR_DEBUG > 0
+SCR_INTERNAL bool _scr_recycle_refused(const scr_recycled *r, const scr_segment *seg, uintptr_t idx, unsigned c, void *p);
+#endif
+/* Bytes of a block on list c. */
+static inline size_t _scr_recycled_size(unsigned c) {
+  return c < SCR_CLASS_COUNT ? _scr_class_sizes[c] : SCR_PAGE_SIZE;
+}
+/* Keep p, a block of o's heap in seg that a's holder frees, for a's next
+ * malloc of its class: 1, or 0 when it is not kept (o is parked, p is not
+ * a small or one-page block, or the list is full). */
+static inline int _scr_recycle_put(scr_arena *a, scr_arena *o, const scr_segment *seg, void *p) {
+  if (o != a && atomic_load_explicit(&o->parked_hint, memory_order_relaxed)) return 0;
+  /* The page's tag, not its descriptor: o's holder writes the descriptor
+   * on every call, the tag line only when the page changes kind.  (A HUGE
+   * segment's tags are all OTHER; its block may lie beyond the 64 pages.) */
+  uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
+  unsigned c = idx < SCR_PAGES_PER_SEGMENT ? seg->page_tag[idx] : SCR_TAG_OTHER;
+  if (c == SCR_TAG_LARGE1) c = SCR_CLASS_COUNT; /* freed by the program: live, not cached */
+  else if (c >= SCR_CLASS_COUNT) return 0;
+  scr_recycled *r = &a->rc[c];
+  if (r->count >= r->max) return 0;
+#if SCR_DEBUG > 0
+  if (_scr_recycle_refused(r, seg, idx, c, p)) return 1;
+#endif
+  *(void **)p = r->head;
+  SCR_POISON(p, _scr_recycled_size(c)); /* ASan: a use after free is caught */
+  r->head = p;
+  r->count++;
+  return 1;
+}
 /* A kept block of list c (a size class, or SCR_CLASS_COUNT: one-page large
  * blocks, which hold any request up to a page), or NULL. */
 static inline void *_scr_recycle_take(scr_arena *a, unsigned c) {
   scr_recycled *r = &a->rc[c];
   void *b = r->head;
   if (b == NULL) return NULL;
-  SCR_UNPOISON(b, c < SCR_CLASS_COUNT ? _scr_class_sizes[c] : SCR_PAGE_SIZE);
+  SCR_UNPOISON(b, _scr_recycled_size(c));
   r->head = *(void **)b;
   r->count--;
   return b;

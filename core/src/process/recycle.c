@@ -17,43 +17,25 @@
 #include "process.h"
 #include <string.h>
 
-#ifndef SCR_RECYCLE_CLASS_BYTES
 #define SCR_RECYCLE_CLASS_BYTES 16384
-#endif
-#ifndef SCR_RECYCLE_CLASS_MAX
 #define SCR_RECYCLE_CLASS_MAX 64
-#endif
 #define SCR_RECYCLE_LARGE_MAX 4
 
-/* Bytes of a block on list c. */
-static inline size_t proc_recycled_size(unsigned c) {
-  return c < SCR_CLASS_COUNT ? _scr_class_sizes[c] : SCR_PAGE_SIZE;
+void _scr_recycle_init(scr_arena *a) {
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
+    uint32_t by_bytes = (uint32_t)((SCR_RECYCLE_CLASS_BYTES + _scr_class_sizes[c] - 1) / _scr_class_sizes[c]);
+    a->rc[c].max = by_bytes < SCR_RECYCLE_CLASS_MAX ? by_bytes : SCR_RECYCLE_CLASS_MAX;
+  }
+  a->rc[SCR_CLASS_COUNT].max = SCR_RECYCLE_LARGE_MAX;
 }
 
-int _scr_recycle_put(scr_arena *a, scr_arena *o, const scr_segment *seg, void *p) {
-  if (o != a && atomic_load_explicit(&o->parked_hint, memory_order_relaxed)) return 0;
-  /* The page's tag, not its descriptor: o's holder writes the descriptor
-   * on every call, the tag line only when the page changes kind.  (A HUGE
-   * segment's tags are all OTHER; its block may lie beyond the 64 pages.) */
-  uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
-  unsigned c = idx < SCR_PAGES_PER_SEGMENT ? seg->page_tag[idx] : SCR_TAG_OTHER;
-  if (c == SCR_TAG_LARGE1) {
-    /* a one-page block, freed by the program (a cached one is not) */
-    c = SCR_CLASS_COUNT;
-    if (a->rc[c].count >= SCR_RECYCLE_LARGE_MAX) return 0;
-  } else if (c < SCR_CLASS_COUNT) {
-    if (a->rc[c].count >= SCR_RECYCLE_CLASS_MAX ||
-        (size_t)a->rc[c].count * _scr_class_sizes[c] >= SCR_RECYCLE_CLASS_BYTES)
-      return 0;
-  } else {
-    return 0;
-  }
-  scr_recycled *r = &a->rc[c];
 #if SCR_DEBUG > 0
-  /* checked builds: what the heap's free would have refused */
-  if (((uintptr_t)p - ((uintptr_t)seg + (idx << SCR_PAGE_SHIFT))) % proc_recycled_size(c) != 0) {
+/* Checked builds: what the heap's free would have refused (an interior
+ * pointer, a block already kept) is reported and dropped. */
+bool _scr_recycle_refused(const scr_recycled *r, const scr_segment *seg, uintptr_t idx, unsigned c, void *p) {
+  if (((uintptr_t)p - ((uintptr_t)seg + (idx << SCR_PAGE_SHIFT))) % _scr_recycled_size(c) != 0) {
     _scr_report(SCR_EINTERIOR, "free(%p): interior of a block (ignored)", p);
-    return 1;
+    return true;
   }
   for (void *q = r->head, *next; q; q = next) {
     SCR_UNPOISON(q, sizeof(void *));
@@ -61,16 +43,12 @@ int _scr_recycle_put(scr_arena *a, scr_arena *o, const scr_segment *seg, void *p
     SCR_POISON(q, sizeof(void *));
     if (q == p) {
       _scr_report(SCR_EDOUBLEFREE, "free(%p): double free (the block was already freed) (ignored)", p);
-      return 1;
+      return true;
     }
   }
-#endif
-  *(void **)p = r->head;
-  SCR_POISON(p, proc_recycled_size(c)); /* ASan: a use after free is caught */
-  r->head = p;
-  r->count++;
-  return 1;
+  return false;
 }
+#endif
 
 /* Every kept block goes back: the arena's own into its heap, others' to
  * their owners' remote stacks (at park and trim). */
@@ -80,7 +58,7 @@ void _scr_recycle_flush(scr_arena *a) {
     a->rc[c].head = NULL;
     a->rc[c].count = 0;
     while (p) {
-      SCR_UNPOISON(p, proc_recycled_size(c));
+      SCR_UNPOISON(p, _scr_recycled_size(c));
       void *next = *(void **)p;
       scr_heap *h = _scr_heap_of(p);
       if (h == a->heap) proc_heap_free(h, p);
@@ -92,7 +70,7 @@ void _scr_recycle_flush(scr_arena *a) {
 
 /* Adds sign (1 or -1) times one block of list c to t's block counts. */
 static void proc_count_block(struct scr_stats *t, unsigned c, int64_t sign) {
-  uint64_t one = (uint64_t)sign, bytes = (uint64_t)sign * proc_recycled_size(c);
+  uint64_t one = (uint64_t)sign, bytes = (uint64_t)sign * _scr_recycled_size(c);
   t->allocs += one;
   t->heap_used += bytes;
   if (c < SCR_CLASS_COUNT) {

@@ -687,6 +687,12 @@ static int lscr_os_calls(lua_State *L) {
   return 1;
 }
 
+static int lscr_advance_clock(lua_State *L) {
+  lua_Integer ms = luaL_checkinteger(L, 1);
+  scr_debug_advance_clock(ms < 0 ? 0 : (unsigned long)ms);
+  return 0;
+}
+
 /* The core's reports (failures in calls that cannot return an error code,
  * such as a failed munmap) are process-wide; reports(true) collects them
  * silently here instead of the core's default (stderr in debug builds). */
@@ -775,6 +781,7 @@ static const luaL_Reg lscr_funcs[] = {
   {"strerror", lscr_strerror},
   {"debug_fail_os_call", lscr_fail_os_call},
   {"debug_os_calls", lscr_os_calls},
+  {"debug_advance_clock", lscr_advance_clock},
   {"reports", lscr_reports},
   {NULL, NULL}
 };

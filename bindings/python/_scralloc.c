@@ -1321,6 +1321,16 @@ mod_debug_os_calls(PyObject *module, PyObject *unused)
   return PyLong_FromUnsignedLong(scr_debug_os_calls());
 }
 
+static PyObject *
+mod_debug_advance_clock(PyObject *module, PyObject *arg)
+{
+  size_t ms;
+  if (get_size(arg, "debug_advance_clock", "ms", &ms) < 0)
+    return NULL;
+  scr_debug_advance_clock((unsigned long)ms);
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
   {"_heap_totals", mod_heap_totals, METH_NOARGS,
    "Sums of heap_total, heap_used, meta_bytes, bytes over the open allocators."},
@@ -1335,6 +1345,9 @@ static PyMethodDef module_methods[] = {
    "disables).  Process-wide; for tests."},
   {"debug_os_calls", mod_debug_os_calls, METH_NOARGS,
    "debug_os_calls()\n--\n\nOS calls made by the whole process so far."},
+  {"debug_advance_clock", mod_debug_advance_clock, METH_O,
+   "debug_advance_clock(ms, /)\n--\n\nMove the clock purge_delay_ms is measured on ms "
+   "milliseconds ahead.  Process-wide; for tests."},
   {NULL, NULL, 0, NULL},
 };
 

@@ -45,6 +45,7 @@ local KINDS = {
   { "free", 20 }, { "write", 10 }, { "read", 5 }, { "trim", 2 },
   { "bad_foreign", 2 }, { "bad_interior", 3 }, { "bad_freed", 3 }, { "bad_bounds", 2 },
   { "limit_count", 1 }, { "limit_bytes", 1 }, { "unlimit", 4 }, { "os_fail", 2 },
+  { "time", 2 },
 }
 local WEIGHT = 0
 for _, k in ipairs(KINDS) do WEIGHT = WEIGHT + k[2] end
@@ -72,6 +73,7 @@ local function generate(n, s)
     local op = { kind, ref = r(1 << 30), uid = i }
     if kind == "malloc" then op.size = gen_size(r)
     elseif kind == "os_fail" then op.size = gen_size(r); op.nth = r(1, 3)
+    elseif kind == "time" then op.ms = r(1, 60)
     elseif kind == "calloc" then op.count = r(0, 64); op.size = r(0, 300)
     elseif kind == "aligned" then op.align = 1 << r(0, 16); op.size = gen_size(r)
     elseif kind == "realloc" then op.size = r(20) == 1 and 0 or gen_size(r)
@@ -255,6 +257,9 @@ local function run_ops(ops, tally)
     if not ok then error(p, 0) end
     if p then add(p, op.size, nil, op) end
   end
+  function exec.time(op) -- purge passes come due (purge_delay_ms)
+    scralloc.debug_advance_clock(op.ms)
+  end
   function exec.calloc(op)
     local n = op.count * op.size
     local p = alloc(n, false, a.calloc, a, op.count, op.size)
@@ -316,8 +321,8 @@ local function run_ops(ops, tally)
   function exec.trim()
     a:trim()
     local st = a:stats()
-    if st.retained_pages ~= 0 or st.cached_blocks ~= 0 then
-      fail("after trim: retained_pages=%d cached_blocks=%d", st.retained_pages, st.cached_blocks)
+    if st.retained_pages ~= 0 or st.cached_blocks ~= 0 or st.dirty_bytes ~= 0 then
+      fail("after trim: retained_pages=%d cached_blocks=%d dirty_bytes=%d", st.retained_pages, st.cached_blocks, st.dirty_bytes)
     end
     if #live == 0 then
       if st.mmaps ~= 0 or st.bytes ~= 0 then

@@ -61,10 +61,12 @@ class HeapMachine(RuleBasedStateMachine):
         retain=st.integers(0, 3),
         large_cache=st.sampled_from([0, 1, 8]),
         limited=st.booleans(),
+        purge_delay_ms=st.sampled_from([0, 0, 50]),
     )
-    def start(self, retain, large_cache, limited):
+    def start(self, retain, large_cache, limited, purge_delay_ms):
         self.limit = 12 * MiB if limited else 0
-        self.a = scralloc.Allocator(retain=retain, large_cache=large_cache, limit_bytes=self.limit)
+        self.a = scralloc.Allocator(retain=retain, large_cache=large_cache, limit_bytes=self.limit,
+                                    purge_delay_ms=purge_delay_ms)
         self.other = scralloc.Allocator()
         self.foreign = self.other.malloc(100)
         self.live = {}  # addr -> Block
@@ -189,7 +191,14 @@ class HeapMachine(RuleBasedStateMachine):
         given = self.a.trim()
         assert 0 <= given <= before
         s = self.a.stats()
-        assert s["retained_pages"] == 0 and s["cached_blocks"] == 0
+        assert s["retained_pages"] == 0 and s["cached_blocks"] == 0 and s["dirty_bytes"] == 0
+
+    @rule(ms=st.sampled_from([10, 30, 60]))
+    def time_passes(self, ms):
+        # purge passes come due at the next page-level call
+        scralloc.debug_advance_clock(ms)
+        s = self.a.stats()
+        assert s["retained_bytes"] + s["dirty_bytes"] <= self.a.options["retain_bytes"]
 
     # ---- views ----
 

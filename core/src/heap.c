@@ -53,8 +53,6 @@ bool _scr_heap_grow_ok(const scr_heap *h, size_t more) {
 
 /* ---- small blocks ---- */
 
-
-
 /* A page for class c: a retained page of another class, else a page from
  * a segment.  It comes back counted as an empty page of class c, which the
  * first allocation from it uncounts.  (A retained page of class c itself
@@ -100,8 +98,6 @@ void *_scr_heap_alloc_small_slow(scr_heap *h, unsigned c) {
   return _scr_page_alloc(h, pg);
 }
 
-
-
 /* An empty page of class pg->cls leaves its queue and goes back to its
  * segment (decommitted, or unmapped with the segment). */
 static void page_release(scr_heap *h, scr_page *pg) {
@@ -125,7 +121,6 @@ void _scr_heap_page_emptied(scr_heap *h, scr_page *pg) {
   page_release(h, pg);
   scr_validate_heap(h);
 }
-
 
 /* ---- entry points ---- */
 

@@ -3,9 +3,9 @@
  * commits zeroed pages without storing into them (so it cannot race with
  * carving).  An arena faults ahead only after it has carved
  * prefault_after bytes, and (prefault=1, the default) only while fewer
- * threads hold arenas than the process has CPUs; each arena has one range in flight; ranges of
- * worker threads count against prefault_budget until the carving reaches
- * them or the arena parks.  Kernels without MADV_POPULATE_WRITE (< 5.14)
+ * threads hold arenas than the process has CPUs; each arena has one range
+ * in flight; ranges of worker threads count against prefault_budget until
+ * the carving reaches them or the arena parks.  Kernels without MADV_POPULATE_WRITE (< 5.14)
  * and SCRALLOC_PREFAULT=0 get nothing: the owner faults its pages. */
 #include "process.h"
 #include <sched.h>

@@ -151,9 +151,9 @@ static void proc_print_stats(void) {
            (unsigned long long)ps.remote_frees, (unsigned long long)ps.remote_pending,
            (unsigned long long)ps.realloc_moves, (unsigned long long)ps.foreign_frees);
   proc_write_line(&o);
-  _scr_out_put(&o, "scralloc[%d]: heap_total %.2f MiB, heap_used %.2f MiB, %llu live blocks (%llu large), "
+  _scr_out_put(&o, "scralloc[%d]: heap_total %.2f MiB (%.2f MiB dirty), heap_used %.2f MiB, %llu live blocks (%llu large), "
            "%llu mappings, reserved %.2f MiB; syscalls: %llu mmap, %llu munmap, %llu madvise, %llu mremap, %llu failed\n",
-           pid, proc_mib(st.heap_total), proc_mib(st.heap_used), (unsigned long long)st.allocs,
+           pid, proc_mib(st.heap_total), proc_mib(st.dirty_bytes), proc_mib(st.heap_used), (unsigned long long)st.allocs,
            (unsigned long long)st.large_allocs, (unsigned long long)st.mmaps, proc_mib(st.reserved_bytes),
            (unsigned long long)st.mmap_calls, (unsigned long long)st.munmap_calls,
            (unsigned long long)st.madvise_calls, (unsigned long long)st.mremap_calls,
@@ -172,9 +172,9 @@ static void proc_print_stats(void) {
     struct scr_stats as;
     if (scr_arena_stats(i, &as) != SCR_OK) continue;
     _scr_out_put(&o, "scralloc[%d]:   arena %u: heap_total %.2f MiB, heap_used %.2f MiB, %llu live blocks, "
-             "%llu mappings, %llu retained pages\n",
+             "%llu mappings, %llu retained pages, %.2f MiB dirty\n",
              pid, i, proc_mib(as.heap_total), proc_mib(as.heap_used), (unsigned long long)as.allocs,
-             (unsigned long long)as.mmaps, (unsigned long long)as.retained_pages);
+             (unsigned long long)as.mmaps, (unsigned long long)as.retained_pages, proc_mib(as.dirty_bytes));
     proc_write_line(&o);
   }
 }

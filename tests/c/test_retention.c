@@ -210,7 +210,7 @@ static scr_heap *purging_heap(unsigned delay_ms, size_t retain_bytes) {
 }
 
 static void purge_delay_keeps_freed_pages_a_while(void) {
-  scr_heap *h = purging_heap(100, 0);
+  scr_heap *h = purging_heap(100000, 0); /* 100 s: real time never makes a pass due */
   void *keep = scr_heap_malloc(h, 1000); /* the segment stays mapped */
   void *a = scr_heap_malloc(h, 200000);  /* a run of 4 pages */
   scr_heap_free(h, a);
@@ -230,12 +230,12 @@ static void purge_delay_keeps_freed_pages_a_while(void) {
   CHECK_EQ(st.madvise_calls, 0);
   CHECK_EQ(scr_heap_validate(h), SCR_OK);
   /* after the delay, the next page-level call runs the purge pass(es) */
-  scr_debug_advance_clock(60);
+  scr_debug_advance_clock(60000);
   scr_heap_free(h, scr_heap_malloc(h, 300000)); /* takes 5 dirty pages, frees them again */
-  scr_debug_advance_clock(60);
+  scr_debug_advance_clock(60000);
   scr_heap_free(h, scr_heap_malloc(h, 70000)); /* 2 pages: the pass moves the rest to old */
   CHECK_EQ(stats(h).madvise_calls, 0);
-  scr_debug_advance_clock(60);
+  scr_debug_advance_clock(60000);
   scr_heap_free(h, scr_heap_malloc(h, 70000));
   st = stats(h);
   CHECK(st.madvise_calls > 0);
@@ -247,7 +247,7 @@ static void purge_delay_keeps_freed_pages_a_while(void) {
   CHECK_EQ(st.dirty_bytes, 0);
   CHECK_EQ(st.bytes, SCR_PAGE_SIZE);
   scr_heap_free(h, keep);
-  scr_debug_advance_clock(200);
+  scr_debug_advance_clock(200000);
   scr_heap_trim(h);
   st = stats(h);
   CHECK_EQ(st.mmaps, 0);
@@ -258,7 +258,7 @@ static void purge_delay_keeps_freed_pages_a_while(void) {
 /* The dirty pages and the retained pages share the retain_bytes cap:
  * beyond it a freed page is decommitted at once. */
 static void purge_delay_respects_the_byte_cap(void) {
-  scr_heap *h = purging_heap(1000, 3 * SCR_PAGE_SIZE);
+  scr_heap *h = purging_heap(100000, 3 * SCR_PAGE_SIZE);
   void *keep = scr_heap_malloc(h, 1000);
   void *a = scr_heap_malloc(h, 2 * SCR_PAGE_SIZE);
   void *b = scr_heap_malloc(h, 2 * SCR_PAGE_SIZE);

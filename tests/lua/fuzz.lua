@@ -62,7 +62,7 @@ local function generate(n, s)
     large_cache_bytes = one_of { 0, 1 << 20, 16 << 20 },
     huge_threshold = one_of { 16 << 10, 64 << 10, 1 << 20, 2 << 20 },
     madv_free_below = one_of { 0, 1 << 20, 1 << 40 },
-    purge_delay_ms = one_of { 0, 0, 1, 50 },
+    purge_delay_ms = one_of { 0, 0, 600000 }, -- passes come due only with "time" ops: seeds replay
   }
   for i = 1, n do
     local w, kind = r(WEIGHT), nil
@@ -73,7 +73,7 @@ local function generate(n, s)
     local op = { kind, ref = r(1 << 30), uid = i }
     if kind == "malloc" then op.size = gen_size(r)
     elseif kind == "os_fail" then op.size = gen_size(r); op.nth = r(1, 3)
-    elseif kind == "time" then op.ms = r(1, 60)
+    elseif kind == "time" then op.ms = r(1, 3) * 200000
     elseif kind == "calloc" then op.count = r(0, 64); op.size = r(0, 300)
     elseif kind == "aligned" then op.align = 1 << r(0, 16); op.size = gen_size(r)
     elseif kind == "realloc" then op.size = r(20) == 1 and 0 or gen_size(r)

@@ -32,7 +32,8 @@ void _scr_proc_init_slow(void) {
      * madvise), within 512 KiB per arena together with the retained
      * pages (one per class at most): every byte kept is multiplied by the
      * number of threads (the churn benchmark with 17 arenas peaked 7 MiB
-     * higher with 1 MiB, 13 MiB with 2 MiB, and faulted more with less).
+     * higher with 1 MiB, 14 MiB with 2 MiB and a 10 ms delay, and faulted
+     * more with less).
      * The large cache then holds huge mappings only (4 MiB).  What a
      * parked arena keeps goes back through the discard. */
     P->heap_opt.retain = 1;

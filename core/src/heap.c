@@ -254,8 +254,8 @@ void *scr_heap_realloc(scr_heap *h, void *p, size_t n) {
 
 /* ---- trim ---- */
 
-size_t scr_heap_trim(scr_heap *h) {
-  uint64_t before = h->bytes;
+/* Every retained (empty) page goes back to its segment. */
+static void release_retained(scr_heap *h) {
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     while (h->empty_count[c] > 0) {
       scr_page *pg = h->queue_tail[c];
@@ -265,10 +265,28 @@ size_t scr_heap_trim(scr_heap *h) {
       page_release(h, pg);
     }
   }
+}
+
+size_t scr_heap_trim(scr_heap *h) {
+  uint64_t before = h->bytes;
+  release_retained(h);
   _scr_large_cache_flush(h);
   _scr_segment_purge(h, true);
   scr_validate_heap(h);
   return (size_t)(before - h->bytes);
+}
+
+size_t _scr_heap_retain_bytes(const scr_heap *h) { return h->opt.retain_bytes; }
+
+/* A new cap on the empty pages kept committed (the process allocator
+ * shares one budget among its arenas); what the heap keeps above a
+ * smaller cap goes back now. */
+void _scr_heap_set_retain_bytes(scr_heap *h, size_t bytes) {
+  h->opt.retain_bytes = bytes;
+  if ((h->retained_pages + h->dirty_pages) * SCR_PAGE_SIZE <= bytes) return;
+  release_retained(h);
+  _scr_segment_purge(h, true);
+  scr_validate_heap(h);
 }
 
 /* ---- hooks for the process allocator ---- */

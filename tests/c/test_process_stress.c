@@ -385,6 +385,46 @@ static void test_kept_block_use_after_free(void) {
 }
 #endif
 
+/* The empty pages the arenas keep committed share one budget
+ * (retain_budget, 4 MiB): a thread alone keeps freed pages up to it; with
+ * nine threads holding arenas its share falls to retain_bytes (512 KiB)
+ * and what it kept above goes back at its next ticks. */
+enum { SHARE_THREADS = 8, SHARE_BLOCKS = 24 };
+static pthread_barrier_t share_hold;
+static void *share_holder(void *arg) {
+  (void)arg;
+  scr_free(scr_malloc(100)); /* holds an arena */
+  pthread_barrier_wait(&share_hold); /* all hold */
+  pthread_barrier_wait(&share_hold); /* main has looked */
+  return NULL;
+}
+
+static uint64_t dirty_now(void) {
+  struct scr_stats st;
+  scr_stats(&st);
+  return st.dirty_bytes;
+}
+
+static void test_keep_share(void) {
+  scr_trim();
+  uint64_t before = dirty_now();
+  void *p[SHARE_BLOCKS];
+  for (int i = 0; i < SHARE_BLOCKS; i++) p[i] = scr_malloc(100 << 10); /* two pages each */
+  for (int i = 0; i < SHARE_BLOCKS; i++) scr_free(p[i]);
+  uint64_t alone = dirty_now();
+  CHECK(alone >= before + (uint64_t)SHARE_BLOCKS * 2 * SCR_PAGE_SIZE);
+  pthread_t t[SHARE_THREADS];
+  pthread_barrier_init(&share_hold, NULL, SHARE_THREADS + 1);
+  for (int i = 0; i < SHARE_THREADS; i++) pthread_create(&t[i], NULL, share_holder, NULL);
+  pthread_barrier_wait(&share_hold);
+  for (int i = 0; i < 64; i++) scr_free(scr_malloc(32)); /* ticks: the share is applied */
+  uint64_t shared = dirty_now();
+  CHECK(shared <= before + ((uint64_t)512 << 10));
+  pthread_barrier_wait(&share_hold);
+  for (int i = 0; i < SHARE_THREADS; i++) pthread_join(t[i], NULL);
+  pthread_barrier_destroy(&share_hold);
+}
+
 static void test_trim_to_zero(void) {
   scr_trim();
   struct scr_stats st;
@@ -408,6 +448,7 @@ int main(void) {
   TEST(test_fork);
   TEST(test_free_many);
   TEST(test_recycling);
+  TEST(test_keep_share);
 #if defined(__SANITIZE_ADDRESS__)
   TEST(test_kept_block_use_after_free);
 #endif

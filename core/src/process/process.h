@@ -51,6 +51,7 @@ SCR_HIDDEN_ALIAS(proc_heap_usable_size, scr_heap_usable_size);
   X(prefault_after, (uint64_t)1 << 20, 0, UINT64_MAX, "bytes an arena carves before it is faulted ahead") \
   X(prefault_step, (uint64_t)256 << 10, 65536, (uint64_t)64 << 20, "bytes faulted ahead per step") \
   X(prefault_budget, (uint64_t)8 << 20, 0, UINT64_MAX, "bytes in flight for worker threads") \
+  X(retain_budget, (uint64_t)4 << 20, 0, UINT64_MAX, "empty pages the arenas keep committed together: each keeps this over the threads holding arenas, and at least retain_bytes") \
   X(dontdump, 2, 0, 2, "MADV_DONTDUMP on segments: 0 never, 1 always, 2 auto (when no core would be written)") \
   X(stats, 0, 0, 2, "print statistics at exit: 1 summary, 2 also per arena")        \
   X(stats_fd, 2, 0, 1 << 20, "file descriptor the exit report goes to (stderr by default)") \
@@ -137,6 +138,7 @@ typedef struct scr_proc {
   scr_arena *parked;                /* parked arenas, most recently parked first */
   unsigned narenas, nowned, nparked;/* counts (under lock) */
   _Atomic unsigned owned_hint;      /* nowned, for readers without the lock */
+  _Atomic uint64_t arena_keep;      /* each arena's retain_bytes now (arena.c: the budget's share) */
   unsigned ncpus;                   /* CPUs the process may run on (at init) */
   uint8_t *pool;                    /* arena descriptors are carved here */
   size_t pool_left;                 /* bytes left in pool */
@@ -232,6 +234,7 @@ static inline scr_arena *_scr_arena_get(void) {
  * time), posts prefault work (hooks.c sets ops to get there on the next
  * call) and now and then publishes a stats snapshot. */
 SCR_INTERNAL void _scr_arena_tick_slow(scr_arena *a);
+SCR_INTERNAL void _scr_arena_keep_update(scr_arena *a);
 static inline void _scr_arena_tick(scr_arena *a) {
   if (SCR_UNLIKELY((++a->ops & (SCR_ARENA_POLL_EVERY - 1)) == 0)) _scr_arena_tick_slow(a);
 }

@@ -276,8 +276,6 @@ size_t scr_heap_trim(scr_heap *h) {
   return (size_t)(before - h->bytes);
 }
 
-size_t _scr_heap_retain_bytes(const scr_heap *h) { return h->opt.retain_bytes; }
-
 /* A new cap on the empty pages kept committed (the process allocator
  * shares one budget among its arenas); what the heap keeps above a
  * smaller cap goes back now. */
@@ -292,8 +290,7 @@ void _scr_heap_set_retain_bytes(scr_heap *h, size_t bytes) {
 /* ---- hooks for the process allocator ---- */
 
 uint64_t _scr_heap_unused_bytes(const scr_heap *h) {
-  uint64_t used = h->large_bytes;
-  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) used += h->class_live[c] * _scr_class_sizes[c];
+  uint64_t used = _scr_heap_used_bytes(h);
   return h->bytes > used ? h->bytes - used : 0;
 }
 

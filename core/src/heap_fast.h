@@ -35,7 +35,7 @@ static inline void *_scr_small_alloc(scr_heap *h, unsigned c) {
 
 /* A page's last block was freed: keep it (at the tail of its queue) while
  * the class holds fewer than `retain` empty pages and the heap's retained
- * bytes stay under the cap; else give it back.  The common case (kept,
+ * and dirty bytes stay under the cap; else give it back.  The common case (kept,
  * already last in its queue) is inline in _scr_small_free. */
 static inline bool _scr_page_keep(const scr_heap *h, const scr_page *pg) {
   return h->empty_count[pg->cls] < h->opt.retain &&
@@ -61,16 +61,6 @@ static inline void _scr_small_free(scr_heap *h, scr_page *pg, void *p) {
       _scr_heap_page_emptied(h, pg); /* may unmap pg */
     }
   }
-}
-
-/* Free p, a block of h in seg, here when it is a small block; false
- * (nothing done) otherwise.  The page's tag says so without reading the
- * segment's kind; a huge block can lie beyond the 64 pages. */
-static inline bool _scr_small_free_in(scr_heap *h, scr_segment *seg, void *p) {
-  uintptr_t i = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
-  if (SCR_UNLIKELY(i >= SCR_PAGES_PER_SEGMENT || seg->page_tag[i] >= SCR_CLASS_COUNT)) return false;
-  _scr_small_free(h, &seg->pages[i], p);
-  return true;
 }
 
 #endif /* SCR_HEAP_FAST_H */

@@ -139,9 +139,10 @@ SCR_INTERNAL int _scr_classify(const scr_heap *h, const void *p);
 
 /* process allocator's hooks into the core */
 SCR_INTERNAL scr_heap *_scr_heap_of(const void *p);
-SCR_INTERNAL size_t _scr_heap_retain_bytes(const scr_heap *h);
 SCR_INTERNAL void _scr_heap_set_retain_bytes(scr_heap *h, size_t bytes);
-/* Committed bytes not in live blocks (heap_total - heap_used). */
+/* Bytes in live blocks (stats.c: heap_used), and committed bytes not in
+ * live blocks (heap_total - heap_used). */
+SCR_INTERNAL uint64_t _scr_heap_used_bytes(const scr_heap *h);
 SCR_INTERNAL uint64_t _scr_heap_unused_bytes(const scr_heap *h);
 SCR_INTERNAL void _scr_heap_set_owner(scr_heap *h, void *owner);
 SCR_INTERNAL void *_scr_heap_owner(const scr_heap *h);

@@ -3,9 +3,16 @@
 #include "internal.h"
 #include <string.h>
 
+/* Bytes in live blocks (usable sizes): heap_used. */
+uint64_t _scr_heap_used_bytes(const scr_heap *h) {
+  uint64_t used = h->large_bytes;
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) used += h->class_live[c] * _scr_class_sizes[c];
+  return used;
+}
+
 void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
   memset(st, 0, sizeof *st);
-  uint64_t small_live = 0, small_used = 0;
+  uint64_t small_live = 0;
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     scr_class_stats *cs = &st->classes[c];
     cs->block_size = _scr_class_sizes[c];
@@ -13,7 +20,6 @@ void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
     cs->pages = h->class_pages[c];
     cs->retained = h->empty_count[c];
     small_live += cs->live;
-    small_used += cs->live * cs->block_size;
   }
   st->allocs = small_live + h->large_live;
   st->mmaps = h->mmaps;
@@ -24,7 +30,7 @@ void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
   st->mremap_calls = h->os.mremap_calls;
   st->os_failures = h->os.failures;
   st->heap_total = h->bytes;
-  st->heap_used = small_used + h->large_bytes;
+  st->heap_used = _scr_heap_used_bytes(h);
   st->retained_pages = h->retained_pages;
   st->retained_bytes = h->retained_pages * SCR_PAGE_SIZE;
   st->cached_blocks = h->cache_count;

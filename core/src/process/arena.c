@@ -121,9 +121,11 @@ static void proc_keep_share_locked(void) {
 /* The holder moves its heap to the current share (at claim, and at ticks
  * when the number of threads changed); a smaller share gives back what
  * the heap keeps above it. */
-void _scr_arena_keep_update(scr_arena *a) {
+static void proc_keep_update(scr_arena *a) {
   uint64_t want = atomic_load_explicit(&_scr_proc.arena_keep, memory_order_relaxed);
-  if (want != 0 && want != _scr_heap_retain_bytes(a->heap)) _scr_heap_set_retain_bytes(a->heap, (size_t)want);
+  if (want == 0 || want == a->keep) return;
+  a->keep = want;
+  _scr_heap_set_retain_bytes(a->heap, (size_t)want);
 }
 
 scr_arena *_scr_arena_claim(void) {
@@ -159,7 +161,7 @@ scr_arena *_scr_arena_claim(void) {
   pthread_setspecific(P->key, a);
   SCR_PC_ADD(claims, 1);
   _scr_remote_poll(a);
-  _scr_arena_keep_update(a);
+  proc_keep_update(a);
   return a;
 }
 
@@ -209,7 +211,7 @@ void _scr_arena_publish(scr_arena *a) {
 
 void _scr_arena_tick_slow(scr_arena *a) {
   _scr_remote_poll(a);
-  _scr_arena_keep_update(a);
+  proc_keep_update(a);
   if (a->pf_pending) {
     a->pf_pending = 0;
     _scr_prefault_post(a);

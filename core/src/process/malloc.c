@@ -57,8 +57,13 @@ void scr_free(void *p) {
   scr_segment *seg = _scr_segmap_get(p);
   scr_heap *h = seg ? seg->heap : NULL;
   scr_arena *a = _scr_tl_arena;
+  uintptr_t idx = 0;
+  unsigned tag = seg ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
   if (SCR_LIKELY(a != NULL && a->heap == h)) {
-    if (!_scr_recycle_put(a, a, seg, p) && !_scr_small_free_in(h, seg, p)) proc_heap_free(h, p);
+    if (!_scr_recycle_put(a, a, seg, idx, tag, p)) {
+      if (tag < SCR_CLASS_COUNT) _scr_small_free(h, &seg->pages[idx], p);
+      else proc_heap_free(h, p);
+    }
     _scr_arena_tick(a);
     return;
   }
@@ -67,7 +72,7 @@ void scr_free(void *p) {
     _scr_proc_bad_free(p);
     return;
   }
-  if (a != NULL && _scr_recycle_put(a, o, seg, p)) return;
+  if (a != NULL && _scr_recycle_put(a, o, seg, idx, tag, p)) return;
   _scr_remote_push(o, p);
 }
 

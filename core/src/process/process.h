@@ -102,7 +102,8 @@ typedef struct scr_arena {
   uint64_t remote_drained;          /* blocks taken from remote (holder) */
   uint64_t remote_sent;             /* blocks its holder pushed on other arenas (holder) */
   uint64_t mapped;                  /* bytes of segments mapped (holder, via hook) */
-  uint64_t carved;                  /* bytes of fresh pages taken (holder, via hook) */
+  uint64_t carved;                  /* how far the frontier moved into fresh memory (holder, via hook) */
+  uint64_t keep;                    /* the heap's retain_bytes as last set from arena_keep (holder) */
   uint64_t huge_segments;           /* segments advised MADV_HUGEPAGE (holder) */
   uintptr_t pf_end;                 /* end of the last range faulted ahead (holder) */
   uintptr_t frontier_seg;           /* the segment mapped last (holder, via hook) */
@@ -234,7 +235,6 @@ static inline scr_arena *_scr_arena_get(void) {
  * time), posts prefault work (hooks.c sets ops to get there on the next
  * call) and now and then publishes a stats snapshot. */
 SCR_INTERNAL void _scr_arena_tick_slow(scr_arena *a);
-SCR_INTERNAL void _scr_arena_keep_update(scr_arena *a);
 static inline void _scr_arena_tick(scr_arena *a) {
   if (SCR_UNLIKELY((++a->ops & (SCR_ARENA_POLL_EVERY - 1)) == 0)) _scr_arena_tick_slow(a);
 }
@@ -250,16 +250,22 @@ SCR_INTERNAL bool _scr_recycle_refused(const scr_recycled *r, const scr_segment 
 static inline size_t _scr_recycled_size(unsigned c) {
   return c < SCR_CLASS_COUNT ? _scr_class_sizes[c] : SCR_PAGE_SIZE;
 }
-/* Keep p, a block of o's heap in seg that a's holder frees, for a's next
- * malloc of its class: 1, or 0 when it is not kept (o is parked, p is not
- * a small or one-page block, or the list is full). */
-static inline int _scr_recycle_put(scr_arena *a, scr_arena *o, const scr_segment *seg, void *p) {
+/* The tag of the page that holds p (a block in seg), and its index: the
+ * tag, not the descriptor, because the owner writes the descriptor on
+ * every call and the tag line only when the page changes kind.  A HUGE
+ * segment's tags are all OTHER; its block may lie beyond the 64 pages. */
+static inline unsigned _scr_block_tag(const scr_segment *seg, const void *p, uintptr_t *idx) {
+  *idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
+  return *idx < SCR_PAGES_PER_SEGMENT ? seg->page_tag[*idx] : SCR_TAG_OTHER;
+}
+/* Keep p, a block of o's heap on page idx of seg with tag `tag`, that a's
+ * holder frees, for a's next malloc of its class: 1, or 0 when it is not
+ * kept (o is parked, p is not a small or one-page block, or the list is
+ * full). */
+static inline int _scr_recycle_put(scr_arena *a, scr_arena *o, const scr_segment *seg, uintptr_t idx,
+                                   unsigned tag, void *p) {
   if (o != a && atomic_load_explicit(&o->parked_hint, memory_order_relaxed)) return 0;
-  /* The page's tag, not its descriptor: o's holder writes the descriptor
-   * on every call, the tag line only when the page changes kind.  (A HUGE
-   * segment's tags are all OTHER; its block may lie beyond the 64 pages.) */
-  uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
-  unsigned c = idx < SCR_PAGES_PER_SEGMENT ? seg->page_tag[idx] : SCR_TAG_OTHER;
+  unsigned c = tag;
   if (c == SCR_TAG_LARGE1) c = SCR_CLASS_COUNT; /* freed by the program: live, not cached */
   else if (c >= SCR_CLASS_COUNT) return 0;
   scr_recycled *r = &a->rc[c];

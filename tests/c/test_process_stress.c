@@ -385,6 +385,55 @@ static void test_kept_block_use_after_free(void) {
 }
 #endif
 
+/* A thread whose arena must carve fresh memory while a parked arena has
+ * room (switch_bytes, 1 MiB, and twice its own) moves there: the half of
+ * its blocks a finished thread freed is filled before memory grows.  With
+ * switch_bytes 0 the same allocations grow the heap by what they take. */
+enum { SWITCH_BLOCKS = 131072, SWITCH_SIZE = 64 }; /* 8 MiB, 4 MiB of it freed */
+static void *switch_leaver(void *arg) {
+  void **v = arg;
+  for (int i = 0; i < SWITCH_BLOCKS; i++) v[i] = scr_malloc(SWITCH_SIZE);
+  for (int i = 0; i < SWITCH_BLOCKS; i += 2) scr_free(v[i]), v[i] = NULL;
+  return NULL; /* parked with 4 MiB of free slots */
+}
+
+static uint64_t switch_growth(void **mine, void **left, uint64_t *switches) {
+  pthread_t t;
+  pthread_create(&t, NULL, switch_leaver, left);
+  pthread_join(t, NULL);
+  struct scr_stats st0, st1;
+  struct scr_process_stats ps0, ps1;
+  scr_stats(&st0);
+  scr_process_stats(&ps0);
+  for (int i = 0; i < SWITCH_BLOCKS / 2; i++) mine[i] = scr_malloc(SWITCH_SIZE);
+  scr_stats(&st1);
+  scr_process_stats(&ps1);
+  *switches = ps1.switches - ps0.switches;
+  for (int i = 0; i < SWITCH_BLOCKS / 2; i++) scr_free(mine[i]);
+  for (int i = 1; i < SWITCH_BLOCKS; i += 2) scr_free(left[i]);
+  scr_trim();
+  return st1.bytes > st0.bytes ? st1.bytes - st0.bytes : 0;
+}
+
+static void test_switch(void) {
+  void **mine = scr_malloc(SWITCH_BLOCKS / 2 * sizeof(void *));
+  void **left = scr_malloc(SWITCH_BLOCKS * sizeof(void *));
+  CHECK(mine && left);
+  scr_trim(); /* the main thread's arena has little room */
+  uint64_t switches;
+  uint64_t grew = switch_growth(mine, left, &switches);
+  CHECK_EQ(switches, 1);
+  CHECK(grew <= ((uint64_t)512 << 10)); /* it carved at most SCR_SWITCH_AFTER, then filled the holes */
+  CHECK(scr_process_option_set("switch_bytes", "0") == SCR_OK);
+  grew = switch_growth(mine, left, &switches);
+  CHECK_EQ(switches, 0);
+  CHECK(grew >= ((uint64_t)4 << 20)); /* 4 MiB of blocks, all in fresh pages */
+  CHECK(scr_process_option_set("switch_bytes", "1M") == SCR_OK);
+  scr_free(mine);
+  scr_free(left);
+  CHECK(scr_process_validate() == SCR_OK);
+}
+
 /* The empty pages the arenas keep committed share one budget
  * (retain_budget, 4 MiB): a thread alone keeps freed pages up to it; with
  * nine threads holding arenas its share falls to retain_bytes (512 KiB)
@@ -442,6 +491,7 @@ int main(void) {
    * every parked arena on the parked list */
   scr_process_option_set("discard_delay_ms", "10000");
   TEST(test_api_edges);
+  TEST(test_switch); /* first: no other thread has parked an arena yet */
   TEST(test_shared_array);
   TEST(test_producer_consumer);
   TEST(test_thread_churn);

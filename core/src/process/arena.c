@@ -88,21 +88,35 @@ static scr_arena *proc_arena_new(void) {
 
 /* The parked arena with the most committed bytes not in live blocks
  * (free slots, retained and dirty pages), which the new holder fills
- * before it faults anything new; the most recently parked among equals.
- * Taken off the parked list; under the lock (which lets us read parked
- * heaps). */
-static scr_arena *proc_take_parked(void) {
+ * before it faults anything new; the most recently parked among equals;
+ * NULL when none has min_room.  Taken off the parked list; parked_room
+ * becomes the most room among the others.  Under the lock (which lets us
+ * read parked heaps). */
+static scr_arena *proc_take_parked(uint64_t min_room) {
   scr_proc *P = &_scr_proc;
   scr_arena *best = NULL, *best_prev = NULL, *prev = NULL;
-  uint64_t best_free = 0;
+  uint64_t best_free = 0, second = 0;
   for (scr_arena *a = P->parked; a; prev = a, a = a->next_parked) {
     uint64_t f = _scr_heap_unused_bytes(a->heap);
-    if (best == NULL || f > best_free) best = a, best_prev = prev, best_free = f;
+    if (best == NULL || f > best_free) {
+      if (best) second = best_free;
+      best = a, best_prev = prev, best_free = f;
+    } else if (f > second) second = f;
   }
-  if (best == NULL) return NULL;
+  if (best == NULL || best_free < min_room) {
+    atomic_store_explicit(&P->parked_room, best_free, memory_order_relaxed);
+    return NULL;
+  }
+  atomic_store_explicit(&P->parked_room, second, memory_order_relaxed);
   if (best_prev) best_prev->next_parked = best->next_parked; else P->parked = best->next_parked;
   best->next_parked = NULL;
   return best;
+}
+
+void _scr_arena_room_locked(scr_arena *a) {
+  uint64_t f = _scr_heap_unused_bytes(a->heap);
+  if (f > atomic_load_explicit(&_scr_proc.parked_room, memory_order_relaxed))
+    atomic_store_explicit(&_scr_proc.parked_room, f, memory_order_relaxed);
 }
 
 /* The budget of empty pages kept committed (retained and dirty), shared
@@ -128,41 +142,80 @@ static void proc_keep_update(scr_arena *a) {
   _scr_heap_set_retain_bytes(a->heap, (size_t)want);
 }
 
-scr_arena *_scr_arena_claim(void) {
-  _scr_proc_init();
+/* Under the lock: a, off the parked list or new, is held from now on. */
+static void proc_own_locked(scr_arena *a, bool was_parked) {
   scr_proc *P = &_scr_proc;
-  uint64_t now = _scr_proc_now_ns();
-  pthread_mutex_lock(&P->lock);
-  scr_arena *a = proc_take_parked();
-  if (a) {
+  if (was_parked) {
     P->nparked--;
     atomic_store_explicit(&a->parked_hint, 0, memory_order_relaxed);
     atomic_store_explicit(&a->drain_req, 0, memory_order_relaxed);
-  } else {
-    a = proc_arena_new();
-    if (a == NULL) {
-      pthread_mutex_unlock(&P->lock);
-      errno = ENOMEM;
-      return NULL;
-    }
   }
   a->state = SCR_ARENA_OWNED;
   P->nowned++;
   atomic_store_explicit(&P->owned_hint, P->nowned, memory_order_relaxed);
   proc_keep_share_locked();
   scr_validate_proc();
-  _scr_discard_on_claim(now);
-  unsigned poisoned = a->poisoned;
-  pthread_mutex_unlock(&P->lock);
+}
+
+/* The calling thread's side of taking a (after proc_own_locked). */
+static void proc_adopt(scr_arena *a, unsigned poisoned) {
+  scr_proc *P = &_scr_proc;
   a->worker = _scr_proc_gettid() != P->main_tid;
   a->discarded = 0;
+  a->carved_at_claim = a->carved;
   if (poisoned) _scr_discard_unpoison(a);
   _scr_tl_arena = a;
   pthread_setspecific(P->key, a);
   SCR_PC_ADD(claims, 1);
   _scr_remote_poll(a);
   proc_keep_update(a);
+}
+
+scr_arena *_scr_arena_claim(void) {
+  _scr_proc_init();
+  scr_proc *P = &_scr_proc;
+  uint64_t now = _scr_proc_now_ns();
+  pthread_mutex_lock(&P->lock);
+  scr_arena *a = proc_take_parked(0);
+  bool was_parked = a != NULL;
+  if (a == NULL) a = proc_arena_new();
+  if (a == NULL) {
+    pthread_mutex_unlock(&P->lock);
+    errno = ENOMEM;
+    return NULL;
+  }
+  proc_own_locked(a, was_parked);
+  _scr_discard_on_claim(now);
+  unsigned poisoned = a->poisoned;
+  pthread_mutex_unlock(&P->lock);
+  proc_adopt(a, poisoned);
   return a;
+}
+
+/* The holder's heap is carving fresh memory while a parked arena has room
+ * (switch_bytes or more not in live blocks): the holder parks its arena
+ * and takes that one.  Why: a thread that exits leaves half-used pages
+ * that only the next thread to start would fill; a program whose threads
+ * finish at different times would otherwise grow while the finished
+ * threads' room waits (the churn benchmark's peak).  The blocks left in
+ * the old arena stay valid; the holder's frees of them become remote
+ * frees, which pushers drain.  Called from the tick, outside heap calls. */
+void _scr_arena_switch(scr_arena *a) {
+  scr_proc *P = &_scr_proc;
+  /* Worth it only for twice the room the holder has (free slots of other
+   * classes): else two threads would trade arenas back and forth. */
+  uint64_t own = _scr_heap_unused_bytes(a->heap), want = P->opt.switch_bytes;
+  if (want < 2 * own) want = 2 * own;
+  a->carved_at_claim = a->carved; /* found none: look again after SCR_SWITCH_AFTER */
+  pthread_mutex_lock(&P->lock);
+  scr_arena *b = proc_take_parked(want);
+  if (b) proc_own_locked(b, true);
+  unsigned poisoned = b ? b->poisoned : 0;
+  pthread_mutex_unlock(&P->lock);
+  if (b == NULL) return;
+  _scr_arena_park(a);
+  proc_adopt(b, poisoned);
+  SCR_PC_ADD(switches, 1);
 }
 
 /* The holder gives the arena up: free lists and bump pointers stay, so
@@ -179,6 +232,7 @@ void _scr_arena_park(scr_arena *a) {
   a->next_parked = P->parked;
   P->parked = a;
   atomic_store_explicit(&a->parked_hint, 1, memory_order_relaxed);
+  _scr_arena_room_locked(a);
   P->nowned--;
   atomic_store_explicit(&P->owned_hint, P->nowned, memory_order_relaxed);
   proc_keep_share_locked();
@@ -217,6 +271,10 @@ void _scr_arena_tick_slow(scr_arena *a) {
     _scr_prefault_post(a);
   }
   if (a->ops - a->ops_published >= SCR_ARENA_PUBLISH_EVERY) _scr_arena_publish(a);
+  if (a->switch_pending) { /* last: the caller holds another arena after it */
+    a->switch_pending = 0;
+    _scr_arena_switch(a);
+  }
 }
 
 /* ---- fork ----

@@ -51,6 +51,7 @@ SCR_HIDDEN_ALIAS(proc_heap_usable_size, scr_heap_usable_size);
   X(prefault_after, (uint64_t)1 << 20, 0, UINT64_MAX, "bytes an arena carves before it is faulted ahead") \
   X(prefault_step, (uint64_t)256 << 10, 65536, (uint64_t)64 << 20, "bytes faulted ahead per step") \
   X(prefault_budget, (uint64_t)8 << 20, 0, UINT64_MAX, "bytes in flight for worker threads") \
+  X(switch_bytes, (uint64_t)1 << 20, 0, UINT64_MAX, "a thread whose arena must carve fresh memory moves to a parked arena with at least this many committed bytes not in live blocks (0: never)") \
   X(retain_budget, (uint64_t)4 << 20, 0, UINT64_MAX, "empty pages the arenas keep committed together: each keeps this over the threads holding arenas, and at least retain_bytes") \
   X(dontdump, 2, 0, 2, "MADV_DONTDUMP on segments: 0 never, 1 always, 2 auto (when no core would be written)") \
   X(stats, 0, 0, 2, "print statistics at exit: 1 summary, 2 also per arena")        \
@@ -110,6 +111,8 @@ typedef struct scr_arena {
   uintptr_t frontier;               /* highest page end taken in it: fresh territory above */
   unsigned poisoned;                /* discard made its free pages PROT_NONE */
   unsigned pf_pending;              /* a prefault step waits to be posted (holder) */
+  unsigned switch_pending;          /* carving while a parked arena has room: look at the next tick (holder) */
+  uint64_t carved_at_claim;         /* carved when the holder took it (holder) */
   uintptr_t pf_from;                /* start of the last range faulted ahead (holder) */
   uint64_t pf_counted;              /* bytes of that range counted in the budget (holder) */
   _Atomic int pf_state;             /* 0 idle, 1 queued, 2 the helper is on it */
@@ -140,6 +143,8 @@ typedef struct scr_proc {
   unsigned narenas, nowned, nparked;/* counts (under lock) */
   _Atomic unsigned owned_hint;      /* nowned, for readers without the lock */
   _Atomic uint64_t arena_keep;      /* each arena's retain_bytes now (arena.c: the budget's share) */
+  _Atomic uint64_t parked_room;     /* most bytes not in live blocks of a parked arena, as last seen
+                                       under lock (may be stale high: a switch then finds none) */
   unsigned ncpus;                   /* CPUs the process may run on (at init) */
   uint8_t *pool;                    /* arena descriptors are carved here */
   size_t pool_left;                 /* bytes left in pool */
@@ -176,6 +181,7 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(huge_advised, "segments advised MADV_HUGEPAGE")                            \
   X(dontdump_advised, "segments advised MADV_DONTDUMP")                        \
   X(parked_drains, "parked arenas a pusher drained of remote frees")         \
+  X(switches, "threads that moved to a parked arena with room")             \
   X(remote_sent_unowned, "remote frees by threads that hold no arena")      \
   X(forks, "forks the allocator went through")
 
@@ -217,7 +223,9 @@ SCR_INTERNAL bool _scr_proc_validate_locked(void);
 SCR_INTERNAL void _scr_proc_init_slow(void);
 SCR_INTERNAL scr_arena *_scr_arena_claim(void);
 SCR_INTERNAL void _scr_arena_park(scr_arena *a);
+SCR_INTERNAL void _scr_arena_switch(scr_arena *a);
 SCR_INTERNAL void _scr_arena_publish(scr_arena *a);
+SCR_INTERNAL void _scr_arena_room_locked(scr_arena *a); /* a parked arena's room changed */
 static inline void _scr_proc_init(void) {
   if (SCR_UNLIKELY(!atomic_load_explicit(&_scr_proc.inited, memory_order_acquire))) _scr_proc_init_slow();
 }
@@ -228,6 +236,10 @@ static inline scr_arena *_scr_arena_get(void) {
   return a;
 }
 #define SCR_ARENA_PUBLISH_EVERY 65536 /* calls between stats snapshots */
+/* Fresh bytes a holder carves before it may move to a parked arena with
+ * room: an arena whose room was in classes the thread does not use is
+ * not left again at once. */
+#define SCR_SWITCH_AFTER ((uint64_t)64 << 10)
 #define SCR_ARENA_POLL_EVERY 32       /* calls between looks at the remote stack (a power of 2) */
 /* Counts the holder's calls.  Every SCR_ARENA_POLL_EVERY calls the slow
  * side frees what other threads pushed (reading the remote stack's cache

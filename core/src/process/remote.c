@@ -80,6 +80,7 @@ static void proc_borrow_and_drain(scr_arena *a) {
     P->parked = a;
   }
   P->nparked++;
+  _scr_arena_room_locked(a);
   atomic_store_explicit(&a->drain_req, 0, memory_order_relaxed);
   pthread_mutex_unlock(&P->lock);
 }

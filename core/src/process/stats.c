@@ -89,6 +89,7 @@ void scr_process_stats(struct scr_process_stats *o) {
 #define SCR_PLOAD_(name) atomic_load_explicit(&_scr_pc.name, memory_order_relaxed)
   o->claims = SCR_PLOAD_(claims);
   o->parks = SCR_PLOAD_(parks);
+  o->switches = SCR_PLOAD_(switches);
   o->foreign_frees = SCR_PLOAD_(foreign_frees);
   o->realloc_moves = SCR_PLOAD_(realloc_moves);
   o->discards = SCR_PLOAD_(discards);
@@ -144,11 +145,11 @@ static void proc_print_stats(void) {
   scr_process_stats(&ps);
   static const char *const thp[] = {"never", "madvise", "always"};
   int pid = (int)getpid();
-  _scr_out_put(&o, "scralloc[%d]: %llu arenas (%llu owned, %llu parked); %llu claims, %llu parks; "
+  _scr_out_put(&o, "scralloc[%d]: %llu arenas (%llu owned, %llu parked); %llu claims, %llu parks, %llu switches; "
            "%llu remote frees (%llu pending), %llu realloc moves, %llu foreign frees\n",
            pid, (unsigned long long)ps.arenas, (unsigned long long)ps.arenas_owned,
            (unsigned long long)ps.arenas_parked, (unsigned long long)ps.claims, (unsigned long long)ps.parks,
-           (unsigned long long)ps.remote_frees, (unsigned long long)ps.remote_pending,
+           (unsigned long long)ps.switches,           (unsigned long long)ps.remote_frees, (unsigned long long)ps.remote_pending,
            (unsigned long long)ps.realloc_moves, (unsigned long long)ps.foreign_frees);
   proc_write_line(&o);
   _scr_out_put(&o, "scralloc[%d]: heap_total %.2f MiB (%.2f MiB dirty), heap_used %.2f MiB, %llu live blocks (%llu large), "

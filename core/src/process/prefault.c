@@ -77,8 +77,13 @@ void _scr_prefault_release_ahead(scr_arena *a) {
   if (a->pf_end == 0) return;
   uintptr_t from = a->pf_from, to = a->pf_end;
   a->pf_from = a->pf_end = 0;
-  scr_segment *seg = _scr_segmap_get((void *)from);
-  if (seg == NULL || seg->heap != a->heap || seg->kind != SCR_SEG_NORMAL) return;
+  /* The range lies in the segment that was the frontier; the heap may
+   * have unmapped it since and another heap mapped one at that address, so
+   * look for it among our own segments instead of reading its header. */
+  scr_segment *seg = (scr_segment *)(from & ~(uintptr_t)(SCR_SEGMENT_SIZE - 1));
+  const scr_segment *s = a->heap->segments;
+  while (s && s != seg) s = s->next;
+  if (s == NULL || seg->kind != SCR_SEG_NORMAL) return;
   /* Pages still FREE and fresh (not committed per the heap). */
   uint64_t fresh = seg->free_mask & ~seg->committed_free_mask & ~seg->lazy_free_mask;
   unsigned first = (unsigned)((from - (uintptr_t)seg) >> SCR_PAGE_SHIFT);

@@ -60,12 +60,13 @@ SCR_INTERNAL const char *_scr_env_option(const char *name, char *env, size_t len
 
 /* size_class.c */
 SCR_INTERNAL extern const uint32_t _scr_class_sizes[SCR_CLASS_COUNT];
-/* The class of a request n <= SCR_SMALL_MAX: 16-byte steps up to 64, then
- * the doubling [2^k, 2^(k+1)) split in four equal steps. */
+/* The class of a request n <= SCR_SMALL_MAX (size_class.c: two tables;
+ * every class up to 1 KiB is a multiple of 16, every one above of 128). */
+SCR_INTERNAL extern const uint8_t _scr_class_by_16[65];
+SCR_INTERNAL extern const uint8_t _scr_class_by_128[129];
 static inline unsigned _scr_class_of(size_t n) {
-  if (n <= 64) return n <= 16 ? 0 : (unsigned)((n + 15) >> 4) - 1;
-  unsigned lg = 63u - (unsigned)__builtin_clzll((unsigned long long)(n - 1));
-  return 4 + (lg - 6) * 4 + (unsigned)(((n - 1) >> (lg - 2)) & 3);
+  if (SCR_LIKELY(n <= 1024)) return _scr_class_by_16[(n + 15) >> 4];
+  return _scr_class_by_128[(n + 127) >> 7];
 }
 
 /* segmap.c: process-wide map from segment number to segment header.

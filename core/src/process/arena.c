@@ -162,7 +162,7 @@ static void proc_adopt(scr_arena *a, unsigned poisoned) {
   scr_proc *P = &_scr_proc;
   a->worker = _scr_proc_gettid() != P->main_tid;
   a->discarded = 0;
-  a->carved_at_claim = a->carved;
+  a->carved_mark = a->carved;
   if (poisoned) _scr_discard_unpoison(a);
   _scr_tl_arena = a;
   pthread_setspecific(P->key, a);
@@ -206,7 +206,7 @@ void _scr_arena_switch(scr_arena *a) {
    * classes): else two threads would trade arenas back and forth. */
   uint64_t own = _scr_heap_unused_bytes(a->heap), want = P->opt.switch_bytes;
   if (want < 2 * own) want = 2 * own;
-  a->carved_at_claim = a->carved; /* found none: look again after SCR_SWITCH_AFTER */
+  a->carved_mark = a->carved; /* found none: look again after SCR_SWITCH_AFTER */
   pthread_mutex_lock(&P->lock);
   scr_arena *b = proc_take_parked(want);
   if (b) proc_own_locked(b, true);

@@ -54,7 +54,7 @@ static void proc_page_acquired(scr_heap *h, void *page_start, size_t page_bytes,
    * that frees and takes the same pages all day is not growing) */
   a->carved += (uintptr_t)end - (a->frontier > (uintptr_t)page_start ? a->frontier : (uintptr_t)page_start);
   a->frontier = (uintptr_t)end;
-  if (P->opt.switch_bytes && a->carved - a->carved_at_claim >= SCR_SWITCH_AFTER &&
+  if (P->opt.switch_bytes && a->carved - a->carved_mark >= SCR_SWITCH_AFTER &&
       atomic_load_explicit(&_scr_proc.parked_room, memory_order_relaxed) >= P->opt.switch_bytes) {
     a->switch_pending = 1; /* the next tick looks (arena.c: _scr_arena_switch) */
     a->ops |= SCR_ARENA_POLL_EVERY - 1;

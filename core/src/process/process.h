@@ -112,7 +112,7 @@ typedef struct scr_arena {
   unsigned poisoned;                /* discard made its free pages PROT_NONE */
   unsigned pf_pending;              /* a prefault step waits to be posted (holder) */
   unsigned switch_pending;          /* carving while a parked arena has room: look at the next tick (holder) */
-  uint64_t carved_at_claim;         /* carved when the holder took it (holder) */
+  uint64_t carved_mark;             /* carved at the claim or the last look for room (holder) */
   uintptr_t pf_from;                /* start of the last range faulted ahead (holder) */
   uint64_t pf_counted;              /* bytes of that range counted in the budget (holder) */
   _Atomic int pf_state;             /* 0 idle, 1 queued, 2 the helper is on it */

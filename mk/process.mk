@@ -7,8 +7,8 @@ PROC_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_process_*.c))
 $(foreach t,$(PROC_TESTS),$(eval $(call ctest,tsan,$(t),$(TSAN_FLAGS))))
 
 TEST_STEPS  += test-process
-BENCH_STEPS += bench-process
-.PHONY: test-process test-process-tsan test-preload bench-process
+BENCH_STEPS += bench-process bench-pairs
+.PHONY: test-process test-process-tsan test-preload bench-process bench-pairs
 
 test-process: test-process-tsan test-preload
 
@@ -28,10 +28,14 @@ test-preload: $(B)/release/libscralloc.so $(B)/debug/libscralloc.so $(B)/release
 	SCR_PRELOAD_QUICK=1 tests/preload/run.sh $(B)/debug/libscralloc.so
 
 # Workloads linked against nothing but libc: each allocator is LD_PRELOADed.
-PROC_BENCH_BIN := $(B)/release/bench/proc_xthread $(B)/release/bench/proc_churn
+PROC_BENCH_BIN := $(B)/release/bench/proc_xthread $(B)/release/bench/proc_churn $(B)/release/bench/proc_pairs
 $(B)/release/bench/proc_%: bench/proc_%.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -O2 -Wall -Wextra $(WERROR) -pthread -o $@ $<
 
 bench-process: $(PROC_BENCH_BIN) $(B)/release/libscralloc.so
 	$(PYTHON) bench/proc_bench.py --lib $(B)/release/libscralloc.so --bin $(B)/release/bench
+
+# The malloc/free fast paths alone: ns per pair for six size mixes.
+bench-pairs: $(B)/release/bench/proc_pairs $(B)/release/libscralloc.so
+	$(PYTHON) bench/pairs_bench.py --lib $(B)/release/libscralloc.so --bin $(B)/release/bench

@@ -44,6 +44,13 @@ int main(int argc, char **argv) {
   }
   const char *mix = argv[1];
   long steps = atol(argv[2]);
+  static const char *const mixes[] = {"64", "small", "medium", "page", "large", "stress"};
+  int known = 0;
+  for (unsigned k = 0; k < sizeof mixes / sizeof *mixes; k++) known |= strcmp(mix, mixes[k]) == 0;
+  if (!known || steps < 1) {
+    fprintf(stderr, "proc_pairs: unknown mix '%s' or no steps\n", mix);
+    return 2;
+  }
   uint64_t s = 88172645463325252ull;
   /* the sizes first, so that drawing them is not timed */
   size_t *sizes = malloc((size_t)steps * sizeof *sizes);

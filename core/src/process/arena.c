@@ -200,7 +200,7 @@ scr_arena *_scr_arena_claim(void) {
  * threads' room waits (the churn benchmark's peak).  The blocks left in
  * the old arena stay valid; the holder's frees of them become remote
  * frees, which pushers drain.  Called from the tick, outside heap calls. */
-void _scr_arena_switch(scr_arena *a) {
+static void proc_switch(scr_arena *a) {
   scr_proc *P = &_scr_proc;
   /* Worth it only for twice the room the holder has (free slots of other
    * classes): else two threads would trade arenas back and forth. */
@@ -273,7 +273,7 @@ void _scr_arena_tick_slow(scr_arena *a) {
   if (a->ops - a->ops_published >= SCR_ARENA_PUBLISH_EVERY) _scr_arena_publish(a);
   if (a->switch_pending) { /* last: the caller holds another arena after it */
     a->switch_pending = 0;
-    _scr_arena_switch(a);
+    proc_switch(a);
   }
 }
 

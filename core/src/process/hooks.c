@@ -55,8 +55,8 @@ static void proc_page_acquired(scr_heap *h, void *page_start, size_t page_bytes,
   a->carved += (uintptr_t)end - (a->frontier > (uintptr_t)page_start ? a->frontier : (uintptr_t)page_start);
   a->frontier = (uintptr_t)end;
   if (P->opt.switch_bytes && a->carved - a->carved_mark >= SCR_SWITCH_AFTER &&
-      atomic_load_explicit(&_scr_proc.parked_room, memory_order_relaxed) >= P->opt.switch_bytes) {
-    a->switch_pending = 1; /* the next tick looks (arena.c: _scr_arena_switch) */
+      atomic_load_explicit(&P->parked_room, memory_order_relaxed) >= P->opt.switch_bytes) {
+    a->switch_pending = 1; /* the next tick looks (arena.c: proc_switch) */
     a->ops |= SCR_ARENA_POLL_EVERY - 1;
   }
   if (!P->opt.prefault || !P->populate_ok || a->carved < P->opt.prefault_after) return;

@@ -223,7 +223,6 @@ SCR_INTERNAL bool _scr_proc_validate_locked(void);
 SCR_INTERNAL void _scr_proc_init_slow(void);
 SCR_INTERNAL scr_arena *_scr_arena_claim(void);
 SCR_INTERNAL void _scr_arena_park(scr_arena *a);
-SCR_INTERNAL void _scr_arena_switch(scr_arena *a);
 SCR_INTERNAL void _scr_arena_publish(scr_arena *a);
 SCR_INTERNAL void _scr_arena_room_locked(scr_arena *a); /* a parked arena's room changed */
 static inline void _scr_proc_init(void) {

@@ -149,7 +149,7 @@ static void proc_print_stats(void) {
            "%llu remote frees (%llu pending), %llu realloc moves, %llu foreign frees\n",
            pid, (unsigned long long)ps.arenas, (unsigned long long)ps.arenas_owned,
            (unsigned long long)ps.arenas_parked, (unsigned long long)ps.claims, (unsigned long long)ps.parks,
-           (unsigned long long)ps.switches,           (unsigned long long)ps.remote_frees, (unsigned long long)ps.remote_pending,
+           (unsigned long long)ps.switches, (unsigned long long)ps.remote_frees, (unsigned long long)ps.remote_pending,
            (unsigned long long)ps.realloc_moves, (unsigned long long)ps.foreign_frees);
   proc_write_line(&o);
   _scr_out_put(&o, "scralloc[%d]: heap_total %.2f MiB (%.2f MiB dirty), heap_used %.2f MiB, %llu live blocks (%llu large), "

@@ -19,7 +19,13 @@
 
 #define SCR_RECYCLE_CLASS_BYTES 16384
 #define SCR_RECYCLE_CLASS_MAX 64
-#define SCR_RECYCLE_LARGE_MAX 4
+/* One-page large blocks (a page each, 1 MiB at most per thread): a
+ * thread's frees and mallocs of them come in runs, and each one that
+ * overflows goes back to its heap, where the arena's cap on kept pages
+ * decommits it and the next malloc faults a page in again.  The threaded
+ * stress with 4: ~300 such decommits and 8.6k faults a run; with 16: ~110
+ * and 5.9k, max RSS within its noise (bench/proc_bench.py). */
+#define SCR_RECYCLE_LARGE_MAX 16
 
 void _scr_recycle_init(scr_arena *a) {
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {

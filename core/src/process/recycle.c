@@ -1,10 +1,9 @@
 /* Recycling, the thread's cache of freed blocks: a small block (or a
  * one-page large block) that the holder of an arena frees, of its own
  * arena or of another, is kept on a per-class list for the holder's next
- * malloc of the class, up to SCR_RECYCLE_CLASS_BYTES (but at least
- * SCR_RECYCLE_CLASS_MIN blocks) and SCR_RECYCLE_CLASS_MAX blocks per
- * class (SCR_RECYCLE_LARGE_MAX one-page blocks, which serve any request
- * between SCR_SMALL_MAX and a page).
+ * malloc of the class, up to SCR_RECYCLE_CLASS_BYTES and
+ * SCR_RECYCLE_CLASS_MAX blocks per class (SCR_RECYCLE_LARGE_MAX one-page
+ * blocks, which serve any request between SCR_SMALL_MAX and a page).
  *
  * Why: the most recently freed block of a class is the one whose cache
  * line this thread touched last; a page's free list hands out whatever
@@ -20,11 +19,6 @@
 
 #define SCR_RECYCLE_CLASS_BYTES 16384
 #define SCR_RECYCLE_CLASS_MAX 64
-/* Blocks a list may hold whatever their size: with only 1-4 blocks of the
- * 4-16 KiB classes kept, a page of those (4-16 blocks) empties and fills
- * again every few calls (bench/proc_pairs.c, 4-16 KiB: 33.5 -> 21.8 ns a
- * pair with 8; whole programs unchanged within their noise). */
-#define SCR_RECYCLE_CLASS_MIN 8
 /* One-page large blocks (a page each, 1 MiB at most per thread): a
  * thread's frees and mallocs of them come in runs, and each one that
  * overflows goes back to its heap, where the arena's cap on kept pages
@@ -36,7 +30,6 @@
 void _scr_recycle_init(scr_arena *a) {
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     uint32_t by_bytes = (uint32_t)((SCR_RECYCLE_CLASS_BYTES + _scr_class_sizes[c] - 1) / _scr_class_sizes[c]);
-    if (by_bytes < SCR_RECYCLE_CLASS_MIN) by_bytes = SCR_RECYCLE_CLASS_MIN;
     a->rc[c].max = by_bytes < SCR_RECYCLE_CLASS_MAX ? by_bytes : SCR_RECYCLE_CLASS_MAX;
   }
   a->rc[SCR_CLASS_COUNT].max = SCR_RECYCLE_LARGE_MAX;

@@ -23,10 +23,12 @@ void *scr_malloc(size_t n) {
   if (SCR_LIKELY(n <= SCR_SMALL_MAX)) {
     unsigned c = _scr_class_of(n);
     p = _scr_recycle_take(a, c);
-    if (p == NULL) p = _scr_small_alloc(a->heap, c);
+    if (p != NULL) return p; /* no tick: the heap did not change */
+    p = _scr_small_alloc(a->heap, c);
   } else {
     p = n <= SCR_PAGE_SIZE ? _scr_recycle_take(a, SCR_CLASS_COUNT) : NULL;
-    if (p == NULL) p = proc_heap_malloc(a->heap, n);
+    if (p != NULL) return p;
+    p = proc_heap_malloc(a->heap, n);
   }
   _scr_arena_tick(a);
   return p;
@@ -60,10 +62,9 @@ void scr_free(void *p) {
   uintptr_t idx = 0;
   unsigned tag = seg ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
   if (SCR_LIKELY(a != NULL && a->heap == h)) {
-    if (!_scr_recycle_put(a, a, seg, idx, tag, p)) {
-      if (tag < SCR_CLASS_COUNT) _scr_small_free(h, &seg->pages[idx], p);
-      else proc_heap_free(h, p);
-    }
+    if (_scr_recycle_put(a, a, seg, idx, tag, p)) return; /* no tick: the heap did not change */
+    if (tag < SCR_CLASS_COUNT) _scr_small_free(h, &seg->pages[idx], p);
+    else proc_heap_free(h, p);
     _scr_arena_tick(a);
     return;
   }

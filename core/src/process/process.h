@@ -98,7 +98,7 @@ typedef struct scr_arena {
   unsigned discarded;               /* pages returned since it was parked */
   unsigned worker;                  /* holder is not the main thread */
   uint64_t parked_ns;               /* when it was parked (monotonic) */
-  uint64_t ops;                     /* holder's calls (ticks) */
+  uint64_t ops;                     /* holder's heap calls (ticks) */
   uint64_t ops_published;           /* ops at the last snapshot */
   uint64_t remote_drained;          /* blocks taken from remote (holder) */
   uint64_t remote_sent;             /* blocks its holder pushed on other arenas (holder) */
@@ -239,12 +239,16 @@ static inline scr_arena *_scr_arena_get(void) {
  * room: an arena whose room was in classes the thread does not use is
  * not left again at once. */
 #define SCR_SWITCH_AFTER ((uint64_t)64 << 10)
-#define SCR_ARENA_POLL_EVERY 32       /* calls between looks at the remote stack (a power of 2) */
-/* Counts the holder's calls.  Every SCR_ARENA_POLL_EVERY calls the slow
- * side frees what other threads pushed (reading the remote stack's cache
- * line, which pushers keep writing, on every call would cost a miss each
- * time), posts prefault work (hooks.c sets ops to get there on the next
- * call) and now and then publishes a stats snapshot. */
+#define SCR_ARENA_POLL_EVERY 32       /* heap calls between looks at the remote stack (a power of 2) */
+/* Counts the holder's heap calls: a malloc or free that the thread's cache
+ * serves (recycle.c) changes nothing in the heap and does not tick (a
+ * read-modify-write of `ops` on both sides of every malloc/free pair cost
+ * ~2 ns of its ~19: bench/proc_pairs.c).  Every SCR_ARENA_POLL_EVERY heap
+ * calls the slow side frees what other threads pushed (reading the remote
+ * stack's cache line, which pushers keep writing, on every call would
+ * cost a miss each time), applies the budget's share, posts prefault work
+ * and the switch (hooks.c sets ops to get there at the end of the heap
+ * call that asked) and now and then publishes a stats snapshot. */
 SCR_INTERNAL void _scr_arena_tick_slow(scr_arena *a);
 static inline void _scr_arena_tick(scr_arena *a) {
   if (SCR_UNLIKELY((++a->ops & (SCR_ARENA_POLL_EVERY - 1)) == 0)) _scr_arena_tick_slow(a);

@@ -16,6 +16,10 @@ int _scr_classify(const scr_heap *h, const void *p) {
   unsigned idx = (unsigned)((a - base) >> SCR_PAGE_SHIFT);
   const scr_page *pg = &seg->pages[idx];
   uintptr_t start = base + ((uintptr_t)idx << SCR_PAGE_SHIFT);
+  if (pg->kind == SCR_PAGE_RUN_TAIL) { /* a medium class's run: its first page says */
+    pg = &seg->pages[pg->head];
+    start = (uintptr_t)pg->start;
+  }
   switch (pg->kind) {
   case SCR_PAGE_SMALL: {
     size_t off = a - start;

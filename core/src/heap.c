@@ -53,14 +53,16 @@ bool _scr_heap_grow_ok(const scr_heap *h, size_t more) {
 
 /* ---- small blocks ---- */
 
-/* A page for class c: a retained page of another class, else a page from
- * a segment.  It comes back counted as an empty page of class c, which the
- * first allocation from it uncounts.  (A retained page of class c itself
- * would already be the head of queue c.) */
+/* A page for class c: a retained page of another class of the same span,
+ * else a page (a run, for a medium class) from a segment.  It comes back
+ * counted as an empty page of class c, which the first allocation from it
+ * uncounts.  (A retained page of class c itself would already be the head
+ * of queue c.) */
 static scr_page *page_for_class(scr_heap *h, unsigned c) {
   scr_assert(h->empty_count[c] == 0);
+  unsigned span = _scr_class_span(c);
   for (unsigned k = 0; k < SCR_CLASS_COUNT; k++) {
-    if (h->empty_count[k] == 0) continue;
+    if (h->empty_count[k] == 0 || _scr_class_span(k) != span) continue;
     scr_page *pg = h->queue_tail[k];
     scr_assert(pg && pg->used == 0);
     _scr_queue_remove(h, pg);
@@ -72,12 +74,12 @@ static scr_page *page_for_class(scr_heap *h, unsigned c) {
     _scr_page_format(pg, c);
     return pg;
   }
-  scr_page *pg = _scr_segment_take_pages(h, 1, SCR_PAGE_SIZE);
+  scr_page *pg = _scr_segment_take_pages(h, span, span * SCR_PAGE_SIZE);
   if (pg == NULL) return NULL;
   _scr_page_format(pg, c);
   h->class_pages[c]++;
   h->empty_count[c]++;
-  h->retained_pages++;
+  h->retained_pages += span;
   return pg;
 }
 
@@ -104,14 +106,14 @@ static void page_release(scr_heap *h, scr_page *pg) {
   _scr_queue_remove(h, pg);
   h->class_pages[pg->cls]--;
   scr_segment *seg = _scr_page_segment(pg);
-  _scr_segment_release_pages(h, seg, _scr_page_index(seg, pg), 1);
+  _scr_segment_release_pages(h, seg, _scr_page_index(seg, pg), pg->span);
 }
 
 void _scr_heap_page_emptied(scr_heap *h, scr_page *pg) {
   unsigned c = pg->cls;
   if (_scr_page_keep(h, pg)) {
     h->empty_count[c]++;
-    h->retained_pages++;
+    h->retained_pages += pg->span;
     if (h->queue_tail[c] != pg) {
       _scr_queue_remove(h, pg);
       _scr_queue_push_back(h, pg);
@@ -164,7 +166,8 @@ void *scr_heap_aligned_alloc(scr_heap *h, size_t align, size_t n) {
   size_t want = n < align ? align : n;
   if (want <= SCR_SMALL_MAX) {
     /* A class whose size is a multiple of align: every slot is aligned,
-     * since pages start on 64 KiB boundaries. */
+     * since pages start on 64 KiB boundaries (runs of medium classes on
+     * 256 KiB ones). */
     for (unsigned c = _scr_class_of(want); c < SCR_CLASS_COUNT; c++)
       if (_scr_class_sizes[c] % align == 0) return _scr_small_alloc(h, c);
   }
@@ -179,10 +182,18 @@ static inline scr_segment *own_segment(const scr_heap *h, const void *p) {
   return seg && seg->heap == h ? seg : NULL;
 }
 
-static size_t block_usable(const scr_segment *seg, const void *p) {
+/* The page of size class that holds p, a block of the NORMAL segment seg,
+ * or NULL when p is in a large block. */
+static inline scr_page *small_page_of(scr_segment *seg, const void *p) {
+  uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
+  unsigned tag = seg->page_tag[idx];
+  return tag < SCR_CLASS_COUNT ? _scr_class_page(seg, idx, tag) : NULL;
+}
+
+static size_t block_usable(scr_segment *seg, const void *p) {
   if (seg->kind == SCR_SEG_NORMAL) {
-    const scr_page *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
-    if (pg->kind == SCR_PAGE_SMALL) return pg->block_size;
+    const scr_page *pg = small_page_of(seg, p);
+    if (pg) return pg->block_size;
   }
   return _scr_large_usable(seg, p);
 }
@@ -193,8 +204,8 @@ void scr_heap_free(scr_heap *h, void *p) {
    * heap, whose base is never a block), else the segment map. */
   scr_segment *seg = _scr_segment_of(p);
   if (SCR_LIKELY(seg == h->last_free_seg && p != NULL)) {
-    scr_page *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
-    if (SCR_LIKELY(pg->kind == SCR_PAGE_SMALL)) {
+    scr_page *pg = small_page_of(seg, p);
+    if (SCR_LIKELY(pg != NULL)) {
       _scr_small_free(h, pg, p);
       return;
     }
@@ -207,8 +218,8 @@ void scr_heap_free(scr_heap *h, void *p) {
   }
   if (SCR_LIKELY(seg->kind == SCR_SEG_NORMAL)) {
     h->last_free_seg = seg;
-    scr_page *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
-    if (SCR_LIKELY(pg->kind == SCR_PAGE_SMALL)) {
+    scr_page *pg = small_page_of(seg, p);
+    if (SCR_LIKELY(pg != NULL)) {
       _scr_small_free(h, pg, p);
       return;
     }
@@ -245,7 +256,7 @@ void *scr_heap_realloc(scr_heap *h, void *p, size_t n) {
     void *q = _scr_large_realloc_inplace(h, seg, p, n);
     if (q) return q;
   }
-  void *q = scr_heap_malloc(h, n);
+  void *q = scr_heap_malloc(h, _scr_realloc_size(usable, n));
   if (q == NULL) return NULL;
   memcpy(q, p, n < usable ? n : usable);
   scr_heap_free(h, p);
@@ -261,7 +272,7 @@ static void release_retained(scr_heap *h) {
       scr_page *pg = h->queue_tail[c];
       scr_assert(pg && pg->used == 0);
       h->empty_count[c]--;
-      h->retained_pages--;
+      h->retained_pages -= pg->span;
       page_release(h, pg);
     }
   }

@@ -15,7 +15,7 @@ static inline void *_scr_page_alloc(scr_heap *h, scr_page *pg) {
   } else b = (scr_block *)(pg->start + (size_t)pg->capacity++ * pg->block_size);
   if (SCR_UNLIKELY(pg->used++ == 0)) {
     h->empty_count[pg->cls]--;
-    h->retained_pages--;
+    h->retained_pages -= pg->span;
   }
   h->class_live[pg->cls]++;
   scr_validate_page(pg);
@@ -35,11 +35,15 @@ static inline void *_scr_small_alloc(scr_heap *h, unsigned c) {
 
 /* A page's last block was freed: keep it (at the tail of its queue) while
  * the class holds fewer than `retain` empty pages and the heap's retained
- * and dirty bytes stay under the cap; else give it back.  The common case (kept,
- * already last in its queue) is inline in _scr_small_free. */
+ * and dirty bytes stay under the cap; else give it back.  A medium class's
+ * run goes back as dirty pages instead when the heap has a purge delay:
+ * those serve any class or large block, a retained run only its class
+ * (measured: Python under the process allocator faulted 12.2k -> 14.5k
+ * times a run with retained runs, 12.2k with dirty ones).  The common
+ * case (kept, already last in its queue) is inline in _scr_small_free. */
 static inline bool _scr_page_keep(const scr_heap *h, const scr_page *pg) {
-  return h->empty_count[pg->cls] < h->opt.retain &&
-         (h->retained_pages + h->dirty_pages + 1) * SCR_PAGE_SIZE <= h->opt.retain_bytes;
+  return (pg->span == 1 || h->opt.purge_delay_ms == 0) && h->empty_count[pg->cls] < h->opt.retain &&
+         (h->retained_pages + h->dirty_pages + pg->span) * SCR_PAGE_SIZE <= h->opt.retain_bytes;
 }
 
 /* Free p, a block of the small page pg of h. */
@@ -56,7 +60,7 @@ static inline void _scr_small_free(scr_heap *h, scr_page *pg, void *p) {
   if (SCR_UNLIKELY(pg->used == 0)) {
     if (h->queue_tail[pg->cls] == pg && _scr_page_keep(h, pg)) {
       h->empty_count[pg->cls]++;
-      h->retained_pages++;
+      h->retained_pages += pg->span;
     } else {
       _scr_heap_page_emptied(h, pg); /* may unmap pg */
     }

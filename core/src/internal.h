@@ -60,13 +60,31 @@ SCR_INTERNAL const char *_scr_env_option(const char *name, char *env, size_t len
 
 /* size_class.c */
 SCR_INTERNAL extern const uint32_t _scr_class_sizes[SCR_CLASS_COUNT];
-/* The class of a request n <= SCR_SMALL_MAX (size_class.c: two tables;
- * every class up to 1 KiB is a multiple of 16, every one above of 128). */
+/* The class of a request n <= SCR_SMALL_MAX (size_class.c: three tables;
+ * every class up to 1 KiB is a multiple of 16, up to 16 KiB of 128, above
+ * of 4096). */
 SCR_INTERNAL extern const uint8_t _scr_class_by_16[65];
 SCR_INTERNAL extern const uint8_t _scr_class_by_128[129];
+SCR_INTERNAL extern const uint8_t _scr_class_by_4096[17];
 static inline unsigned _scr_class_of(size_t n) {
   if (SCR_LIKELY(n <= 1024)) return _scr_class_by_16[(n + 15) >> 4];
-  return _scr_class_by_128[(n + 127) >> 7];
+  if (SCR_LIKELY(n <= 16384)) return _scr_class_by_128[(n + 127) >> 7];
+  return _scr_class_by_4096[(n + 4095) >> 12];
+}
+/* What a realloc from a block of `usable` bytes to n allocates: n, but a
+ * block that grows into the medium classes gets the largest one, so that
+ * a buffer growing by steps (Python's lists and strings grow by 1/8)
+ * moves once, not once per class, and then grows in place up to
+ * SCR_SMALL_MAX (as the one-page large blocks these sizes were did). */
+static inline size_t _scr_realloc_size(size_t usable, size_t n) {
+  return n > usable && n >= SCR_MEDIUM_MIN && n <= SCR_SMALL_MAX ? SCR_SMALL_MAX : n;
+}
+/* Pages in a page of class c: 1, or SCR_MEDIUM_SPAN for a medium class. */
+static inline unsigned _scr_class_span(unsigned c) { return c >= SCR_MEDIUM_FIRST ? SCR_MEDIUM_SPAN : 1; }
+/* The descriptor of the page of class c that holds page idx of seg (the
+ * first page of its run for a medium class). */
+static inline scr_page *_scr_class_page(scr_segment *seg, uintptr_t idx, unsigned c) {
+  return &seg->pages[c >= SCR_MEDIUM_FIRST ? idx & ~(uintptr_t)(SCR_MEDIUM_SPAN - 1) : idx];
 }
 
 /* segmap.c: process-wide map from segment number to segment header.

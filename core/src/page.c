@@ -1,22 +1,35 @@
 /* Pages of one size class: formatting and the page validator.  Slots are
  * carved lazily: `capacity` is the bump index, and only slots below it
- * were ever handed out. */
+ * were ever handed out.  A medium class's page is a run of
+ * SCR_MEDIUM_SPAN pages: the first descriptor is the page's, the others
+ * are RUN_TAIL and point at it. */
 #include "internal.h"
 #include <string.h>
 
 void _scr_page_format(scr_page *pg, unsigned cls) {
+  scr_segment *seg = _scr_page_segment(pg);
+  unsigned first = _scr_page_index(seg, pg), span = _scr_class_span(cls);
+  scr_assert(first % span == 0 && first + span <= SCR_PAGES_PER_SEGMENT);
   pg->kind = SCR_PAGE_SMALL;
   pg->cls = (uint8_t)cls;
+  pg->span = (uint8_t)span;
   pg->block_size = _scr_class_sizes[cls];
-  pg->reserved = (uint32_t)(SCR_PAGE_SIZE / pg->block_size);
+  pg->reserved = (uint32_t)(span * SCR_PAGE_SIZE / pg->block_size);
   pg->capacity = 0;
   pg->used = 0;
   pg->free = NULL;
   pg->in_queue = 0;
   pg->next = pg->prev = NULL;
-  pg->start = _scr_page_start(_scr_page_segment(pg), pg);
-  _scr_page_segment(pg)->page_tag[_scr_page_index(_scr_page_segment(pg), pg)] = (uint8_t)cls;
-  SCR_UNPOISON(pg->start, SCR_PAGE_SIZE); /* a retained page changing class */
+  pg->start = _scr_page_start(seg, pg);
+  seg->page_tag[first] = (uint8_t)cls;
+  for (unsigned i = first + 1; i < first + span; i++) {
+    scr_page *t = &seg->pages[i];
+    t->kind = SCR_PAGE_RUN_TAIL;
+    t->head = (uint8_t)first;
+    t->cls = (uint8_t)cls;
+    seg->page_tag[i] = (uint8_t)cls;
+  }
+  SCR_UNPOISON(pg->start, span * SCR_PAGE_SIZE); /* a retained page changing class */
 }
 
 /* Is block p on the page's free list?  O(free slots): checked calls only. */
@@ -36,7 +49,10 @@ bool _scr_page_validate(const scr_page *pg) {
   if (pg->start != start) return false;
   if (pg->block_size != _scr_class_sizes[pg->cls]) return false;
   if (pg->capacity > pg->reserved || pg->used > pg->capacity) return false;
-  if (pg->reserved != SCR_PAGE_SIZE / pg->block_size) return false;
+  if (pg->span != _scr_class_span(pg->cls) || pg->reserved != pg->span * SCR_PAGE_SIZE / pg->block_size) return false;
+  unsigned first = _scr_page_index(seg, pg);
+  for (unsigned i = first + 1; i < first + pg->span; i++)
+    if (seg->pages[i].kind != SCR_PAGE_RUN_TAIL || seg->pages[i].head != first || seg->pages[i].cls != pg->cls) return false;
   uint32_t nfree = 0;
   for (const scr_block *b = pg->free; b; b = scr_block_next(b)) {
     uintptr_t off = (uintptr_t)((const uint8_t *)b - start);

@@ -30,6 +30,14 @@
 #define SCR_PAGES_PER_SEGMENT (SCR_SEGMENT_SIZE / SCR_PAGE_SIZE) /* 64 */
 #define SCR_FIRST_PAGE 1                 /* page 0 is the segment header */
 #define SCR_MAX_SLOTS (SCR_PAGE_SIZE / SCR_MIN_ALIGN) /* 4096 slots of 16 B */
+/* Medium classes (SCR_MEDIUM_MIN up to SCR_SMALL_MAX, 20-64 KiB): a page of
+ * theirs is a run of SCR_MEDIUM_SPAN pages starting on a multiple of
+ * SCR_MEDIUM_SPAN pages in its segment, so the run of any of its pages is
+ * found by masking the page index.  In a single page they would fit 1-3
+ * blocks; as one-page large blocks they took a page for 16-64 KiB. */
+#define SCR_MEDIUM_MIN ((size_t)20 * 1024)
+#define SCR_MEDIUM_FIRST 36              /* class index of SCR_MEDIUM_MIN */
+#define SCR_MEDIUM_SPAN 4
 #define SCR_SEGMENT_MAGIC 0x5343524d53454730ull /* "SCRMSEG0" */
 #define SCR_HUGE_OFFSET SCR_PAGE_SIZE   /* a huge block starts after its header page */
 
@@ -44,6 +52,7 @@ typedef enum scr_page_kind {
   SCR_PAGE_SMALL,     /* slots of one size class */
   SCR_PAGE_LARGE,     /* first page of a large block spanning `span` pages */
   SCR_PAGE_TAIL,      /* a later page of a large block; `head` is its first */
+  SCR_PAGE_RUN_TAIL,  /* a later page of a medium class's run; `head` is its first, `cls` its class */
 } scr_page_kind;
 
 /* A page descriptor.  For a SMALL page:
@@ -62,12 +71,12 @@ typedef struct scr_page {
   uint32_t reserved;           /* slots that fit in the page */
   uint32_t block_size;         /* bytes per slot (SMALL) */
   uint8_t kind;                /* scr_page_kind */
-  uint8_t cls;                 /* size class (SMALL) */
+  uint8_t cls;                 /* size class (SMALL, RUN_TAIL) */
   uint8_t zero;                /* bytes not yet carved read as zero */
   uint8_t in_queue;            /* linked in its class queue */
   uint8_t cached;              /* LARGE: sits in the large cache */
-  uint8_t head;                /* TAIL: index of the first page of the block */
-  uint8_t span;                /* LARGE: pages in the block */
+  uint8_t head;                /* TAIL, RUN_TAIL: index of the first page of the block or run */
+  uint8_t span;                /* LARGE: pages in the block; SMALL: pages in the run (1 or SCR_MEDIUM_SPAN) */
   struct scr_page *next, *prev;/* class queue */
 } scr_page;
 
@@ -108,14 +117,15 @@ typedef struct scr_segment {
   scr_page pages[SCR_PAGES_PER_SEGMENT]; /* NORMAL: descriptors */
 } scr_segment;
 
-/* Page tags: the size class of a SMALL page, SCR_TAG_LARGE1 for a
- * one-page LARGE block (live or cached), SCR_TAG_OTHER for anything else
- * (FREE, TAIL, a longer LARGE block, the header page, a HUGE segment). */
+/* Page tags: the size class of a SMALL page or a RUN_TAIL page,
+ * SCR_TAG_LARGE1 for a one-page LARGE block (live or cached),
+ * SCR_TAG_OTHER for anything else (FREE, TAIL, a longer LARGE block, the
+ * header page, a HUGE segment). */
 #define SCR_TAG_LARGE1 0xFE
 #define SCR_TAG_OTHER 0xFF
 _Static_assert(SCR_CLASS_COUNT < SCR_TAG_LARGE1, "class indices must not collide with the tags");
 static inline uint8_t scr_page_tag_of(const scr_page *pg) {
-  if (pg->kind == SCR_PAGE_SMALL) return pg->cls;
+  if (pg->kind == SCR_PAGE_SMALL || pg->kind == SCR_PAGE_RUN_TAIL) return pg->cls;
   if (pg->kind == SCR_PAGE_LARGE && pg->span == 1) return SCR_TAG_LARGE1;
   return SCR_TAG_OTHER;
 }
@@ -144,7 +154,7 @@ struct _scr_heap_hooks {
 /* The heap.
  *   queue[c]: pages of class c with a free slot or empty; non-empty pages
  *             first, the empty_count[c] empty (retained) pages last.
- *   retained_pages == sum(empty_count)
+ *   retained_pages == sum(empty_count[c] * span of class c)  (in pages)
  *   (retained_pages + dirty_pages) * SCR_PAGE_SIZE <= opt.retain_bytes
  *   bytes == SCR_PAGE_SIZE * (committed pages, any kind) + sum(huge sizes)
  *   mmaps == number of segments on `segments` */

@@ -37,6 +37,10 @@ static bool validate(const scr_heap *h) {
         class_live[pg->cls] += pg->used;
         bool room = pg->free || pg->capacity < pg->reserved;
         if (room && !pg->in_queue) FAIL("page %u of %p: has room but is not queued", i, (void *)seg);
+      } else if (pg->kind == SCR_PAGE_RUN_TAIL) {
+        const scr_page *head = &seg->pages[pg->head];
+        if (pg->head >= i || head->kind != SCR_PAGE_SMALL || head->cls != pg->cls || i >= pg->head + head->span)
+          FAIL("page %u of %p: run tail without its run", i, (void *)seg);
       } else if (pg->kind == SCR_PAGE_LARGE) {
         if (pg->used) large_live++, large_bytes += (uint64_t)pg->span * SCR_PAGE_SIZE;
         if (pg->used == pg->cached) FAIL("large page %u of %p: live and cached disagree", i, (void *)seg);
@@ -68,7 +72,7 @@ static bool validate(const scr_heap *h) {
     if (empties > h->opt.retain) FAIL("class %u: %u retained pages above retain=%u", c, empties, h->opt.retain);
     if (class_pages[c] != h->class_pages[c]) FAIL("class %u: page count", c);
     if (class_live[c] != h->class_live[c]) FAIL("class %u: live count", c);
-    retained += empties;
+    retained += (uint64_t)empties * _scr_class_span(c);
   }
   if (retained != h->retained_pages) FAIL("retained pages %llu, counted %llu", (unsigned long long)h->retained_pages, (unsigned long long)retained);
   if ((retained + dirty) * SCR_PAGE_SIZE > h->opt.retain_bytes) FAIL("retained and dirty bytes above the cap");

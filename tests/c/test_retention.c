@@ -276,6 +276,73 @@ static void purge_delay_respects_the_byte_cap(void) {
   scr_heap_destroy(h);
 }
 
+/* Medium classes (20-64 KiB) live in runs of 4 pages.  The seed's loop on
+ * a 40 KiB block costs one run and no syscall after it (the run is
+ * retained); a run holds six such blocks side by side; the checked API
+ * tells an interior pointer and a double free in any page of a run.  With
+ * a purge delay an emptied run goes back as dirty pages, which a block of
+ * another size takes without a fault. */
+static void medium_classes_live_in_runs(void) {
+  scr_heap *h = heap_with(1, 0);
+  struct scr_stats st = run_pairs(h, 40000);
+  CHECK_EQ(st.mmap_calls, 1);
+  CHECK_EQ(st.madvise_calls, 0);
+  CHECK_EQ(st.page_acquires, 4);
+  CHECK_EQ(st.bytes, 4 * SCR_PAGE_SIZE);
+  CHECK_EQ(st.retained_pages, 4);
+  unsigned c = (unsigned)scr_size_class(40000);
+  CHECK_EQ(scr_class_size(c), 40960);
+  char *b[6];
+  for (int i = 0; i < 6; i++) {
+    b[i] = scr_heap_malloc(h, 40000);
+    CHECK(b[i] == b[0] + (size_t)i * 40960);
+    CHECK_EQ(scr_heap_usable_size(h, b[i]), 40960);
+  }
+  st = stats(h);
+  CHECK_EQ(st.page_acquires, 4);
+  CHECK_EQ(st.classes[c].pages, 1);
+  CHECK_EQ(st.classes[c].live, 6);
+  CHECK_EQ(scr_heap_check(h, b[5]), SCR_OK); /* in the run's fourth page */
+  CHECK_EQ(scr_heap_check(h, b[5] + 100), SCR_EINTERIOR);
+  CHECK_EQ(scr_heap_check(h, b[5] + 40960), SCR_ENOTALLOC); /* the run's unused tail */
+  void *next = scr_heap_malloc(h, 40000); /* a second run */
+  CHECK_EQ(stats(h).page_acquires, 8);
+  scr_heap_free(h, next); /* its run is the class's retained one */
+  CHECK_EQ(scr_heap_free_checked(h, b[3]), SCR_OK);
+  CHECK_EQ(scr_heap_free_checked(h, b[3]), SCR_EDOUBLEFREE);
+  for (int i = 0; i < 6; i++) if (i != 3) CHECK_EQ(scr_heap_free_checked(h, b[i]), SCR_OK);
+  st = stats(h); /* the first run, emptied past retain = 1, went back */
+  CHECK_EQ(st.madvise_calls, 1);
+  CHECK_EQ(st.bytes, 4 * SCR_PAGE_SIZE);
+  CHECK_EQ(scr_heap_check(h, b[0]), SCR_ENOTALLOC);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  CHECK_EQ(scr_heap_trim(h), 4 * SCR_PAGE_SIZE);
+  scr_heap_destroy(h);
+
+  scr_options o;
+  scr_options_init(&o);
+  o.purge_delay_ms = 100000; /* real time never makes a pass due */
+  o.large_cache = 0;
+  h = scr_heap_new(&o);
+  void *keep = scr_heap_malloc(h, 1000);
+  void *a = scr_heap_malloc(h, 40000);
+  scr_heap_free(h, a);
+  st = stats(h);
+  CHECK_EQ(st.retained_pages, 0); /* not retained for its class: */
+  CHECK_EQ(st.dirty_bytes, 4 * SCR_PAGE_SIZE);
+  CHECK_EQ(st.madvise_calls, 0);
+  void *big = scr_heap_malloc(h, 200000); /* a large block of 4 pages: the run's */
+  CHECK(big == a);
+  CHECK_EQ(stats(h).dirty_bytes, 0);
+  CHECK_EQ(stats(h).madvise_calls, 0);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  scr_heap_free(h, big);
+  scr_heap_free(h, keep);
+  scr_heap_trim(h);
+  CHECK_EQ(stats(h).mmaps, 0);
+  scr_heap_destroy(h);
+}
+
 int main(void) {
   TEST(seed_reproducer_retain_1);
   TEST(seed_reproducer_retain_0);
@@ -286,5 +353,6 @@ int main(void) {
   TEST(retained_pages_serve_any_class);
   TEST(retained_bytes_cap);
   TEST(trim_brings_counters_to_zero);
+  TEST(medium_classes_live_in_runs);
   return check_done();
 }

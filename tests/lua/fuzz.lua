@@ -60,7 +60,7 @@ local function generate(n, s)
     retain_bytes = one_of { 0, 1 << 16, 8 << 20 },
     large_cache = r(0, 8),
     large_cache_bytes = one_of { 0, 1 << 20, 16 << 20 },
-    huge_threshold = one_of { 16 << 10, 64 << 10, 1 << 20, 2 << 20 },
+    huge_threshold = one_of { 64 << 10, 128 << 10, 1 << 20, 2 << 20 },
     madv_free_below = one_of { 0, 1 << 20, 1 << 40 },
     purge_delay_ms = one_of { 0, 0, 600000 }, -- passes come due only with "time" ops: seeds replay
   }

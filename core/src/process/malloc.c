@@ -26,8 +26,6 @@ void *scr_malloc(size_t n) {
     if (p != NULL) return p; /* no tick: the heap did not change */
     p = _scr_small_alloc(a->heap, c);
   } else {
-    p = n <= SCR_PAGE_SIZE ? _scr_recycle_take(a, SCR_CLASS_COUNT) : NULL;
-    if (p != NULL) return p;
     p = proc_heap_malloc(a->heap, n);
   }
   _scr_arena_tick(a);
@@ -63,7 +61,7 @@ void scr_free(void *p) {
   unsigned tag = seg ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
   if (SCR_LIKELY(a != NULL && a->heap == h)) {
     if (_scr_recycle_put(a, a, seg, idx, tag, p)) return; /* no tick: the heap did not change */
-    if (tag < SCR_CLASS_COUNT) _scr_small_free(h, &seg->pages[idx], p);
+    if (tag < SCR_CLASS_COUNT) _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
     else proc_heap_free(h, p);
     _scr_arena_tick(a);
     return;
@@ -105,7 +103,7 @@ void *scr_realloc(void *p, size_t n) {
     return NULL;
   }
   size_t old = proc_heap_usable_size(h, p);
-  void *q = scr_malloc(n);
+  void *q = scr_malloc(_scr_realloc_size(old, n));
   if (q == NULL) return NULL;
   memcpy(q, p, old < n ? old : n);
   _scr_remote_push(proc_arena_of_heap(h), p);

@@ -125,8 +125,7 @@ typedef struct scr_arena {
   struct scr_stats snap_lent;       /* other arenas' blocks the holder kept, at that publish */
   uint64_t snap_drained;            /* remote_drained as of the last publish */
   uint64_t snap_sent;               /* remote_sent as of the last publish */
-  scr_recycled rc[SCR_CLASS_COUNT + 1]; /* recycled blocks per class; the last list holds
-                                       one-page large blocks (holder) */
+  scr_recycled rc[SCR_CLASS_COUNT]; /* recycled blocks per class (holder) */
   struct scr_arena *next_all;       /* next on _scr_proc.all (set before publishing) */
   struct scr_arena *next_parked;    /* parked list (under lock) */
 } scr_arena;
@@ -262,9 +261,7 @@ SCR_INTERNAL void _scr_recycle_account(const scr_arena *a, struct scr_stats *st,
 SCR_INTERNAL bool _scr_recycle_refused(const scr_recycled *r, const scr_segment *seg, uintptr_t idx, unsigned c, void *p);
 #endif
 /* Bytes of a block on list c. */
-static inline size_t _scr_recycled_size(unsigned c) {
-  return c < SCR_CLASS_COUNT ? _scr_class_sizes[c] : SCR_PAGE_SIZE;
-}
+static inline size_t _scr_recycled_size(unsigned c) { return _scr_class_sizes[c]; }
 /* The tag of the page that holds p (a block in seg), and its index: the
  * tag, not the descriptor, because the owner writes the descriptor on
  * every call and the tag line only when the page changes kind.  A HUGE
@@ -275,14 +272,13 @@ static inline unsigned _scr_block_tag(const scr_segment *seg, const void *p, uin
 }
 /* Keep p, a block of o's heap on page idx of seg with tag `tag`, that a's
  * holder frees, for a's next malloc of its class: 1, or 0 when it is not
- * kept (o is parked, p is not a small or one-page block, or the list is
+ * kept (o is parked, p is not a block of a size class, or the list is
  * full). */
 static inline int _scr_recycle_put(scr_arena *a, scr_arena *o, const scr_segment *seg, uintptr_t idx,
                                    unsigned tag, void *p) {
   if (o != a && atomic_load_explicit(&o->parked_hint, memory_order_relaxed)) return 0;
   unsigned c = tag;
-  if (c == SCR_TAG_LARGE1) c = SCR_CLASS_COUNT; /* freed by the program: live, not cached */
-  else if (c >= SCR_CLASS_COUNT) return 0;
+  if (c >= SCR_CLASS_COUNT) return 0;
   scr_recycled *r = &a->rc[c];
   if (r->count >= r->max) return 0;
 #if SCR_DEBUG > 0
@@ -294,8 +290,7 @@ static inline int _scr_recycle_put(scr_arena *a, scr_arena *o, const scr_segment
   r->count++;
   return 1;
 }
-/* A kept block of list c (a size class, or SCR_CLASS_COUNT: one-page large
- * blocks, which hold any request up to a page), or NULL. */
+/* A kept block of class c, or NULL. */
 static inline void *_scr_recycle_take(scr_arena *a, unsigned c) {
   scr_recycled *r = &a->rc[c];
   void *b = r->head;

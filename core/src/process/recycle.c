@@ -1,9 +1,8 @@
-/* Recycling, the thread's cache of freed blocks: a small block (or a
- * one-page large block) that the holder of an arena frees, of its own
- * arena or of another, is kept on a per-class list for the holder's next
- * malloc of the class, up to SCR_RECYCLE_CLASS_BYTES and
- * SCR_RECYCLE_CLASS_MAX blocks per class (SCR_RECYCLE_LARGE_MAX one-page
- * blocks, which serve any request between SCR_SMALL_MAX and a page).
+/* Recycling, the thread's cache of freed blocks: a block of a size class
+ * that the holder of an arena frees, of its own arena or of another, is
+ * kept on a per-class list for the holder's next malloc of the class, up
+ * to SCR_RECYCLE_CLASS_BYTES and SCR_RECYCLE_CLASS_MAX blocks per class
+ * (SCR_RECYCLE_MEDIUM_MAX blocks of a medium class).
  *
  * Why: the most recently freed block of a class is the one whose cache
  * line this thread touched last; a page's free list hands out whatever
@@ -19,27 +18,28 @@
 
 #define SCR_RECYCLE_CLASS_BYTES 16384
 #define SCR_RECYCLE_CLASS_MAX 64
-/* One-page large blocks (a page each, 1 MiB at most per thread): a
- * thread's frees and mallocs of them come in runs, and each one that
- * overflows goes back to its heap, where the arena's cap on kept pages
- * decommits it and the next malloc faults a page in again.  The threaded
- * stress with 4: ~300 such decommits and 8.6k faults a run; with 16: ~110
- * and 5.9k, max RSS within its noise (bench/proc_bench.py). */
-#define SCR_RECYCLE_LARGE_MAX 16
+/* Medium blocks (20-64 KiB) per class, whatever the bytes: a thread's
+ * frees and mallocs of them come in runs, and each one past the cap goes
+ * back to its run, whose emptying the arena's cap on kept pages may
+ * decommit for the next malloc to fault in again.  (When these sizes were
+ * one-page large blocks on one list, 4 of them kept cost the threaded
+ * stress ~300 such decommits and 8.6k faults a run, 16 ~110 and 5.9k.) */
+#define SCR_RECYCLE_MEDIUM_MAX 4
 
 void _scr_recycle_init(scr_arena *a) {
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     uint32_t by_bytes = (uint32_t)((SCR_RECYCLE_CLASS_BYTES + _scr_class_sizes[c] - 1) / _scr_class_sizes[c]);
-    a->rc[c].max = by_bytes < SCR_RECYCLE_CLASS_MAX ? by_bytes : SCR_RECYCLE_CLASS_MAX;
+    a->rc[c].max = c >= SCR_MEDIUM_FIRST ? SCR_RECYCLE_MEDIUM_MAX
+                 : by_bytes < SCR_RECYCLE_CLASS_MAX ? by_bytes : SCR_RECYCLE_CLASS_MAX;
   }
-  a->rc[SCR_CLASS_COUNT].max = SCR_RECYCLE_LARGE_MAX;
 }
 
 #if SCR_DEBUG > 0
 /* Checked builds: what the heap's free would have refused (an interior
  * pointer, a block already kept) is reported and dropped. */
 bool _scr_recycle_refused(const scr_recycled *r, const scr_segment *seg, uintptr_t idx, unsigned c, void *p) {
-  if (((uintptr_t)p - ((uintptr_t)seg + (idx << SCR_PAGE_SHIFT))) % _scr_recycled_size(c) != 0) {
+  uintptr_t first = c >= SCR_MEDIUM_FIRST ? idx & ~(uintptr_t)(SCR_MEDIUM_SPAN - 1) : idx; /* the run's */
+  if (((uintptr_t)p - ((uintptr_t)seg + (first << SCR_PAGE_SHIFT))) % _scr_recycled_size(c) != 0) {
     _scr_report(SCR_EINTERIOR, "free(%p): interior of a block (ignored)", p);
     return true;
   }
@@ -59,7 +59,7 @@ bool _scr_recycle_refused(const scr_recycled *r, const scr_segment *seg, uintptr
 /* Every kept block goes back: the arena's own into its heap, others' to
  * their owners' remote stacks (at park and trim). */
 void _scr_recycle_flush(scr_arena *a) {
-  for (unsigned c = 0; c <= SCR_CLASS_COUNT; c++) {
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     void *p = a->rc[c].head;
     a->rc[c].head = NULL;
     a->rc[c].count = 0;
@@ -76,15 +76,10 @@ void _scr_recycle_flush(scr_arena *a) {
 
 /* Adds sign (1 or -1) times one block of list c to t's block counts. */
 static void proc_count_block(struct scr_stats *t, unsigned c, int64_t sign) {
-  uint64_t one = (uint64_t)sign, bytes = (uint64_t)sign * _scr_recycled_size(c);
+  uint64_t one = (uint64_t)sign;
   t->allocs += one;
-  t->heap_used += bytes;
-  if (c < SCR_CLASS_COUNT) {
-    t->classes[c].live += one;
-  } else {
-    t->large_allocs += one;
-    t->large_bytes += bytes;
-  }
+  t->heap_used += (uint64_t)sign * _scr_recycled_size(c);
+  t->classes[c].live += one;
 }
 
 /* Take the kept blocks out of the arena's figures: its own come off `st`
@@ -92,7 +87,7 @@ static void proc_count_block(struct scr_stats *t, unsigned c, int64_t sign) {
  * which scr_stats() takes off the process-wide sum. */
 void _scr_recycle_account(const scr_arena *a, struct scr_stats *st, struct scr_stats *lent) {
   memset(lent, 0, sizeof *lent);
-  for (unsigned c = 0; c <= SCR_CLASS_COUNT; c++) {
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     for (void *p = a->rc[c].head, *next; p; p = next) {
       SCR_UNPOISON(p, sizeof(void *));
       next = *(void **)p;

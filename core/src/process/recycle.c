@@ -21,10 +21,12 @@
 /* Medium blocks (20-64 KiB) per class, whatever the bytes: a thread's
  * frees and mallocs of them come in runs, and each one past the cap goes
  * back to its run, whose emptying the arena's cap on kept pages may
- * decommit for the next malloc to fault in again.  (When these sizes were
- * one-page large blocks on one list, 4 of them kept cost the threaded
- * stress ~300 such decommits and 8.6k faults a run, 16 ~110 and 5.9k.) */
-#define SCR_RECYCLE_MEDIUM_MAX 4
+ * decommit for the next malloc to fault in again.  Threaded stress, 11
+ * interleaved runs: 1 a class, 5.7k faults; 2, 4.9k; 4, 4.6k; max RSS the
+ * same within its noise, but 4 a class are 32 blocks a thread, and the
+ * churn's peak looked 5-10 MiB higher with them in four sweeps out of four
+ * (within its 40 MiB spread). */
+#define SCR_RECYCLE_MEDIUM_MAX 2
 
 void _scr_recycle_init(scr_arena *a) {
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {

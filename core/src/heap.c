@@ -83,21 +83,41 @@ static scr_page *page_for_class(scr_heap *h, unsigned c) {
   return pg;
 }
 
-void *_scr_heap_alloc_small_slow(scr_heap *h, unsigned c) {
+/* The page class c's next block comes from: the head of its queue once
+ * full pages are off it, else a new page in front; NULL (errno ENOMEM)
+ * when no page can be had. */
+static scr_page *page_with_room(scr_heap *h, unsigned c) {
   scr_page *pg;
   while ((pg = h->queue[c]) != NULL && !_scr_page_has_room(pg)) _scr_queue_remove(h, pg); /* full */
+  if (pg != NULL) return pg;
+  pg = page_for_class(h, c);
   if (pg == NULL) {
-    pg = page_for_class(h, c);
-    if (pg == NULL) {
-      errno = ENOMEM;
-      return NULL;
-    }
-    _scr_queue_push_front(h, pg);
-    void *b = _scr_page_alloc(h, pg);
-    scr_validate_heap(h);
-    return b;
+    errno = ENOMEM;
+    return NULL;
   }
-  return _scr_page_alloc(h, pg);
+  _scr_queue_push_front(h, pg);
+  scr_validate_heap(h);
+  return pg;
+}
+
+void *_scr_heap_alloc_small_slow(scr_heap *h, unsigned c) {
+  scr_page *pg = page_with_room(h, c);
+  return pg ? _scr_page_alloc(h, pg) : NULL;
+}
+
+/* calloc of a size class: a block carved from the part of its page never
+ * carved, in a page that read as zero when it was taken, needs no memset
+ * (glibc's calloc skips fresh memory too), so the pages of a big zeroed
+ * block stay untouched until the program writes them: Python's bytes(n),
+ * for one, writes only its header. */
+static void *small_calloc(scr_heap *h, unsigned c, size_t n) {
+  scr_page *pg = h->queue[c];
+  if (pg == NULL || !_scr_page_has_room(pg)) pg = page_with_room(h, c);
+  if (pg == NULL) return NULL;
+  bool fresh = pg->free == NULL && pg->zero;
+  void *p = _scr_page_alloc(h, pg);
+  if (!fresh) memset(p, 0, n);
+  return p;
 }
 
 /* An empty page of class pg->cls leaves its queue and goes back to its
@@ -142,11 +162,7 @@ void *scr_heap_calloc(scr_heap *h, size_t count, size_t size) {
     errno = ENOMEM;
     return NULL;
   }
-  if (n <= SCR_SMALL_MAX) {
-    void *p = _scr_small_alloc(h, _scr_class_of(n));
-    if (p) memset(p, 0, n);
-    return p;
-  }
+  if (n <= SCR_SMALL_MAX) return small_calloc(h, _scr_class_of(n), n);
   bool zero = false;
   void *p = _scr_large_alloc(h, n, SCR_PAGE_SIZE, &zero);
   if (p && !zero) memset(p, 0, n);

@@ -22,6 +22,7 @@ void _scr_page_format(scr_page *pg, unsigned cls) {
   pg->next = pg->prev = NULL;
   pg->start = _scr_page_start(seg, pg);
   seg->page_tag[first] = (uint8_t)cls;
+  for (unsigned i = first + 1; i < first + span; i++) pg->zero &= seg->pages[i].zero; /* the run reads as zero */
   for (unsigned i = first + 1; i < first + span; i++) {
     scr_page *t = &seg->pages[i];
     t->kind = SCR_PAGE_RUN_TAIL;

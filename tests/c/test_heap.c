@@ -3,7 +3,10 @@
 #include "scralloc.h"
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 static struct scr_stats stats(scr_heap *h) {
   struct scr_stats st;
@@ -73,7 +76,7 @@ static void calloc_zeroes_every_kind_of_memory(void) {
   scr_options_init(&o);
   o.retain = 1;
   scr_heap *h = scr_heap_new(&o);
-  size_t sizes[] = {8, 64, 1000, 16384, 100000, 2u << 20};
+  size_t sizes[] = {8, 64, 1000, 16384, 40000, 100000, 2u << 20};
   for (unsigned round = 0; round < 3; round++) {
     for (unsigned i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
       void *p = scr_heap_calloc(h, 1, sizes[i]);
@@ -94,6 +97,56 @@ static void calloc_zeroes_every_kind_of_memory(void) {
   void *b = scr_heap_calloc(h, 3, 16);
   CHECK(b && all_zero(b, 48));
   scr_heap_free(h, b);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  scr_heap_destroy(h);
+}
+
+/* Pages of the machine's size in [p, p + n) that are in RAM. */
+static size_t resident_pages(const void *p, size_t n) {
+  size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+  uintptr_t from = ((uintptr_t)p + ps - 1) & ~(uintptr_t)(ps - 1), to = ((uintptr_t)p + n) & ~(uintptr_t)(ps - 1);
+  unsigned char vec[64];
+  size_t count = 0;
+  for (uintptr_t a = from; a < to; a += 64 * ps) {
+    size_t len = to - a < 64 * ps ? to - a : 64 * ps;
+    CHECK(mincore((void *)a, len, vec) == 0);
+    for (size_t i = 0; i < len / ps; i++) count += vec[i] & 1;
+  }
+  return count;
+}
+
+static int thp_always(void) {
+  FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  char line[128] = "";
+  if (f) {
+    if (!fgets(line, sizeof line, f)) line[0] = '\0';
+    fclose(f);
+  }
+  return strstr(line, "[always]") != NULL;
+}
+
+/* calloc of memory never handed out writes nothing: the pages of a fresh
+ * zeroed block stay out of RAM until the program touches them (as with
+ * glibc); a recycled block is zeroed. */
+static void calloc_leaves_fresh_pages_untouched(void) {
+  if (thp_always()) { /* a first touch would bring in 2 MiB */
+    printf("  skipped: transparent huge pages are \"always\"\n");
+    return;
+  }
+  scr_heap *h = scr_heap_new(NULL);
+  size_t sizes[] = {9000, 60000}; /* a small class, a medium one */
+  for (unsigned i = 0; i < 2; i++) {
+    unsigned char *p = scr_heap_calloc(h, 1, sizes[i]);
+    CHECK(p != NULL);
+    CHECK_EQ(resident_pages(p, sizes[i]), 0);
+    CHECK(all_zero(p, sizes[i]));
+    memset(p, 0xAB, sizes[i]);
+    scr_heap_free(h, p);
+    unsigned char *q = scr_heap_calloc(h, 1, sizes[i]); /* the same block, now dirty */
+    CHECK(q == p);
+    CHECK(all_zero(q, sizes[i]));
+    scr_heap_free(h, q);
+  }
   CHECK_EQ(scr_heap_validate(h), SCR_OK);
   scr_heap_destroy(h);
 }
@@ -286,6 +339,7 @@ int main(void) {
   TEST(malloc_zero_returns_distinct_blocks);
   TEST(blocks_do_not_overlap);
   TEST(calloc_zeroes_every_kind_of_memory);
+  TEST(calloc_leaves_fresh_pages_untouched);
   TEST(realloc_preserves_contents);
   TEST(realloc_stays_in_place_when_it_fits);
   TEST(huge_realloc_uses_mremap);

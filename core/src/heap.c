@@ -84,10 +84,12 @@ static scr_page *page_for_class(scr_heap *h, unsigned c) {
 }
 
 /* The page class c's next block comes from: the head of its queue once
- * full pages are off it, else a new page in front; NULL (errno ENOMEM)
+ * full pages are off it, else a new page in front (*added set: the heap
+ * is valid again once its first block is taken); NULL (errno ENOMEM)
  * when no page can be had. */
-static scr_page *page_with_room(scr_heap *h, unsigned c) {
+static scr_page *page_with_room(scr_heap *h, unsigned c, bool *added) {
   scr_page *pg;
+  *added = false;
   while ((pg = h->queue[c]) != NULL && !_scr_page_has_room(pg)) _scr_queue_remove(h, pg); /* full */
   if (pg != NULL) return pg;
   pg = page_for_class(h, c);
@@ -96,13 +98,17 @@ static scr_page *page_with_room(scr_heap *h, unsigned c) {
     return NULL;
   }
   _scr_queue_push_front(h, pg);
-  scr_validate_heap(h);
+  *added = true;
   return pg;
 }
 
 void *_scr_heap_alloc_small_slow(scr_heap *h, unsigned c) {
-  scr_page *pg = page_with_room(h, c);
-  return pg ? _scr_page_alloc(h, pg) : NULL;
+  bool added;
+  scr_page *pg = page_with_room(h, c, &added);
+  if (pg == NULL) return NULL;
+  void *b = _scr_page_alloc(h, pg);
+  if (added) scr_validate_heap(h);
+  return b;
 }
 
 /* calloc of a size class: a block carved from the part of its page never
@@ -112,10 +118,12 @@ void *_scr_heap_alloc_small_slow(scr_heap *h, unsigned c) {
  * for one, writes only its header. */
 static void *small_calloc(scr_heap *h, unsigned c, size_t n) {
   scr_page *pg = h->queue[c];
-  if (pg == NULL || !_scr_page_has_room(pg)) pg = page_with_room(h, c);
+  bool added = false;
+  if (pg == NULL || !_scr_page_has_room(pg)) pg = page_with_room(h, c, &added);
   if (pg == NULL) return NULL;
   bool fresh = pg->free == NULL && pg->zero;
   void *p = _scr_page_alloc(h, pg);
+  if (added) scr_validate_heap(h);
   if (!fresh) memset(p, 0, n);
   return p;
 }

@@ -118,15 +118,12 @@ typedef struct scr_segment {
 } scr_segment;
 
 /* Page tags: the size class of a SMALL page or a RUN_TAIL page,
- * SCR_TAG_LARGE1 for a one-page LARGE block (live or cached),
- * SCR_TAG_OTHER for anything else (FREE, TAIL, a longer LARGE block, the
+ * SCR_TAG_OTHER for anything else (FREE, a LARGE block's pages, the
  * header page, a HUGE segment). */
-#define SCR_TAG_LARGE1 0xFE
 #define SCR_TAG_OTHER 0xFF
-_Static_assert(SCR_CLASS_COUNT < SCR_TAG_LARGE1, "class indices must not collide with the tags");
+_Static_assert(SCR_CLASS_COUNT < SCR_TAG_OTHER, "class indices must not collide with the tag");
 static inline uint8_t scr_page_tag_of(const scr_page *pg) {
   if (pg->kind == SCR_PAGE_SMALL || pg->kind == SCR_PAGE_RUN_TAIL) return pg->cls;
-  if (pg->kind == SCR_PAGE_LARGE && pg->span == 1) return SCR_TAG_LARGE1;
   return SCR_TAG_OTHER;
 }
 

@@ -242,7 +242,7 @@ static inline scr_arena *_scr_arena_get(void) {
 /* Counts the holder's heap calls: a malloc or free that the thread's cache
  * serves (recycle.c) changes nothing in the heap and does not tick (a
  * read-modify-write of `ops` on both sides of every malloc/free pair cost
- * ~2 ns of its ~19: bench/proc_pairs.c).  Every SCR_ARENA_POLL_EVERY heap
+ * 2-3 ns of its 16-22: bench/proc_pairs.c).  Every SCR_ARENA_POLL_EVERY heap
  * calls the slow side frees what other threads pushed (reading the remote
  * stack's cache line, which pushers keep writing, on every call would
  * cost a miss each time), applies the budget's share, posts prefault work

@@ -12,6 +12,7 @@
 #define SCR_TYPES_H
 
 #include "scralloc.h"
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -177,7 +178,11 @@ struct scr_heap {
   uint32_t cache_count;                  /* entries in cache */
   size_t cache_bytes;                    /* bytes in cache */
   scr_cached cache[SCR_LARGE_CACHE_MAX]; /* freed large blocks, oldest first */
-  void *owner;                           /* process allocator's arena */
+  /* The process allocator's: its arena, and 1 while that arena is parked
+   * (process.h: _scr_arena_parked), on one line that only changes at park
+   * and claim, which every thread that frees a block of the heap reads. */
+  _Alignas(64) void *owner;
+  _Atomic int owner_parked;
   struct _scr_heap_hooks hooks;          /* process allocator's hooks */
   struct scr_heap *meta_next;            /* descriptor pool free list */
 };

@@ -147,7 +147,7 @@ static void proc_own_locked(scr_arena *a, bool was_parked) {
   scr_proc *P = &_scr_proc;
   if (was_parked) {
     P->nparked--;
-    atomic_store_explicit(&a->parked_hint, 0, memory_order_relaxed);
+    _scr_arena_set_parked(a, 0);
     atomic_store_explicit(&a->drain_req, 0, memory_order_relaxed);
   }
   a->state = SCR_ARENA_OWNED;
@@ -231,7 +231,7 @@ void _scr_arena_park(scr_arena *a) {
   a->parked_ns = _scr_proc_now_ns();
   a->next_parked = P->parked;
   P->parked = a;
-  atomic_store_explicit(&a->parked_hint, 1, memory_order_relaxed);
+  _scr_arena_set_parked(a, 1);
   _scr_arena_room_locked(a);
   P->nowned--;
   atomic_store_explicit(&P->owned_hint, P->nowned, memory_order_relaxed);

@@ -156,7 +156,7 @@ static void *proc_helper_main(void *arg) {
           if (prev) prev->next_parked = a->next_parked; else P->parked = a->next_parked;
           a->next_parked = NULL;
           a->state = SCR_ARENA_DISCARDING;
-          atomic_store_explicit(&a->parked_hint, 0, memory_order_relaxed);
+          _scr_arena_set_parked(a, 0);
           P->nparked--;
         } else {
           wait_until = due;
@@ -175,7 +175,7 @@ static void *proc_helper_main(void *arg) {
       }
       pthread_mutex_lock(&P->lock);
       a->state = SCR_ARENA_PARKED;
-      atomic_store_explicit(&a->parked_hint, 1, memory_order_relaxed);
+      _scr_arena_set_parked(a, 1);
       a->discarded = 1;
       /* Cold end of the parked list: claims prefer arenas still warm. */
       scr_arena **tail = &P->parked;

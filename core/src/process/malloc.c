@@ -60,7 +60,7 @@ void scr_free(void *p) {
   uintptr_t idx = 0;
   unsigned tag = seg ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
   if (SCR_LIKELY(a != NULL && a->heap == h)) {
-    if (_scr_recycle_put(a, a, seg, idx, tag, p)) return; /* no tick: the heap did not change */
+    if (_scr_recycle_put(a, h, seg, idx, tag, p)) return; /* no tick: the heap did not change */
     if (tag < SCR_CLASS_COUNT) _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
     else proc_heap_free(h, p);
     _scr_arena_tick(a);
@@ -71,7 +71,7 @@ void scr_free(void *p) {
     _scr_proc_bad_free(p);
     return;
   }
-  if (a != NULL && _scr_recycle_put(a, o, seg, idx, tag, p)) return;
+  if (a != NULL && _scr_recycle_put(a, h, seg, idx, tag, p)) return;
   _scr_remote_push(o, p);
 }
 

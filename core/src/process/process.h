@@ -84,14 +84,13 @@ typedef struct scr_recycled {
   uint32_t max;                     /* count's cap (recycle.c: bytes and blocks per class) */
 } scr_recycled;
 
-/* Three groups of fields, a cache line (or more) each, by who writes
- * them: other threads (remote, drain_req), rarely anyone but read by
- * every thread that frees a block of the arena (parked_hint), and the
- * holder on every call (from heap on). */
+/* Two groups of fields, a cache line (or more) each, by who writes them:
+ * other threads (remote, drain_req), and the holder (from heap on).  The
+ * parked flag, which every thread that frees a block of the arena reads,
+ * is on its heap's line with the owner pointer (_scr_arena_parked). */
 typedef struct scr_arena {
   _Atomic(void *) remote;           /* lock-free stack of remote frees */
   _Atomic int drain_req;            /* a pusher is draining this parked arena */
-  _Alignas(64) _Atomic int parked_hint; /* 1 while PARKED (pushers then drain it now and then) */
   _Alignas(64) scr_heap *heap;      /* this arena's heap */
   unsigned id;                      /* index in creation order */
   unsigned state;                   /* scr_arena_state, under _scr_proc.lock */
@@ -224,6 +223,15 @@ SCR_INTERNAL scr_arena *_scr_arena_claim(void);
 SCR_INTERNAL void _scr_arena_park(scr_arena *a);
 SCR_INTERNAL void _scr_arena_publish(scr_arena *a);
 SCR_INTERNAL void _scr_arena_room_locked(scr_arena *a); /* a parked arena's room changed */
+/* 1 while a is PARKED (pushers then drain it now and then; frees of its
+ * blocks do not keep them): set and cleared under _scr_proc.lock, read
+ * without it. */
+static inline int _scr_arena_parked(const scr_arena *a) {
+  return atomic_load_explicit(&a->heap->owner_parked, memory_order_relaxed);
+}
+static inline void _scr_arena_set_parked(scr_arena *a, int parked) {
+  atomic_store_explicit(&a->heap->owner_parked, parked, memory_order_relaxed);
+}
 static inline void _scr_proc_init(void) {
   if (SCR_UNLIKELY(!atomic_load_explicit(&_scr_proc.inited, memory_order_acquire))) _scr_proc_init_slow();
 }
@@ -270,13 +278,13 @@ static inline unsigned _scr_block_tag(const scr_segment *seg, const void *p, uin
   *idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
   return *idx < SCR_PAGES_PER_SEGMENT ? seg->page_tag[*idx] : SCR_TAG_OTHER;
 }
-/* Keep p, a block of o's heap on page idx of seg with tag `tag`, that a's
+/* Keep p, a block of heap h on page idx of seg with tag `tag`, that a's
  * holder frees, for a's next malloc of its class: 1, or 0 when it is not
- * kept (o is parked, p is not a block of a size class, or the list is
- * full). */
-static inline int _scr_recycle_put(scr_arena *a, scr_arena *o, const scr_segment *seg, uintptr_t idx,
+ * kept (h's arena is parked, p is not a block of a size class, or the
+ * list is full).  Reads h's owner line, which the free has just read. */
+static inline int _scr_recycle_put(scr_arena *a, scr_heap *h, const scr_segment *seg, uintptr_t idx,
                                    unsigned tag, void *p) {
-  if (o != a && atomic_load_explicit(&o->parked_hint, memory_order_relaxed)) return 0;
+  if (h != a->heap && atomic_load_explicit(&h->owner_parked, memory_order_relaxed)) return 0;
   unsigned c = tag;
   if (c >= SCR_CLASS_COUNT) return 0;
   scr_recycled *r = &a->rc[c];

@@ -26,7 +26,7 @@ void _scr_remote_push(scr_arena *a, void *p) {
    * can go back.  What
    * stays below a batch goes at the next claim or discard. */
   if (SCR_UNLIKELY((n & (SCR_REMOTE_DRAIN_BATCH - 1)) == 0) &&
-      atomic_load_explicit(&a->parked_hint, memory_order_relaxed) &&
+      _scr_arena_parked(a) &&
       !atomic_exchange_explicit(&a->drain_req, 1, memory_order_acquire))
     proc_borrow_and_drain(a);
 }
@@ -60,7 +60,7 @@ static void proc_borrow_and_drain(scr_arena *a) {
   }
   if (prev) prev->next_parked = a->next_parked; else P->parked = a->next_parked;
   a->state = SCR_ARENA_DISCARDING;
-  atomic_store_explicit(&a->parked_hint, 0, memory_order_relaxed);
+  _scr_arena_set_parked(a, 0);
   P->nparked--;
   pthread_mutex_unlock(&P->lock);
 
@@ -71,7 +71,7 @@ static void proc_borrow_and_drain(scr_arena *a) {
 
   pthread_mutex_lock(&P->lock);
   a->state = SCR_ARENA_PARKED;
-  atomic_store_explicit(&a->parked_hint, 1, memory_order_relaxed);
+  _scr_arena_set_parked(a, 1);
   if (prev && prev->state == SCR_ARENA_PARKED) {
     a->next_parked = prev->next_parked;
     prev->next_parked = a;

@@ -2,7 +2,7 @@
  * counts and states.  Debug builds (SCR_DEBUG >= 3) run it at every claim
  * and park; scr_process_validate() runs it on demand.
  *   length(all) == narenas, ids 0 .. narenas-1 each once
- *   every arena on parked is PARKED (parked_hint set), length == nparked
+ *   every arena on parked is PARKED (its parked flag set), length == nparked
  *   nowned == arenas OWNED;  nowned + nparked <= narenas (the rest are
  *   DISCARDING: borrowed by the helper or a freeing thread) */
 #include "process.h"
@@ -40,7 +40,7 @@ bool _scr_proc_validate_locked(void) {
       _scr_report(SCR_EINVAL, "parked list has a cycle");
       return false;
     }
-    if (a->state != SCR_ARENA_PARKED || !atomic_load_explicit(&a->parked_hint, memory_order_relaxed)) {
+    if (a->state != SCR_ARENA_PARKED || !_scr_arena_parked(a)) {
       _scr_report(SCR_EINVAL, "arena %u on the parked list but not parked", a->id);
       return false;
     }

@@ -81,10 +81,13 @@ static inline size_t _scr_realloc_size(size_t usable, size_t n) {
 }
 /* Pages in a page of class c: 1, or SCR_MEDIUM_SPAN for a medium class. */
 static inline unsigned _scr_class_span(unsigned c) { return c >= SCR_MEDIUM_FIRST ? SCR_MEDIUM_SPAN : 1; }
-/* The descriptor of the page of class c that holds page idx of seg (the
- * first page of its run for a medium class). */
+/* The index of the first page of the page of class c that holds page idx
+ * (runs start on a multiple of their span), and its descriptor. */
+static inline uintptr_t _scr_class_first(uintptr_t idx, unsigned c) {
+  return idx & ~(uintptr_t)(_scr_class_span(c) - 1);
+}
 static inline scr_page *_scr_class_page(scr_segment *seg, uintptr_t idx, unsigned c) {
-  return &seg->pages[c >= SCR_MEDIUM_FIRST ? idx & ~(uintptr_t)(SCR_MEDIUM_SPAN - 1) : idx];
+  return &seg->pages[_scr_class_first(idx, c)];
 }
 
 /* segmap.c: process-wide map from segment number to segment header.

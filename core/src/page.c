@@ -22,9 +22,9 @@ void _scr_page_format(scr_page *pg, unsigned cls) {
   pg->next = pg->prev = NULL;
   pg->start = _scr_page_start(seg, pg);
   seg->page_tag[first] = (uint8_t)cls;
-  for (unsigned i = first + 1; i < first + span; i++) pg->zero &= seg->pages[i].zero; /* the run reads as zero */
   for (unsigned i = first + 1; i < first + span; i++) {
     scr_page *t = &seg->pages[i];
+    pg->zero &= t->zero; /* the run reads as zero when all its pages do */
     t->kind = SCR_PAGE_RUN_TAIL;
     t->head = (uint8_t)first;
     t->cls = (uint8_t)cls;

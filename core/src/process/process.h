@@ -268,8 +268,6 @@ SCR_INTERNAL void _scr_recycle_account(const scr_arena *a, struct scr_stats *st,
 #if SCR_DEBUG > 0
 SCR_INTERNAL bool _scr_recycle_refused(const scr_recycled *r, const scr_segment *seg, uintptr_t idx, unsigned c, void *p);
 #endif
-/* Bytes of a block on list c. */
-static inline size_t _scr_recycled_size(unsigned c) { return _scr_class_sizes[c]; }
 /* The tag of the page that holds p (a block in seg), and its index: the
  * tag, not the descriptor, because the owner writes the descriptor on
  * every call and the tag line only when the page changes kind.  A HUGE
@@ -293,7 +291,7 @@ static inline int _scr_recycle_put(scr_arena *a, scr_heap *h, const scr_segment 
   if (_scr_recycle_refused(r, seg, idx, c, p)) return 1;
 #endif
   *(void **)p = r->head;
-  SCR_POISON(p, _scr_recycled_size(c)); /* ASan: a use after free is caught */
+  SCR_POISON(p, _scr_class_sizes[c]); /* ASan: a use after free is caught */
   r->head = p;
   r->count++;
   return 1;
@@ -303,7 +301,7 @@ static inline void *_scr_recycle_take(scr_arena *a, unsigned c) {
   scr_recycled *r = &a->rc[c];
   void *b = r->head;
   if (b == NULL) return NULL;
-  SCR_UNPOISON(b, _scr_recycled_size(c));
+  SCR_UNPOISON(b, _scr_class_sizes[c]);
   r->head = *(void **)b;
   r->count--;
   return b;

@@ -40,8 +40,8 @@ void _scr_recycle_init(scr_arena *a) {
 /* Checked builds: what the heap's free would have refused (an interior
  * pointer, a block already kept) is reported and dropped. */
 bool _scr_recycle_refused(const scr_recycled *r, const scr_segment *seg, uintptr_t idx, unsigned c, void *p) {
-  uintptr_t first = c >= SCR_MEDIUM_FIRST ? idx & ~(uintptr_t)(SCR_MEDIUM_SPAN - 1) : idx; /* the run's */
-  if (((uintptr_t)p - ((uintptr_t)seg + (first << SCR_PAGE_SHIFT))) % _scr_recycled_size(c) != 0) {
+  uintptr_t first = _scr_class_first(idx, c);
+  if (((uintptr_t)p - ((uintptr_t)seg + (first << SCR_PAGE_SHIFT))) % _scr_class_sizes[c] != 0) {
     _scr_report(SCR_EINTERIOR, "free(%p): interior of a block (ignored)", p);
     return true;
   }
@@ -66,7 +66,7 @@ void _scr_recycle_flush(scr_arena *a) {
     a->rc[c].head = NULL;
     a->rc[c].count = 0;
     while (p) {
-      SCR_UNPOISON(p, _scr_recycled_size(c));
+      SCR_UNPOISON(p, _scr_class_sizes[c]);
       void *next = *(void **)p;
       scr_heap *h = _scr_heap_of(p);
       if (h == a->heap) proc_heap_free(h, p);
@@ -80,7 +80,7 @@ void _scr_recycle_flush(scr_arena *a) {
 static void proc_count_block(struct scr_stats *t, unsigned c, int64_t sign) {
   uint64_t one = (uint64_t)sign;
   t->allocs += one;
-  t->heap_used += (uint64_t)sign * _scr_recycled_size(c);
+  t->heap_used += (uint64_t)sign * _scr_class_sizes[c];
   t->classes[c].live += one;
 }
 

@@ -45,8 +45,6 @@ void scr_stats(struct scr_stats *out) {
 #define SCR_TAKE_OFF_(x, y) ((x) = (x) > (y) ? (x) - (y) : 0)
   SCR_TAKE_OFF_(out->allocs, lent.allocs);
   SCR_TAKE_OFF_(out->heap_used, lent.heap_used);
-  SCR_TAKE_OFF_(out->large_allocs, lent.large_allocs);
-  SCR_TAKE_OFF_(out->large_bytes, lent.large_bytes);
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) SCR_TAKE_OFF_(out->classes[c].live, lent.classes[c].live);
 #undef SCR_TAKE_OFF_
 }

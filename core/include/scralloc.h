@@ -251,6 +251,8 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(claims, "arenas claimed by threads (cumulative)")                           \
   X(parks, "arenas parked at thread exit (cumulative)")                         \
   X(switches, "threads that moved to a parked arena with room instead of growing (cumulative)") \
+  X(pool_puts, "batches of other arenas' blocks that full thread caches gave the pool (cumulative)") \
+  X(pool_takes, "batches that threads with an empty cache took from the pool (cumulative)") \
   X(remote_frees, "blocks freed by another thread than their arena's")          \
   X(remote_pending, "remote frees not yet taken by their arena")                \
   X(foreign_frees, "frees of memory scralloc does not own (ignored)")           \

@@ -24,6 +24,7 @@
 #include "process/arena.c"
 #include "process/remote.c"
 #include "process/recycle.c"
+#include "process/pool.c"
 #include "process/hooks.c"
 #include "process/prefault.c"
 #include "process/discard.c"

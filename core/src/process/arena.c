@@ -223,6 +223,7 @@ static void proc_switch(scr_arena *a) {
 void _scr_arena_park(scr_arena *a) {
   scr_proc *P = &_scr_proc;
   _scr_recycle_flush(a);
+  _scr_pool_flush(a);
   _scr_prefault_release_ahead(a);
   _scr_remote_poll(a);
   _scr_arena_publish(a);
@@ -286,12 +287,14 @@ static void proc_fork_prepare(void) {
   scr_proc *P = &_scr_proc;
   pthread_mutex_lock(&P->lock);
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_lock(&a->snap_lock);
+  _scr_pool_lock_all();
   pthread_mutex_lock(&P->helper_lock);
 }
 
 static void proc_fork_parent(void) {
   scr_proc *P = &_scr_proc;
   pthread_mutex_unlock(&P->helper_lock);
+  _scr_pool_unlock_all();
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);
   pthread_mutex_unlock(&P->lock);
 }
@@ -299,6 +302,7 @@ static void proc_fork_parent(void) {
 static void proc_fork_child(void) {
   scr_proc *P = &_scr_proc;
   pthread_mutex_unlock(&P->helper_lock);
+  _scr_pool_unlock_all();
   _scr_helper_after_fork_child();
   _scr_prefault_after_fork_child();
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);

@@ -16,20 +16,40 @@ void _scr_proc_bad_free(const void *p) {
     _scr_report(SCR_EFOREIGN, "free of %p, which no scralloc arena owns (ignored)", p);
 }
 
-void *scr_malloc(size_t n) {
+/* Everything malloc does beyond the thread's cache. */
+static __attribute__((noinline)) void *proc_malloc_slow(size_t n) {
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   void *p;
   if (SCR_LIKELY(n <= SCR_SMALL_MAX)) {
     unsigned c = _scr_class_of(n);
     p = _scr_recycle_take(a, c);
-    if (p != NULL) return p; /* no tick: the heap did not change */
+    if (p != NULL) return p;
+    /* a free slot in the arena's own page first, then the pool's blocks,
+     * then fresh memory */
+    scr_page *pg = a->heap->queue[c];
+    if (pg == NULL || pg->free == NULL) {
+      p = _scr_pool_refill(a, c);
+      if (p != NULL) return p; /* the heap did not change */
+    }
     p = _scr_small_alloc(a->heap, c);
   } else {
     p = proc_heap_malloc(a->heap, n);
   }
   _scr_arena_tick(a);
   return p;
+}
+
+/* The fast path, a block of the thread's cache, needs no stack frame: the
+ * rest is a tail call (a frame for the slow side's registers cost every
+ * call about ten instructions). */
+void *scr_malloc(size_t n) {
+  scr_arena *a = _scr_tl_arena;
+  if (SCR_LIKELY(a != NULL && n <= SCR_SMALL_MAX)) {
+    void *p = _scr_recycle_take(a, _scr_class_of(n));
+    if (SCR_LIKELY(p != NULL)) return p; /* no tick: the heap did not change */
+  }
+  return proc_malloc_slow(n);
 }
 
 void *scr_calloc(size_t count, size_t size) {
@@ -52,13 +72,22 @@ void *scr_aligned_alloc(size_t alignment, size_t n) {
  * scr_heap the program made itself). */
 static inline scr_arena *proc_arena_of_heap(scr_heap *h) { return (scr_arena *)_scr_heap_owner(h); }
 
-void scr_free(void *p) {
+/* Everything free does beyond the thread's cache (NULL included). */
+static __attribute__((noinline)) void proc_free_slow(void *p) {
   if (p == NULL) return;
   scr_segment *seg = _scr_segmap_get(p);
   scr_heap *h = seg ? seg->heap : NULL;
   scr_arena *a = _scr_tl_arena;
   uintptr_t idx = 0;
   unsigned tag = seg ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
+  scr_arena *o = h ? proc_arena_of_heap(h) : NULL;
+  /* Another arena's block and a full list of its class: the list's older
+   * half leaves (pool.c) and p stays.  The arena's own block goes to its
+   * heap, as before, so that frees in address order (scr_free_many) stay
+   * in order. */
+  if (a != NULL && o != NULL && o != a && tag < SCR_CLASS_COUNT && a->rc[tag].room == 0 &&
+      !_scr_arena_parked(o) && _scr_pool_overflow(a, tag) && _scr_recycle_put(a, h, seg, idx, tag, p))
+    return;
   if (SCR_LIKELY(a != NULL && a->heap == h)) {
     if (_scr_recycle_put(a, h, seg, idx, tag, p)) return; /* no tick: the heap did not change */
     if (tag < SCR_CLASS_COUNT) _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
@@ -66,13 +95,25 @@ void scr_free(void *p) {
     _scr_arena_tick(a);
     return;
   }
-  scr_arena *o = h ? proc_arena_of_heap(h) : NULL;
   if (SCR_UNLIKELY(o == NULL)) {
     _scr_proc_bad_free(p);
     return;
   }
   if (a != NULL && _scr_recycle_put(a, h, seg, idx, tag, p)) return;
   _scr_remote_push(o, p);
+}
+
+/* The fast path, onto the thread's cache, needs no stack frame (as
+ * malloc's).  NULL finds no segment and goes to the slow side. */
+void scr_free(void *p) {
+  scr_segment *seg = _scr_segmap_get(p);
+  scr_arena *a = _scr_tl_arena;
+  if (SCR_LIKELY(seg != NULL && a != NULL)) {
+    uintptr_t idx;
+    unsigned tag = _scr_block_tag(seg, p, &idx);
+    if (SCR_LIKELY(_scr_recycle_put(a, seg->heap, seg, idx, tag, p))) return;
+  }
+  proc_free_slow(p);
 }
 
 size_t scr_usable_size(const void *p) {
@@ -120,9 +161,12 @@ size_t scr_trim(void) {
   scr_arena *a = _scr_tl_arena;
   if (a) {
     _scr_recycle_flush(a);
+    _scr_pool_flush(a);
     _scr_remote_drain(a);
     n += scr_heap_trim(a->heap);
     _scr_arena_publish(a);
+  } else {
+    _scr_pool_flush(NULL);
   }
   pthread_mutex_lock(&P->lock);
   for (scr_arena *b = P->parked; b; b = b->next_parked) {

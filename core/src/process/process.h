@@ -16,7 +16,8 @@
  *   arena->remote     any thread (lock-free push; the holder drains it).
  *   state, lists      under _scr_proc.lock.
  *   arena->snap       under arena->snap_lock.
- * Lock order: _scr_proc.lock before any snap_lock; helper_lock is a leaf.
+ * Lock order: _scr_proc.lock before any snap_lock before the pool's class
+ * locks (pool.c); helper_lock is a leaf.
  */
 #ifndef SCR_PROCESS_H
 #define SCR_PROCESS_H
@@ -80,8 +81,8 @@ typedef enum scr_arena_state {
  * their heaps all along). */
 typedef struct scr_recycled {
   void *head;
-  uint32_t count;
-  uint32_t max;                     /* count's cap (recycle.c: bytes and blocks per class) */
+  uint32_t room;                    /* blocks the list may still take: max less its length */
+  uint32_t max;                     /* the list's cap (recycle.c: bytes and blocks per class) */
 } scr_recycled;
 
 /* Two groups of fields, a cache line (or more) each, by who writes them:
@@ -180,6 +181,8 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(dontdump_advised, "segments advised MADV_DONTDUMP")                        \
   X(parked_drains, "parked arenas a pusher drained of remote frees")         \
   X(switches, "threads that moved to a parked arena with room")             \
+  X(pool_puts, "batches of other arenas' blocks full cache lists gave the pool") \
+  X(pool_takes, "batches threads with an empty cache list took from the pool") \
   X(remote_sent_unowned, "remote frees by threads that hold no arena")      \
   X(forks, "forks the allocator went through")
 
@@ -268,13 +271,15 @@ SCR_INTERNAL void _scr_recycle_account(const scr_arena *a, struct scr_stats *st,
 #if SCR_DEBUG > 0
 SCR_INTERNAL bool _scr_recycle_refused(const scr_recycled *r, const scr_segment *seg, uintptr_t idx, unsigned c, void *p);
 #endif
-/* The tag of the page that holds p (a block in seg), and its index: the
- * tag, not the descriptor, because the owner writes the descriptor on
- * every call and the tag line only when the page changes kind.  A HUGE
- * segment's tags are all OTHER; its block may lie beyond the 64 pages. */
+/* The tag of the page that holds p, a block in seg, and the page's index:
+ * the tag, not the descriptor, because the owner writes the descriptor on
+ * every call and the tag line only when the page changes kind.  Segments
+ * are aligned to their size, so the index is p's page within its aligned
+ * SCR_SEGMENT_SIZE: for a NORMAL segment that is p's page in seg; a HUGE
+ * segment's tags are all OTHER, whichever 4 MiB of it p lies in. */
 static inline unsigned _scr_block_tag(const scr_segment *seg, const void *p, uintptr_t *idx) {
-  *idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
-  return *idx < SCR_PAGES_PER_SEGMENT ? seg->page_tag[*idx] : SCR_TAG_OTHER;
+  *idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
+  return seg->page_tag[*idx];
 }
 /* Keep p, a block of heap h on page idx of seg with tag `tag`, that a's
  * holder frees, for a's next malloc of its class: 1, or 0 when it is not
@@ -282,18 +287,18 @@ static inline unsigned _scr_block_tag(const scr_segment *seg, const void *p, uin
  * list is full).  Reads h's owner line, which the free has just read. */
 static inline int _scr_recycle_put(scr_arena *a, scr_heap *h, const scr_segment *seg, uintptr_t idx,
                                    unsigned tag, void *p) {
-  if (h != a->heap && atomic_load_explicit(&h->owner_parked, memory_order_relaxed)) return 0;
   unsigned c = tag;
   if (c >= SCR_CLASS_COUNT) return 0;
   scr_recycled *r = &a->rc[c];
-  if (r->count >= r->max) return 0;
+  if (r->room == 0) return 0;
+  if (h != a->heap && atomic_load_explicit(&h->owner_parked, memory_order_relaxed)) return 0;
 #if SCR_DEBUG > 0
   if (_scr_recycle_refused(r, seg, idx, c, p)) return 1;
 #endif
   *(void **)p = r->head;
   SCR_POISON(p, _scr_class_sizes[c]); /* ASan: a use after free is caught */
   r->head = p;
-  r->count++;
+  r->room--;
   return 1;
 }
 /* A kept block of class c, or NULL. */
@@ -303,9 +308,21 @@ static inline void *_scr_recycle_take(scr_arena *a, unsigned c) {
   if (b == NULL) return NULL;
   SCR_UNPOISON(b, _scr_class_sizes[c]);
   r->head = *(void **)b;
-  r->count--;
+  r->room++;
   return b;
 }
+
+/* pool.c: other arenas' blocks from full cache lists, for any thread's
+ * empty list */
+SCR_INTERNAL bool _scr_pool_overflow(scr_arena *a, unsigned c);
+SCR_INTERNAL void *_scr_pool_refill(scr_arena *a, unsigned c);
+SCR_INTERNAL void _scr_pool_flush(scr_arena *a);
+SCR_INTERNAL void _scr_pool_account(struct scr_stats *lent);
+SCR_INTERNAL void _scr_pool_lock_all(void);
+SCR_INTERNAL void _scr_pool_unlock_all(void);
+#if SCR_DEBUG > 0
+SCR_INTERNAL bool _scr_pool_holds(unsigned c, const void *p);
+#endif
 
 /* remote.c */
 SCR_INTERNAL void _scr_remote_push(scr_arena *a, void *p);

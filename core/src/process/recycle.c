@@ -33,6 +33,7 @@ void _scr_recycle_init(scr_arena *a) {
     uint32_t by_bytes = (uint32_t)((SCR_RECYCLE_CLASS_BYTES + _scr_class_sizes[c] - 1) / _scr_class_sizes[c]);
     a->rc[c].max = c >= SCR_MEDIUM_FIRST ? SCR_RECYCLE_MEDIUM_MAX
                  : by_bytes < SCR_RECYCLE_CLASS_MAX ? by_bytes : SCR_RECYCLE_CLASS_MAX;
+    a->rc[c].room = a->rc[c].max;
   }
 }
 
@@ -54,6 +55,10 @@ bool _scr_recycle_refused(const scr_recycled *r, const scr_segment *seg, uintptr
       return true;
     }
   }
+  if (_scr_pool_holds(c, p)) {
+    _scr_report(SCR_EDOUBLEFREE, "free(%p): double free (the block was already freed) (ignored)", p);
+    return true;
+  }
   return false;
 }
 #endif
@@ -64,7 +69,7 @@ void _scr_recycle_flush(scr_arena *a) {
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     void *p = a->rc[c].head;
     a->rc[c].head = NULL;
-    a->rc[c].count = 0;
+    a->rc[c].room = a->rc[c].max;
     while (p) {
       SCR_UNPOISON(p, _scr_class_sizes[c]);
       void *next = *(void **)p;

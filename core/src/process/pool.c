@@ -1,0 +1,192 @@
+/* The pool: other arenas' blocks that overflowed a thread's cache, in
+ * batches per size class, for any thread whose cache list of the class
+ * runs empty.
+ *
+ * Why: a thread whose list was full sent each further block of another
+ * arena to its owner's remote stack, where it waited until the owner ran
+ * and drained it; meanwhile threads whose lists ran empty carved fresh
+ * memory.  With more threads than CPUs the owners sleep most of the time,
+ * so the freed blocks sat idle while other arenas grew (threaded stress,
+ * 8 threads on 2 CPUs: about 1,000 blocks waiting at the peak, most of
+ * them 1-64 KiB, whose classes' lists hold few blocks and overflow
+ * often).  A batch in the pool is taken by the next thread that needs the
+ * class and finds no free slot in its own pages.  The blocks stay live in
+ * their owners' heaps all along, as in the caches (recycle.c).
+ *
+ * A batch is made of the other arenas' blocks among the older half of a
+ * full list (the arena's own go back to its heap, where its next malloc
+ * finds them), linked through their first words.  At most
+ * SCR_POOL_BATCHES batches per class: past that, and for blocks of parked
+ * arenas, the blocks go home as before.  The pool is emptied at every
+ * park and trim.  One mutex per class, taken once per batch. */
+#include "process.h"
+
+#define SCR_POOL_BATCHES 8
+
+typedef struct scr_pool_class {
+  pthread_mutex_t lock;
+  _Atomic uint32_t n;                /* batches (written under lock, peeked without) */
+  uint32_t count[SCR_POOL_BATCHES];  /* blocks of each batch */
+  void *batch[SCR_POOL_BATCHES];     /* each a list through the blocks' first words */
+} scr_pool_class;
+
+static struct {
+  _Alignas(64) scr_pool_class c;
+} proc_pool[SCR_CLASS_COUNT] = {[0 ... SCR_CLASS_COUNT - 1] = {{.lock = PTHREAD_MUTEX_INITIALIZER}}};
+
+/* p (of class c, poisoned but for its first word) goes home: into a's
+ * heap when it is a's, else onto its owner's remote stack. */
+static void pool_send_home(scr_arena *a, unsigned c, void *p) {
+  SCR_UNPOISON(p, _scr_class_sizes[c]);
+  scr_heap *h = _scr_heap_of(p);
+  if (a != NULL && h == a->heap) proc_heap_free(h, p);
+  else _scr_remote_push((scr_arena *)_scr_heap_owner(h), p);
+}
+
+static void pool_send_list_home(scr_arena *a, unsigned c, void *p) {
+  while (p) {
+    SCR_UNPOISON(p, sizeof(void *));
+    void *next = *(void **)p;
+    pool_send_home(a, c, p);
+    p = next;
+  }
+}
+
+/* a's list of class c is full: its older half leaves it, a's own blocks
+ * for its heap, the others for the pool.  The list keeps its newer
+ * blocks, whose lines this thread touched last.  false when nothing moved
+ * (a list of one block, or a pool that holds enough of the class: the
+ * caller's block then goes home, as those of the batch would have). */
+bool _scr_pool_overflow(scr_arena *a, unsigned c) {
+  scr_recycled *r = &a->rc[c];
+  uint32_t keep = r->max - r->max / 2, moved = r->max - keep;
+  scr_pool_class *q = &proc_pool[c].c;
+  if (moved == 0 || atomic_load_explicit(&q->n, memory_order_relaxed) >= SCR_POOL_BATCHES) return false;
+  void *last = r->head; /* the keep-th block, keep >= 1 */
+  for (uint32_t i = 1; i < keep; i++) {
+    SCR_UNPOISON(last, sizeof(void *));
+    void *next = *(void **)last;
+    SCR_POISON(last, sizeof(void *));
+    last = next;
+  }
+  SCR_UNPOISON(last, sizeof(void *));
+  void *p = *(void **)last;
+  *(void **)last = NULL;
+  SCR_POISON(last, sizeof(void *));
+  r->room += moved;
+  /* The list runs from newer to older; what goes home goes oldest first,
+   * so that the heap's free lists see the frees in their order. */
+  void *batch = NULL, *home = NULL;
+  uint32_t k = 0;
+  while (p) {
+    SCR_UNPOISON(p, sizeof(void *));
+    void *next = *(void **)p;
+    scr_heap *h = _scr_heap_of(p);
+    if (h != a->heap && !atomic_load_explicit(&h->owner_parked, memory_order_relaxed)) {
+      *(void **)p = batch; /* still poisoned but for this word */
+      batch = p;
+      k++;
+    } else {
+      *(void **)p = home;
+      home = p;
+    }
+    p = next;
+  }
+  pool_send_list_home(a, c, home);
+  if (batch == NULL) return true;
+  pthread_mutex_lock(&q->lock);
+  uint32_t n = atomic_load_explicit(&q->n, memory_order_relaxed);
+  if (n < SCR_POOL_BATCHES) { /* else filled meanwhile */
+    q->batch[n] = batch;
+    q->count[n] = k;
+    atomic_store_explicit(&q->n, n + 1, memory_order_relaxed);
+    batch = NULL;
+  }
+  pthread_mutex_unlock(&q->lock);
+  if (batch == NULL) SCR_PC_ADD(pool_puts, 1);
+  pool_send_list_home(a, c, batch);
+  return true;
+}
+
+/* a's list of class c is empty: the pool's newest batch of the class
+ * becomes the list; one of its blocks, or NULL when the pool has none. */
+void *_scr_pool_refill(scr_arena *a, unsigned c) {
+  scr_pool_class *q = &proc_pool[c].c;
+  if (atomic_load_explicit(&q->n, memory_order_relaxed) == 0) return NULL;
+  pthread_mutex_lock(&q->lock);
+  uint32_t n = atomic_load_explicit(&q->n, memory_order_relaxed);
+  void *b = NULL;
+  uint32_t k = 0;
+  if (n > 0) {
+    b = q->batch[n - 1];
+    k = q->count[n - 1];
+    atomic_store_explicit(&q->n, n - 1, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&q->lock);
+  if (b == NULL) return NULL;
+  SCR_PC_ADD(pool_takes, 1);
+  scr_recycled *r = &a->rc[c];
+  scr_assert(r->head == NULL && r->room == r->max && k <= r->max);
+  SCR_UNPOISON(b, _scr_class_sizes[c]);
+  r->head = *(void **)b;
+  r->room -= k - 1;
+  return b;
+}
+
+/* Every pooled block goes home (park, trim); a may be NULL. */
+void _scr_pool_flush(scr_arena *a) {
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
+    scr_pool_class *q = &proc_pool[c].c;
+    if (atomic_load_explicit(&q->n, memory_order_relaxed) == 0) continue;
+    void *batch[SCR_POOL_BATCHES];
+    pthread_mutex_lock(&q->lock);
+    uint32_t n = atomic_load_explicit(&q->n, memory_order_relaxed);
+    memcpy(batch, q->batch, n * sizeof batch[0]);
+    atomic_store_explicit(&q->n, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&q->lock);
+    for (uint32_t i = 0; i < n; i++) pool_send_list_home(a, c, batch[i]);
+  }
+}
+
+/* The pooled blocks, added to `lent` (scr_stats takes them off the
+ * arenas' live figures, as the blocks the threads keep). */
+void _scr_pool_account(struct scr_stats *lent) {
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
+    scr_pool_class *q = &proc_pool[c].c;
+    if (atomic_load_explicit(&q->n, memory_order_relaxed) == 0) continue;
+    pthread_mutex_lock(&q->lock);
+    uint64_t blocks = 0;
+    for (uint32_t i = 0; i < atomic_load_explicit(&q->n, memory_order_relaxed); i++) blocks += q->count[i];
+    pthread_mutex_unlock(&q->lock);
+    lent->allocs += blocks;
+    lent->heap_used += blocks * _scr_class_sizes[c];
+    lent->classes[c].live += blocks;
+  }
+}
+
+#if SCR_DEBUG > 0
+/* Checked builds: p sits in the pool (a double free). */
+bool _scr_pool_holds(unsigned c, const void *p) {
+  scr_pool_class *q = &proc_pool[c].c;
+  bool found = false;
+  pthread_mutex_lock(&q->lock);
+  for (uint32_t i = 0; i < atomic_load_explicit(&q->n, memory_order_relaxed) && !found; i++) {
+    for (void *b = q->batch[i], *next; b && !found; b = next) {
+      SCR_UNPOISON(b, sizeof(void *));
+      next = *(void **)b;
+      SCR_POISON(b, sizeof(void *));
+      found = b == p;
+    }
+  }
+  pthread_mutex_unlock(&q->lock);
+  return found;
+}
+#endif
+
+/* fork: the child finds every class's list consistent and unlocked. */
+void _scr_pool_lock_all(void) {
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) pthread_mutex_lock(&proc_pool[c].c.lock);
+}
+void _scr_pool_unlock_all(void) {
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) pthread_mutex_unlock(&proc_pool[c].c.lock);
+}

@@ -372,6 +372,74 @@ static void test_recycling(void) {
 #endif
 }
 
+/* The pool: another arena's blocks that a thread frees past a full cache
+ * list wait in the pool, counted as free, instead of on their owner's
+ * remote stack; a thread whose list is empty and whose own page has no
+ * free slot takes them.  3000 B blocks: a list of six, batches of three. */
+enum { POOL_SIZE = 3000, POOL_OWNED = 24, POOL_TAKEN = 1000 };
+static pthread_barrier_t pool_hold;
+static void *pool_owner(void *arg) {
+  void **v = arg;
+  for (int i = 0; i < POOL_OWNED; i++) v[i] = scr_malloc(POOL_SIZE);
+  pthread_barrier_wait(&pool_hold); /* main frees them */
+  pthread_barrier_wait(&pool_hold); /* the taker has run: the owner held its arena all along */
+  return NULL;
+}
+static void *pool_taker(void *arg) {
+  void **v = arg;
+  for (int i = 0; i < POOL_TAKEN; i++) {
+    v[i] = scr_malloc(POOL_SIZE);
+    memset(v[i], 0x5a, POOL_SIZE);
+  }
+  return NULL;
+}
+static void test_pool(void) {
+  scr_trim(); /* the caller's lists and the pool start empty */
+  struct scr_stats s0, s1;
+  struct scr_process_stats p0, p1, p2;
+  scr_stats(&s0);
+  scr_process_stats(&p0);
+  void *owned[POOL_OWNED];
+  pthread_t t;
+  pthread_barrier_init(&pool_hold, NULL, 2);
+  pthread_create(&t, NULL, pool_owner, owned);
+  pthread_barrier_wait(&pool_hold);
+  for (int i = 0; i < POOL_OWNED; i++) scr_free(owned[i]);
+  scr_stats(&s1);
+  scr_process_stats(&p1);
+  /* six kept, then one batch of three per three frees; none remote */
+  CHECK_EQ(p1.pool_puts - p0.pool_puts, (POOL_OWNED - 6) / 3);
+  CHECK_EQ(p1.remote_frees, p0.remote_frees);
+  CHECK_EQ(s1.allocs, s0.allocs); /* kept and pooled blocks count as free */
+  CHECK_EQ(s1.heap_used, s0.heap_used);
+#if SCR_DEBUG > 0
+  unsigned seen = double_frees; /* a pooled block freed again, with room in the list */
+  void *newest = scr_malloc(POOL_SIZE);
+  CHECK(newest == owned[POOL_OWNED - 1]);
+  scr_set_error_handler(count_bad_frees, NULL);
+  scr_free(owned[0]);
+  scr_set_error_handler(NULL, NULL);
+  CHECK_EQ(double_frees, seen + 1);
+  scr_free(newest);
+#endif
+  void **taken = scr_malloc(POOL_TAKEN * sizeof *taken);
+  pthread_t u;
+  pthread_create(&u, NULL, pool_taker, taken);
+  pthread_join(u, NULL);
+  scr_process_stats(&p2);
+  CHECK_EQ(p2.pool_takes - p1.pool_takes, (POOL_OWNED - 6) / 3);
+  unsigned found = 0; /* the pooled blocks went to the taker, once each */
+  for (int i = 0; i < POOL_OWNED; i++)
+    for (int j = 0; j < POOL_TAKEN; j++) found += taken[j] == owned[i];
+  CHECK_EQ(found, POOL_OWNED - 6);
+  pthread_barrier_wait(&pool_hold);
+  pthread_join(t, NULL);
+  pthread_barrier_destroy(&pool_hold);
+  for (int j = 0; j < POOL_TAKEN; j++) scr_free(taken[j]);
+  scr_free(taken);
+  for (int i = 0; i < 6; i++) scr_free(scr_malloc(POOL_SIZE)); /* the six kept ones */
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 /* ASan builds poison the blocks a thread keeps: a use after free of one is
  * reported (in a child, which ASan ends). */
@@ -557,6 +625,7 @@ int main(void) {
   TEST(test_fork);
   TEST(test_free_many);
   TEST(test_recycling);
+  TEST(test_pool);
   TEST(test_keep_share);
 #if defined(__SANITIZE_ADDRESS__)
   TEST(test_kept_block_use_after_free);

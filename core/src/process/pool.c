@@ -18,7 +18,10 @@
  * finds them), linked through their first words.  At most
  * SCR_POOL_BATCHES batches per class: past that, and for blocks of parked
  * arenas, the blocks go home as before.  The pool is emptied at every
- * park and trim.  One mutex per class, taken once per batch. */
+ * park and trim.  One mutex per class, taken once per batch and never
+ * waited for on the malloc and free paths: with more threads than CPUs a
+ * holder may be preempted, and a thread that finds the lock taken treats
+ * the pool as full (its batch goes home) or empty (it carves). */
 #include "process.h"
 
 #define SCR_POOL_BATCHES 8
@@ -94,15 +97,16 @@ bool _scr_pool_overflow(scr_arena *a, unsigned c) {
   }
   pool_send_list_home(a, c, home);
   if (batch == NULL) return true;
-  pthread_mutex_lock(&q->lock);
-  uint32_t n = atomic_load_explicit(&q->n, memory_order_relaxed);
-  if (n < SCR_POOL_BATCHES) { /* else filled meanwhile */
-    q->batch[n] = batch;
-    q->count[n] = k;
-    atomic_store_explicit(&q->n, n + 1, memory_order_relaxed);
-    batch = NULL;
+  if (pthread_mutex_trylock(&q->lock) == 0) { /* busy: home, as if full */
+    uint32_t n = atomic_load_explicit(&q->n, memory_order_relaxed);
+    if (n < SCR_POOL_BATCHES) { /* else filled meanwhile */
+      q->batch[n] = batch;
+      q->count[n] = k;
+      atomic_store_explicit(&q->n, n + 1, memory_order_relaxed);
+      batch = NULL;
+    }
+    pthread_mutex_unlock(&q->lock);
   }
-  pthread_mutex_unlock(&q->lock);
   if (batch == NULL) SCR_PC_ADD(pool_puts, 1);
   pool_send_list_home(a, c, batch);
   return true;
@@ -112,8 +116,8 @@ bool _scr_pool_overflow(scr_arena *a, unsigned c) {
  * becomes the list; one of its blocks, or NULL when the pool has none. */
 void *_scr_pool_refill(scr_arena *a, unsigned c) {
   scr_pool_class *q = &proc_pool[c].c;
-  if (atomic_load_explicit(&q->n, memory_order_relaxed) == 0) return NULL;
-  pthread_mutex_lock(&q->lock);
+  if (atomic_load_explicit(&q->n, memory_order_relaxed) == 0 || pthread_mutex_trylock(&q->lock) != 0)
+    return NULL; /* busy: the heap, as if empty */
   uint32_t n = atomic_load_explicit(&q->n, memory_order_relaxed);
   void *b = NULL;
   uint32_t k = 0;

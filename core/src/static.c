@@ -25,6 +25,7 @@
 #include "process/remote.c"
 #include "process/recycle.c"
 #include "process/pool.c"
+#include "process/lend.c"
 #include "process/hooks.c"
 #include "process/prefault.c"
 #include "process/discard.c"

@@ -488,6 +488,8 @@ static void test_switch(void) {
   void **mine = scr_malloc(SWITCH_BLOCKS / 2 * sizeof(void *));
   void **left = scr_malloc(SWITCH_BLOCKS * sizeof(void *));
   CHECK(mine && left);
+  /* lending would fill the holes before the thread carves (test_process_lend) */
+  CHECK(scr_process_option_set("lend", "0") == SCR_OK);
   scr_trim(); /* the main thread's arena has little room */
   uint64_t switches;
   uint64_t grew = switch_growth(mine, left, &switches);
@@ -498,6 +500,7 @@ static void test_switch(void) {
   CHECK_EQ(switches, 0);
   CHECK(grew >= ((uint64_t)4 << 20)); /* 4 MiB of blocks, all in fresh pages */
   CHECK(scr_process_option_set("switch_bytes", "1M") == SCR_OK);
+  CHECK(scr_process_option_set("lend", "1") == SCR_OK);
   scr_free(mine);
   scr_free(left);
   CHECK(scr_process_validate() == SCR_OK);

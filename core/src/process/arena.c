@@ -218,6 +218,42 @@ static void proc_switch(scr_arena *a) {
   SCR_PC_ADD(switches, 1);
 }
 
+/* Borrowing: a thread that does not hold parked arena a works on its heap
+ * (remote.c: a pusher frees what waits on its stack; lend.c: a growing
+ * thread takes free slots) with a off the parked list, so that no claim,
+ * switch or discard takes it meanwhile.  Under the lock; prev is a's
+ * predecessor on the list (NULL at its head).  The borrower unpoisons a
+ * discarded arena's pages (after the lock) before it touches them. */
+void _scr_arena_borrow_locked(scr_arena *a, scr_arena *prev) {
+  scr_proc *P = &_scr_proc;
+  if (prev) prev->next_parked = a->next_parked; else P->parked = a->next_parked;
+  a->next_parked = NULL;
+  a->state = SCR_ARENA_DISCARDING;
+  _scr_arena_set_parked(a, 0);
+  P->nparked--;
+}
+
+/* The borrower parks a again where it was, if prev is still parked (so
+ * that claims keep their order), else first; takes the lock. */
+void _scr_arena_unborrow(scr_arena *a, scr_arena *prev) {
+  scr_proc *P = &_scr_proc;
+  pthread_mutex_lock(&P->lock);
+  a->state = SCR_ARENA_PARKED;
+  _scr_arena_set_parked(a, 1);
+  if (prev && prev->state == SCR_ARENA_PARKED) {
+    a->next_parked = prev->next_parked;
+    prev->next_parked = a;
+  } else {
+    a->next_parked = P->parked;
+    P->parked = a;
+  }
+  P->nparked++;
+  _scr_arena_room_locked(a);
+  atomic_store_explicit(&a->drain_req, 0, memory_order_relaxed);
+  scr_validate_proc();
+  pthread_mutex_unlock(&P->lock);
+}
+
 /* The holder gives the arena up: free lists and bump pointers stay, so
  * its blocks stay valid; the helper returns its free pages later. */
 void _scr_arena_park(scr_arena *a) {

@@ -52,6 +52,7 @@ SCR_HIDDEN_ALIAS(proc_heap_usable_size, scr_heap_usable_size);
   X(prefault_after, (uint64_t)1 << 20, 0, UINT64_MAX, "bytes an arena carves before it is faulted ahead") \
   X(prefault_step, (uint64_t)256 << 10, 65536, (uint64_t)64 << 20, "bytes faulted ahead per step") \
   X(prefault_budget, (uint64_t)8 << 20, 0, UINT64_MAX, "bytes in flight for worker threads") \
+  X(lend, 1, 0, 1, "a thread about to carve fresh memory for a size class first takes that class's free slots from a parked arena: 0 off, 1 on") \
   X(switch_bytes, (uint64_t)1 << 20, 0, UINT64_MAX, "a thread whose arena must carve fresh memory moves to a parked arena with at least this many committed bytes not in live blocks (0: never)") \
   X(retain_budget, (uint64_t)4 << 20, 0, UINT64_MAX, "empty pages the arenas keep committed together: each keeps this over the threads holding arenas, and at least retain_bytes") \
   X(dontdump, 2, 0, 2, "MADV_DONTDUMP on segments: 0 never, 1 always, 2 auto (when no core would be written)") \
@@ -113,6 +114,7 @@ typedef struct scr_arena {
   unsigned pf_pending;              /* a prefault step waits to be posted (holder) */
   unsigned switch_pending;          /* carving while a parked arena has room: look at the next tick (holder) */
   uint64_t carved_mark;             /* carved at the claim or the last look for room (holder) */
+  uint64_t lend_after;              /* ops before which lend.c does not look again (holder) */
   uintptr_t pf_from;                /* start of the last range faulted ahead (holder) */
   uint64_t pf_counted;              /* bytes of that range counted in the budget (holder) */
   _Atomic int pf_state;             /* 0 idle, 1 queued, 2 the helper is on it */
@@ -183,6 +185,7 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(switches, "threads that moved to a parked arena with room")             \
   X(pool_puts, "batches of other arenas' blocks full cache lists gave the pool") \
   X(pool_takes, "batches threads with an empty cache list took from the pool") \
+  X(lends, "cache lists filled with a parked arena's free slots")             \
   X(remote_sent_unowned, "remote frees by threads that hold no arena")      \
   X(forks, "forks the allocator went through")
 
@@ -226,6 +229,8 @@ SCR_INTERNAL scr_arena *_scr_arena_claim(void);
 SCR_INTERNAL void _scr_arena_park(scr_arena *a);
 SCR_INTERNAL void _scr_arena_publish(scr_arena *a);
 SCR_INTERNAL void _scr_arena_room_locked(scr_arena *a); /* a parked arena's room changed */
+SCR_INTERNAL void _scr_arena_borrow_locked(scr_arena *a, scr_arena *prev);
+SCR_INTERNAL void _scr_arena_unborrow(scr_arena *a, scr_arena *prev);
 /* 1 while a is PARKED (pushers then drain it now and then; frees of its
  * blocks do not keep them): set and cleared under _scr_proc.lock, read
  * without it. */
@@ -323,6 +328,9 @@ SCR_INTERNAL void _scr_pool_unlock_all(void);
 #if SCR_DEBUG > 0
 SCR_INTERNAL bool _scr_pool_holds(unsigned c, const void *p);
 #endif
+
+/* lend.c: a parked arena's free slots for a thread about to carve */
+SCR_INTERNAL void *_scr_lend_refill(scr_arena *a, unsigned c);
 
 /* remote.c */
 SCR_INTERNAL void _scr_remote_push(scr_arena *a, void *p);

@@ -58,29 +58,12 @@ static void proc_borrow_and_drain(scr_arena *a) {
     atomic_store_explicit(&a->drain_req, 0, memory_order_relaxed);
     return;
   }
-  if (prev) prev->next_parked = a->next_parked; else P->parked = a->next_parked;
-  a->state = SCR_ARENA_DISCARDING;
-  _scr_arena_set_parked(a, 0);
-  P->nparked--;
+  _scr_arena_borrow_locked(a, prev);
   pthread_mutex_unlock(&P->lock);
 
   if (a->poisoned) _scr_discard_unpoison(a);
   _scr_remote_drain(a);
   _scr_arena_publish(a);
   SCR_PC_ADD(parked_drains, 1);
-
-  pthread_mutex_lock(&P->lock);
-  a->state = SCR_ARENA_PARKED;
-  _scr_arena_set_parked(a, 1);
-  if (prev && prev->state == SCR_ARENA_PARKED) {
-    a->next_parked = prev->next_parked;
-    prev->next_parked = a;
-  } else {
-    a->next_parked = P->parked;
-    P->parked = a;
-  }
-  P->nparked++;
-  _scr_arena_room_locked(a);
-  atomic_store_explicit(&a->drain_req, 0, memory_order_relaxed);
-  pthread_mutex_unlock(&P->lock);
+  _scr_arena_unborrow(a, prev);
 }

@@ -17,7 +17,6 @@
  * waits SCR_LEND_BACKOFF heap calls before it looks again. */
 #include "process.h"
 
-#define SCR_LEND_MIN_ROOM ((uint64_t)256 << 10) /* parked room worth a look */
 #define SCR_LEND_BACKOFF 256                     /* heap calls after a look that found nothing */
 
 /* Slots of class c in h not in live blocks (those never carved included:
@@ -28,14 +27,12 @@ static uint64_t lend_slots(const scr_heap *h, unsigned c) {
   return slots > h->class_live[c] ? slots - h->class_live[c] : 0;
 }
 
-/* a's list of class c is empty and its own page has no free slot: fill
- * the list from the parked arena with the most slots of the class; one
- * block, or NULL. */
-void *_scr_lend_refill(scr_arena *a, unsigned c) {
+/* a's list of class c is empty, its own page has no free slot, and a
+ * parked arena has room (_scr_lend_refill): fill the list from the parked
+ * arena with the most slots of the class; one block, or NULL. */
+void *_scr_lend_refill_slow(scr_arena *a, unsigned c) {
   scr_proc *P = &_scr_proc;
-  if (!P->opt.lend || a->ops < a->lend_after ||
-      atomic_load_explicit(&P->parked_room, memory_order_relaxed) < SCR_LEND_MIN_ROOM)
-    return NULL;
+  if (!P->opt.lend) return NULL;
   scr_recycled *r = &a->rc[c];
   uint32_t want = r->max;
   scr_arena *b = NULL, *b_prev = NULL, *prev = NULL;

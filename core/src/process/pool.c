@@ -24,18 +24,7 @@
  * the pool as full (its batch goes home) or empty (it carves). */
 #include "process.h"
 
-#define SCR_POOL_BATCHES 8
-
-typedef struct scr_pool_class {
-  pthread_mutex_t lock;
-  _Atomic uint32_t n;                /* batches (written under lock, peeked without) */
-  uint32_t count[SCR_POOL_BATCHES];  /* blocks of each batch */
-  void *batch[SCR_POOL_BATCHES];     /* each a list through the blocks' first words */
-} scr_pool_class;
-
-static struct {
-  _Alignas(64) scr_pool_class c;
-} proc_pool[SCR_CLASS_COUNT] = {[0 ... SCR_CLASS_COUNT - 1] = {{.lock = PTHREAD_MUTEX_INITIALIZER}}};
+scr_pool_line _scr_pool[SCR_CLASS_COUNT] = {[0 ... SCR_CLASS_COUNT - 1] = {{.lock = PTHREAD_MUTEX_INITIALIZER}}};
 
 /* p (of class c, poisoned but for its first word) goes home: into a's
  * heap when it is a's, else onto its owner's remote stack. */
@@ -63,7 +52,7 @@ static void pool_send_list_home(scr_arena *a, unsigned c, void *p) {
 bool _scr_pool_overflow(scr_arena *a, unsigned c) {
   scr_recycled *r = &a->rc[c];
   uint32_t keep = r->max - r->max / 2, moved = r->max - keep;
-  scr_pool_class *q = &proc_pool[c].c;
+  scr_pool_class *q = &_scr_pool[c].c;
   if (moved == 0 || atomic_load_explicit(&q->n, memory_order_relaxed) >= SCR_POOL_BATCHES) return false;
   void *last = r->head; /* the keep-th block, keep >= 1 */
   for (uint32_t i = 1; i < keep; i++) {
@@ -112,12 +101,11 @@ bool _scr_pool_overflow(scr_arena *a, unsigned c) {
   return true;
 }
 
-/* a's list of class c is empty: the pool's newest batch of the class
- * becomes the list; one of its blocks, or NULL when the pool has none. */
-void *_scr_pool_refill(scr_arena *a, unsigned c) {
-  scr_pool_class *q = &proc_pool[c].c;
-  if (atomic_load_explicit(&q->n, memory_order_relaxed) == 0 || pthread_mutex_trylock(&q->lock) != 0)
-    return NULL; /* busy: the heap, as if empty */
+/* a's list of class c is empty and the pool has a batch of the class
+ * (_scr_pool_refill): it becomes the list; one of its blocks, or NULL. */
+void *_scr_pool_refill_slow(scr_arena *a, unsigned c) {
+  scr_pool_class *q = &_scr_pool[c].c;
+  if (pthread_mutex_trylock(&q->lock) != 0) return NULL; /* busy: the heap, as if empty */
   uint32_t n = atomic_load_explicit(&q->n, memory_order_relaxed);
   void *b = NULL;
   uint32_t k = 0;
@@ -140,7 +128,7 @@ void *_scr_pool_refill(scr_arena *a, unsigned c) {
 /* Every pooled block goes home (park, trim); a may be NULL. */
 void _scr_pool_flush(scr_arena *a) {
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
-    scr_pool_class *q = &proc_pool[c].c;
+    scr_pool_class *q = &_scr_pool[c].c;
     if (atomic_load_explicit(&q->n, memory_order_relaxed) == 0) continue;
     void *batch[SCR_POOL_BATCHES];
     pthread_mutex_lock(&q->lock);
@@ -156,7 +144,7 @@ void _scr_pool_flush(scr_arena *a) {
  * arenas' live figures, as the blocks the threads keep). */
 void _scr_pool_account(struct scr_stats *lent) {
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
-    scr_pool_class *q = &proc_pool[c].c;
+    scr_pool_class *q = &_scr_pool[c].c;
     if (atomic_load_explicit(&q->n, memory_order_relaxed) == 0) continue;
     pthread_mutex_lock(&q->lock);
     uint64_t blocks = 0;
@@ -171,7 +159,7 @@ void _scr_pool_account(struct scr_stats *lent) {
 #if SCR_DEBUG > 0
 /* Checked builds: p sits in the pool (a double free). */
 bool _scr_pool_holds(unsigned c, const void *p) {
-  scr_pool_class *q = &proc_pool[c].c;
+  scr_pool_class *q = &_scr_pool[c].c;
   bool found = false;
   pthread_mutex_lock(&q->lock);
   for (uint32_t i = 0; i < atomic_load_explicit(&q->n, memory_order_relaxed) && !found; i++) {
@@ -189,8 +177,8 @@ bool _scr_pool_holds(unsigned c, const void *p) {
 
 /* fork: the child finds every class's list consistent and unlocked. */
 void _scr_pool_lock_all(void) {
-  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) pthread_mutex_lock(&proc_pool[c].c.lock);
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) pthread_mutex_lock(&_scr_pool[c].c.lock);
 }
 void _scr_pool_unlock_all(void) {
-  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) pthread_mutex_unlock(&proc_pool[c].c.lock);
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) pthread_mutex_unlock(&_scr_pool[c].c.lock);
 }

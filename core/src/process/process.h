@@ -319,8 +319,23 @@ static inline void *_scr_recycle_take(scr_arena *a, unsigned c) {
 
 /* pool.c: other arenas' blocks from full cache lists, for any thread's
  * empty list */
+#define SCR_POOL_BATCHES 8
+typedef struct scr_pool_class {
+  pthread_mutex_t lock;
+  _Atomic uint32_t n;                /* batches (written under lock, peeked without) */
+  uint32_t count[SCR_POOL_BATCHES];  /* blocks of each batch */
+  void *batch[SCR_POOL_BATCHES];     /* each a list through the blocks' first words */
+} scr_pool_class;
+typedef struct { _Alignas(64) scr_pool_class c; } scr_pool_line; /* a class per line */
+SCR_INTERNAL extern scr_pool_line _scr_pool[SCR_CLASS_COUNT];
 SCR_INTERNAL bool _scr_pool_overflow(scr_arena *a, unsigned c);
-SCR_INTERNAL void *_scr_pool_refill(scr_arena *a, unsigned c);
+SCR_INTERNAL void *_scr_pool_refill_slow(scr_arena *a, unsigned c);
+/* A block of a pooled batch of class c for a's empty list, or NULL; the
+ * peek is inline because every carve of fresh memory passes here. */
+static inline void *_scr_pool_refill(scr_arena *a, unsigned c) {
+  if (atomic_load_explicit(&_scr_pool[c].c.n, memory_order_relaxed) == 0) return NULL;
+  return _scr_pool_refill_slow(a, c);
+}
 SCR_INTERNAL void _scr_pool_flush(scr_arena *a);
 SCR_INTERNAL void _scr_pool_account(struct scr_stats *lent);
 SCR_INTERNAL void _scr_pool_lock_all(void);
@@ -330,7 +345,14 @@ SCR_INTERNAL bool _scr_pool_holds(unsigned c, const void *p);
 #endif
 
 /* lend.c: a parked arena's free slots for a thread about to carve */
-SCR_INTERNAL void *_scr_lend_refill(scr_arena *a, unsigned c);
+#define SCR_LEND_MIN_ROOM ((uint64_t)256 << 10) /* parked room worth a look */
+SCR_INTERNAL void *_scr_lend_refill_slow(scr_arena *a, unsigned c);
+static inline void *_scr_lend_refill(scr_arena *a, unsigned c) {
+  if (a->ops < a->lend_after ||
+      atomic_load_explicit(&_scr_proc.parked_room, memory_order_relaxed) < SCR_LEND_MIN_ROOM)
+    return NULL;
+  return _scr_lend_refill_slow(a, c);
+}
 
 /* remote.c */
 SCR_INTERNAL void _scr_remote_push(scr_arena *a, void *p);

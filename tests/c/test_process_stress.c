@@ -8,6 +8,7 @@
 #include "scralloc.h"
 #include <pthread.h>
 #include <semaphore.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
@@ -530,12 +531,13 @@ static void *chain_worker(void *arg) {
   return NULL;
 }
 
-static void test_switch_chain(void) {
+/* One run of the chain; lend: lending on (the default) or off. */
+static void chain_run(bool lend, struct scr_process_stats *ps0, struct scr_process_stats *ps1) {
   struct scr_stats st0, st1;
-  struct scr_process_stats ps0, ps1;
+  CHECK(scr_process_option_set("lend", lend ? "1" : "0") == SCR_OK);
   scr_trim();
   scr_stats(&st0);
-  scr_process_stats(&ps0);
+  scr_process_stats(ps0);
   pthread_t t[CHAIN];
   pthread_barrier_init(&chain_hold, NULL, CHAIN + 1);
   for (unsigned k = 0; k < CHAIN; k++) sem_init(&chain_go[k], 0, 0);
@@ -552,11 +554,26 @@ static void test_switch_chain(void) {
   for (unsigned k = 0; k < CHAIN; k++) sem_destroy(&chain_go[k]);
   scr_trim(); /* drains what waits on parked arenas */
   scr_stats(&st1);
-  scr_process_stats(&ps1);
+  scr_process_stats(ps1);
   CHECK_EQ(atomic_load(&bad_cookies), 0);
-  CHECK(ps1.switches - ps0.switches >= CHAIN - 2); /* all but the first, less one that took a parked arena */
   CHECK_EQ(st1.allocs, st0.allocs);
   CHECK(scr_process_validate() == SCR_OK);
+  CHECK(scr_process_option_set("lend", "1") == SCR_OK);
+}
+
+/* The switch alone (lending would fill the holes first). */
+static void test_switch_chain(void) {
+  struct scr_process_stats ps0, ps1;
+  chain_run(false, &ps0, &ps1);
+  CHECK(ps1.switches - ps0.switches >= CHAIN - 2); /* all but the first, less one that took a parked arena */
+}
+
+/* With lending: the growing threads take the finished ones' freed slots
+ * (and may still switch); every block comes back, cookies intact. */
+static void test_lend_chain(void) {
+  struct scr_process_stats ps0, ps1;
+  chain_run(true, &ps0, &ps1);
+  CHECK(ps1.lends > ps0.lends);
 }
 
 /* The empty pages the arenas keep committed share one budget
@@ -622,6 +639,7 @@ int main(void) {
   TEST(test_api_edges);
   TEST(test_switch); /* first: no other thread has parked an arena yet */
   TEST(test_switch_chain);
+  TEST(test_lend_chain);
   TEST(test_shared_array);
   TEST(test_producer_consumer);
   TEST(test_thread_churn);

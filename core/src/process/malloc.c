@@ -26,11 +26,13 @@ static __attribute__((noinline)) void *proc_malloc_slow(size_t n) {
     p = _scr_recycle_take(a, c);
     if (p != NULL) return p;
     /* a free slot in the arena's own page first, then the pool's blocks,
-     * then a parked arena's free slots, then fresh memory */
+     * then the rest of the page, then a parked arena's free slots (when
+     * the heap would take a new page: a lend borrows an arena under the
+     * process lock), then a new page */
     scr_page *pg = a->heap->queue[c];
     if (pg == NULL || pg->free == NULL) {
       p = _scr_pool_refill(a, c);
-      if (p == NULL) p = _scr_lend_refill(a, c);
+      if (p == NULL && (pg == NULL || pg->capacity == pg->reserved)) p = _scr_lend_refill(a, c);
       if (p != NULL) return p; /* the heap did not change */
     }
     p = _scr_small_alloc(a->heap, c);

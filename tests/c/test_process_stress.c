@@ -322,6 +322,23 @@ static void test_api_edges(void) {
   struct scr_process_stats ps;
   scr_process_stats(&ps);
   CHECK(ps.foreign_frees >= 1);
+  /* A block of a heap the program made itself is not scr_free's: reported
+   * as foreign and ignored, it stays the heap's (no malloc hands it out). */
+  scr_heap *own = scr_heap_new(NULL);
+  CHECK(own != NULL);
+  void *hb = scr_heap_malloc(own, 48);
+  uint64_t foreign_before = ps.foreign_frees;
+  scr_free(hb);
+  scr_process_stats(&ps);
+  CHECK_EQ(ps.foreign_frees, foreign_before + 1);
+  void *next = scr_malloc(48);
+  CHECK(next != hb);
+  scr_free(next);
+  struct scr_stats hs;
+  scr_heap_stats(own, &hs);
+  CHECK_EQ(hs.allocs, 1);
+  scr_heap_free(own, hb);
+  scr_heap_destroy(own);
   char json[8192];
   size_t n = scr_process_stats_json(json, sizeof json);
   CHECK(n > 0 && n < sizeof json && json[0] == '{');

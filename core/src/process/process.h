@@ -288,15 +288,17 @@ static inline unsigned _scr_block_tag(const scr_segment *seg, const void *p, uin
 }
 /* Keep p, a block of heap h on page idx of seg with tag `tag`, that a's
  * holder frees, for a's next malloc of its class: 1, or 0 when it is not
- * kept (h's arena is parked, p is not a block of a size class, or the
- * list is full).  Reads h's owner line, which the free has just read. */
+ * kept (p is not a block of a size class, the list is full, h is no
+ * arena's (a heap the program made) or its arena is parked).  Another
+ * arena's block costs a read of h's owner line. */
 static inline int _scr_recycle_put(scr_arena *a, scr_heap *h, const scr_segment *seg, uintptr_t idx,
                                    unsigned tag, void *p) {
   unsigned c = tag;
   if (c >= SCR_CLASS_COUNT) return 0;
   scr_recycled *r = &a->rc[c];
   if (r->room == 0) return 0;
-  if (h != a->heap && atomic_load_explicit(&h->owner_parked, memory_order_relaxed)) return 0;
+  if (h != a->heap && (h->owner == NULL || atomic_load_explicit(&h->owner_parked, memory_order_relaxed)))
+    return 0;
 #if SCR_DEBUG > 0
   if (_scr_recycle_refused(r, seg, idx, c, p)) return 1;
 #endif
@@ -326,7 +328,7 @@ typedef struct scr_pool_class {
   uint32_t count[SCR_POOL_BATCHES];  /* blocks of each batch */
   void *batch[SCR_POOL_BATCHES];     /* each a list through the blocks' first words */
 } scr_pool_class;
-typedef struct { _Alignas(64) scr_pool_class c; } scr_pool_line; /* a class per line */
+typedef struct { _Alignas(64) scr_pool_class c; } scr_pool_line; /* no two classes share a cache line */
 SCR_INTERNAL extern scr_pool_line _scr_pool[SCR_CLASS_COUNT];
 SCR_INTERNAL bool _scr_pool_overflow(scr_arena *a, unsigned c);
 SCR_INTERNAL void *_scr_pool_refill_slow(scr_arena *a, unsigned c);

@@ -16,15 +16,16 @@ void _scr_proc_bad_free(const void *p) {
     _scr_report(SCR_EFOREIGN, "free of %p, which no scralloc arena owns (ignored)", p);
 }
 
-/* Everything malloc does beyond the thread's cache. */
-static __attribute__((noinline)) void *proc_malloc_slow(size_t n) {
-  scr_arena *a = _scr_arena_get();
-  if (SCR_UNLIKELY(a == NULL)) return NULL;
+/* Everything malloc does beyond the thread's cache; a is the caller's
+ * arena or NULL (none claimed yet). */
+static __attribute__((noinline)) void *proc_malloc_slow(scr_arena *a, size_t n) {
+  if (SCR_UNLIKELY(a == NULL)) {
+    a = _scr_arena_claim();
+    if (a == NULL) return NULL;
+  }
   void *p;
   if (SCR_LIKELY(n <= SCR_SMALL_MAX)) {
-    unsigned c = _scr_class_of(n);
-    p = _scr_recycle_take(a, c);
-    if (p != NULL) return p;
+    unsigned c = _scr_class_of(n); /* the list is empty: the fast path looked, or a was just claimed */
     /* a free slot in the arena's own page first, then the pool's blocks,
      * then the rest of the page, then a parked arena's free slots (when
      * the heap would take a new page: a lend borrows an arena under the
@@ -52,7 +53,7 @@ void *scr_malloc(size_t n) {
     void *p = _scr_recycle_take(a, _scr_class_of(n));
     if (SCR_LIKELY(p != NULL)) return p; /* no tick: the heap did not change */
   }
-  return proc_malloc_slow(n);
+  return proc_malloc_slow(a, n);
 }
 
 void *scr_calloc(size_t count, size_t size) {
@@ -75,12 +76,12 @@ void *scr_aligned_alloc(size_t alignment, size_t n) {
  * scr_heap the program made itself). */
 static inline scr_arena *proc_arena_of_heap(scr_heap *h) { return (scr_arena *)_scr_heap_owner(h); }
 
-/* Everything free does beyond the thread's cache (NULL included). */
-static __attribute__((noinline)) void proc_free_slow(void *p) {
+/* Everything free does beyond the thread's cache (NULL included); seg is
+ * p's segment (NULL: none) and a the caller's arena, as the fast path
+ * found them. */
+static __attribute__((noinline)) void proc_free_slow(void *p, scr_segment *seg, scr_arena *a) {
   if (p == NULL) return;
-  scr_segment *seg = _scr_segmap_get(p);
   scr_heap *h = seg ? seg->heap : NULL;
-  scr_arena *a = _scr_tl_arena;
   uintptr_t idx = 0;
   unsigned tag = seg ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
   scr_arena *o = h ? proc_arena_of_heap(h) : NULL;
@@ -116,7 +117,7 @@ void scr_free(void *p) {
     unsigned tag = _scr_block_tag(seg, p, &idx);
     if (SCR_LIKELY(_scr_recycle_put(a, seg->heap, seg, idx, tag, p))) return;
   }
-  proc_free_slow(p);
+  proc_free_slow(p, seg, a);
 }
 
 size_t scr_usable_size(const void *p) {

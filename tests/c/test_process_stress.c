@@ -593,6 +593,56 @@ static void test_lend_chain(void) {
   CHECK(ps1.lends > ps0.lends);
 }
 
+/* The parked list under load: waves of short-lived threads that allocate,
+ * free half and exit (parks, claims), while long-lived threads swap blocks
+ * through a shared array (frees of parked arenas' blocks: drains), grow
+ * (lends, switches), and the discard helper runs with a short delay.  The
+ * process validator checks the list (no cycle, counts, states) at every
+ * park, claim and return of a borrowed arena in checked builds; cookies
+ * are checked before every free. */
+enum { TORTURE_SLOTS = 4096, TORTURE_WAVES = 30, TORTURE_WIDTH = 8 };
+static _Atomic(void *) torture_slots[TORTURE_SLOTS];
+static _Atomic int torture_stop;
+static void *torture_short(void *arg) {
+  uint64_t s = (uintptr_t)arg * 2654435761u + 1;
+  void *mine[256];
+  for (int i = 0; i < 256; i++) mine[i] = cookie_alloc(16 + rng_next(&s) % 3000);
+  for (int i = 0; i < 256; i += 2) cookie_free(mine[i]);
+  for (int i = 1; i < 256; i += 2)
+    cookie_free(atomic_exchange(&torture_slots[rng_next(&s) % TORTURE_SLOTS], mine[i]));
+  return NULL;
+}
+static void *torture_long(void *arg) {
+  uint64_t s = (uintptr_t)arg * 7919 + 3;
+  while (!atomic_load(&torture_stop))
+    for (int k = 0; k < 64; k++)
+      cookie_free(atomic_exchange(&torture_slots[rng_next(&s) % TORTURE_SLOTS], cookie_alloc(16 + rng_next(&s) % 3000)));
+  return NULL;
+}
+static void test_parked_list_torture(void) {
+  struct scr_process_stats p0, p1;
+  scr_process_stats(&p0);
+  CHECK(scr_process_option_set("discard_delay_ms", "5") == SCR_OK);
+  CHECK(scr_process_option_set("discard_delay_max_ms", "20") == SCR_OK);
+  pthread_t l[3];
+  for (uintptr_t i = 0; i < 3; i++) CHECK(pthread_create(&l[i], NULL, torture_long, (void *)(i + 1)) == 0);
+  for (unsigned w = 0; w < TORTURE_WAVES * scale; w++) {
+    pthread_t t[TORTURE_WIDTH];
+    for (uintptr_t i = 0; i < TORTURE_WIDTH; i++)
+      CHECK(pthread_create(&t[i], NULL, torture_short, (void *)(w * TORTURE_WIDTH + i + 100)) == 0);
+    for (int i = 0; i < TORTURE_WIDTH; i++) pthread_join(t[i], NULL);
+  }
+  atomic_store(&torture_stop, 1);
+  for (int i = 0; i < 3; i++) pthread_join(l[i], NULL);
+  for (int i = 0; i < TORTURE_SLOTS; i++) cookie_free(atomic_exchange(&torture_slots[i], NULL));
+  CHECK(scr_process_option_set("discard_delay_ms", "10000") == SCR_OK);
+  CHECK(scr_process_option_set("discard_delay_max_ms", "10000") == SCR_OK);
+  scr_process_stats(&p1);
+  CHECK_EQ(atomic_load(&bad_cookies), 0);
+  CHECK(p1.parks - p0.parks >= TORTURE_WAVES * TORTURE_WIDTH);
+  CHECK(scr_process_validate() == SCR_OK);
+}
+
 /* The empty pages the arenas keep committed share one budget
  * (retain_budget, 4 MiB): a thread alone keeps freed pages up to it; with
  * nine threads holding arenas its share falls to retain_bytes (512 KiB)
@@ -661,6 +711,7 @@ int main(void) {
   TEST(test_producer_consumer);
   TEST(test_thread_churn);
   TEST(test_fork);
+  TEST(test_parked_list_torture);
   TEST(test_free_many);
   TEST(test_recycling);
   TEST(test_pool);

@@ -92,8 +92,9 @@ static __attribute__((noinline)) void proc_free_slow(void *p, scr_segment *seg, 
   if (a != NULL && o != NULL && o != a && tag < SCR_CLASS_COUNT && a->rc[tag].room == 0 &&
       !_scr_arena_parked(o) && _scr_pool_overflow(a, tag) && _scr_recycle_put(a, h, seg, idx, tag, p))
     return;
+  /* (The thread's cache refused p on the fast path already: a full list,
+   * a parked owner, no size class.) */
   if (SCR_LIKELY(a != NULL && a->heap == h)) {
-    if (_scr_recycle_put(a, h, seg, idx, tag, p)) return; /* no tick: the heap did not change */
     if (tag < SCR_CLASS_COUNT) _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
     else proc_heap_free(h, p);
     _scr_arena_tick(a);
@@ -103,7 +104,6 @@ static __attribute__((noinline)) void proc_free_slow(void *p, scr_segment *seg, 
     _scr_proc_bad_free(p);
     return;
   }
-  if (a != NULL && _scr_recycle_put(a, h, seg, idx, tag, p)) return;
   _scr_remote_push(o, p);
 }
 

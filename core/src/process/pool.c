@@ -7,9 +7,9 @@
  * and drained it; meanwhile threads whose lists ran empty carved fresh
  * memory.  With more threads than CPUs the owners sleep most of the time,
  * so the freed blocks sat idle while other arenas grew (threaded stress,
- * 8 threads on 2 CPUs: about 1,000 blocks waiting at the peak, most of
- * them 1-64 KiB, whose classes' lists hold few blocks and overflow
- * often).  A batch in the pool is taken by the next thread that needs the
+ * 8 threads on 2 CPUs: 240-1,240 blocks waiting at the peak in three
+ * runs, mostly of 1-64 KiB, whose classes' lists hold few blocks and
+ * overflow often).  A batch in the pool is taken by the next thread that needs the
  * class and finds no free slot in its own pages.  The blocks stay live in
  * their owners' heaps all along, as in the caches (recycle.c).
  *
@@ -25,24 +25,6 @@
 #include "process.h"
 
 scr_pool_line _scr_pool[SCR_CLASS_COUNT] = {[0 ... SCR_CLASS_COUNT - 1] = {{.lock = PTHREAD_MUTEX_INITIALIZER}}};
-
-/* p (of class c, poisoned but for its first word) goes home: into a's
- * heap when it is a's, else onto its owner's remote stack. */
-static void pool_send_home(scr_arena *a, unsigned c, void *p) {
-  SCR_UNPOISON(p, _scr_class_sizes[c]);
-  scr_heap *h = _scr_heap_of(p);
-  if (a != NULL && h == a->heap) proc_heap_free(h, p);
-  else _scr_remote_push((scr_arena *)_scr_heap_owner(h), p);
-}
-
-static void pool_send_list_home(scr_arena *a, unsigned c, void *p) {
-  while (p) {
-    SCR_UNPOISON(p, sizeof(void *));
-    void *next = *(void **)p;
-    pool_send_home(a, c, p);
-    p = next;
-  }
-}
 
 /* a's list of class c is full: its older half leaves it, a's own blocks
  * for its heap, the others for the pool.  The list keeps its newer
@@ -84,7 +66,7 @@ bool _scr_pool_overflow(scr_arena *a, unsigned c) {
     }
     p = next;
   }
-  pool_send_list_home(a, c, home);
+  _scr_recycle_send_list_home(a, c, home);
   if (batch == NULL) return true;
   if (pthread_mutex_trylock(&q->lock) == 0) { /* busy: home, as if full */
     uint32_t n = atomic_load_explicit(&q->n, memory_order_relaxed);
@@ -97,7 +79,7 @@ bool _scr_pool_overflow(scr_arena *a, unsigned c) {
     pthread_mutex_unlock(&q->lock);
   }
   if (batch == NULL) SCR_PC_ADD(pool_puts, 1);
-  pool_send_list_home(a, c, batch);
+  _scr_recycle_send_list_home(a, c, batch);
   return true;
 }
 
@@ -136,7 +118,7 @@ void _scr_pool_flush(scr_arena *a) {
     memcpy(batch, q->batch, n * sizeof batch[0]);
     atomic_store_explicit(&q->n, 0, memory_order_relaxed);
     pthread_mutex_unlock(&q->lock);
-    for (uint32_t i = 0; i < n; i++) pool_send_list_home(a, c, batch[i]);
+    for (uint32_t i = 0; i < n; i++) _scr_recycle_send_list_home(a, c, batch[i]);
   }
 }
 

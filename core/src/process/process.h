@@ -272,6 +272,8 @@ static inline void _scr_arena_tick(scr_arena *a) {
 /* recycle.c: the thread's cache of the blocks it frees */
 SCR_INTERNAL void _scr_recycle_init(scr_arena *a);
 SCR_INTERNAL void _scr_recycle_flush(scr_arena *a);
+SCR_INTERNAL void _scr_recycle_send_home(scr_arena *a, unsigned c, void *p);
+SCR_INTERNAL void _scr_recycle_send_list_home(scr_arena *a, unsigned c, void *p);
 SCR_INTERNAL void _scr_recycle_account(const scr_arena *a, struct scr_stats *st, struct scr_stats *lent);
 #if SCR_DEBUG > 0
 SCR_INTERNAL bool _scr_recycle_refused(const scr_recycled *r, const scr_segment *seg, uintptr_t idx, unsigned c, void *p);

@@ -63,21 +63,32 @@ bool _scr_recycle_refused(const scr_recycled *r, const scr_segment *seg, uintptr
 }
 #endif
 
-/* Every kept block goes back: the arena's own into its heap, others' to
- * their owners' remote stacks (at park and trim). */
+/* A kept block p of class c goes back: into a's heap when it is a's (a
+ * may be NULL), else onto its owner's remote stack. */
+void _scr_recycle_send_home(scr_arena *a, unsigned c, void *p) {
+  SCR_UNPOISON(p, _scr_class_sizes[c]);
+  scr_heap *h = _scr_heap_of(p);
+  if (a != NULL && h == a->heap) proc_heap_free(h, p);
+  else _scr_remote_push((scr_arena *)_scr_heap_owner(h), p);
+}
+
+/* The blocks of a list linked through their first words go back. */
+void _scr_recycle_send_list_home(scr_arena *a, unsigned c, void *p) {
+  while (p) {
+    SCR_UNPOISON(p, sizeof(void *));
+    void *next = *(void **)p;
+    _scr_recycle_send_home(a, c, p);
+    p = next;
+  }
+}
+
+/* Every kept block goes back (at park and trim). */
 void _scr_recycle_flush(scr_arena *a) {
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     void *p = a->rc[c].head;
     a->rc[c].head = NULL;
     a->rc[c].room = a->rc[c].max;
-    while (p) {
-      SCR_UNPOISON(p, _scr_class_sizes[c]);
-      void *next = *(void **)p;
-      scr_heap *h = _scr_heap_of(p);
-      if (h == a->heap) proc_heap_free(h, p);
-      else _scr_remote_push((scr_arena *)_scr_heap_owner(h), p);
-      p = next;
-    }
+    _scr_recycle_send_list_home(a, c, p);
   }
 }
 

@@ -8,7 +8,13 @@
  * every thread of a wave holds its arena (or thread cache) at once
  * whatever the scheduler does: without it, how many arenas a run
  * created, and with it the peak RSS, varied by tens of MiB between runs.
- * Usage: proc_churn [threads] [live MiB total] [churn MiB per thread] [waves] */
+ * With "hold" as a fifth argument, the threads of each wave also wait for
+ * each other once their live sets and churn are done, before they free
+ * anything, and the RSS at that point is printed ("rss_held_kib WAVE N"):
+ * a figure that does not depend on how the threads interleave (the max
+ * RSS of the plain run moves by tens of MiB with it), for comparing what
+ * an allocator's layout costs.
+ * Usage: proc_churn [threads] [live MiB total] [churn MiB per thread] [waves] [hold] */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,7 +24,10 @@
 static int threads = 16, waves = 2;
 static size_t live_total = (size_t)128 << 20, churn_per = (size_t)64 << 20;
 static void **kept[256];
-static pthread_barrier_t start;
+static pthread_barrier_t start, held, release;
+static int hold, wave_now;
+static long rss_held[64];
+static long rss_kib(void);
 static size_t kept_n[256];
 
 static uint64_t next(uint64_t *s) {
@@ -55,6 +64,10 @@ static void *worker(void *arg) {
     done += sz;
   }
   for (int i = 0; i < 64; i++) free(ring[i]);
+  if (hold) {
+    if (pthread_barrier_wait(&held) == PTHREAD_BARRIER_SERIAL_THREAD) rss_held[wave_now] = rss_kib();
+    pthread_barrier_wait(&release);
+  }
   /* half the live set dies with the thread, half outlives it */
   for (size_t i = 0; i < n; i += 2) free(live[i]), live[i] = NULL;
   kept[id] = live;
@@ -77,13 +90,20 @@ int main(int argc, char **argv) {
   if (argc > 2) live_total = strtoul(argv[2], NULL, 10) << 20;
   if (argc > 3) churn_per = strtoul(argv[3], NULL, 10) << 20;
   if (argc > 4) waves = atoi(argv[4]);
-  if (threads < 1 || threads > 128) return 2;
+  if (argc > 5) hold = strcmp(argv[5], "hold") == 0;
+  if (threads < 1 || threads > 128 || waves < 1 || waves > 64) return 2;
   for (int w = 0; w < waves; w++) {
     pthread_t t[128];
     pthread_barrier_init(&start, NULL, (unsigned)threads);
+    pthread_barrier_init(&held, NULL, (unsigned)threads);
+    pthread_barrier_init(&release, NULL, (unsigned)threads);
+    wave_now = w;
     for (int i = 0; i < threads; i++) pthread_create(&t[i], NULL, worker, (void *)(uintptr_t)(w % 2 * 128 / 2 + i));
     for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
     pthread_barrier_destroy(&start);
+    pthread_barrier_destroy(&held);
+    pthread_barrier_destroy(&release);
+    if (hold) printf("rss_held_kib %d %ld\n", w, rss_held[w]);
     /* the main thread frees what the previous wave left */
     for (int i = 0; i < 256; i++) {
       if (!kept[i] || (i >= (w % 2) * 64 && i < (w % 2) * 64 + threads)) continue;

@@ -159,7 +159,7 @@ static void test_huge_dontdump_prefault(void) {
   run_thread(fill_and_free, (void *)(uintptr_t)(20 * MIB));
   CHECK(scr_process_option_set("prefault", "1") == SCR_OK);
   struct scr_process_stats ps = pstats();
-  if (ps.thp_mode != 0) CHECK(ps.huge_segments > before.huge_segments);
+  if (ps.thp_mode != 0) CHECK(ps.huge_regions > before.huge_regions);
   CHECK(ps.dontdump_segments > 0 || scr_process_option_get("dontdump") == 0);
   /* MADV_POPULATE_WRITE (Linux 5.14): the helper faults ahead */
   void *pg = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -205,6 +205,54 @@ static void *fill_keep_first(void *arg) {
   return NULL;
 }
 
+/* Does the mapping that holds p carry `flag` in its VmFlags (smaps)?
+ * -1 when p is in no mapping or smaps cannot be read. */
+static int vma_flag(const void *p, const char *flag) {
+  FILE *f = fopen("/proc/self/smaps", "r");
+  if (!f) return -1;
+  char line[512];
+  int in = 0, found = -1;
+  while (fgets(line, sizeof line, f)) {
+    unsigned long lo, hi;
+    if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+      in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+    } else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+      char want[8];
+      snprintf(want, sizeof want, " %s", flag);
+      found = 0;
+      for (char *q = line + 8; (q = strstr(q, want)) != NULL; q += strlen(want))
+        if (q[strlen(want)] == ' ' || q[strlen(want)] == '\n') found = 1;
+      break;
+    }
+  }
+  fclose(f);
+  return found;
+}
+
+/* mode "huge" (SCRALLOC_HUGEPAGE_AFTER=4M, a fresh process): THP advice
+ * goes on 2 MiB regions the carving has passed, after the threshold: not
+ * on the first blocks, not on the region the carving is in, and on one
+ * carved through past the threshold. */
+static int mode_huge(void) {
+  if (pstats().thp_mode == 0) return 0; /* THP "never" or absent: nothing is advised */
+  enum { N = (12 << 20) / BLOCK };
+  static void *v[N];
+  for (int i = 0; i < N; i++) {
+    v[i] = scr_malloc(BLOCK);
+    if (v[i] == NULL) return 2;
+    memset(v[i], 1, BLOCK);
+  }
+  uintptr_t last = (uintptr_t)v[N - 1], region = (uintptr_t)2 << 20;
+  int first = vma_flag(v[0], "hg"), middle = vma_flag(v[N / 2 + N / 6], "hg");
+  int frontier = (last + BLOCK) % region == 0 ? 0 : vma_flag(v[N - 1], "hg");
+  if (first != 0 || frontier != 0 || middle != 1) {
+    fprintf(stderr, "hg flags: first %d, at 8 MiB %d, frontier %d; %llu regions advised\n", first, middle, frontier,
+            (unsigned long long)pstats().huge_regions);
+    return 3;
+  }
+  return pstats().huge_regions >= 2 ? 0 : 4;
+}
+
 static void on_segv(int sig) {
   (void)sig;
   _exit(42);
@@ -241,6 +289,11 @@ static void test_poison(void) {
   CHECK_EQ(run_self("poison", env), 0);
 }
 
+static void test_huge_advice_follows_carving(void) {
+  const char *env[] = {"SCRALLOC_HUGEPAGE_AFTER=4M", NULL};
+  CHECK_EQ(run_self("huge", env), 0);
+}
+
 static void test_discard_off(void) {
   const char *env[] = {"SCRALLOC_DISCARD=0", "SCRALLOC_DISCARD_DELAY_MS=0", NULL};
   /* "quick" passes with discard off whatever the delay */
@@ -251,6 +304,7 @@ int main(int argc, char **argv) {
   self = argv[0];
   if (argc > 1 && strcmp(argv[1], "quick") == 0) return mode_quick();
   if (argc > 1 && strcmp(argv[1], "poison") == 0) return mode_poison();
+  if (argc > 1 && strcmp(argv[1], "huge") == 0) return mode_huge();
   /* Arenas keep every empty page (the core would otherwise give most of
    * them back at free time), so the discard has something to return. */
   setenv("SCRALLOC_RETAIN", "100000", 1);
@@ -261,6 +315,7 @@ int main(int argc, char **argv) {
   TEST(test_discard_returns_rss);
   TEST(test_relink_in_address_order);
   TEST(test_huge_dontdump_prefault);
+  TEST(test_huge_advice_follows_carving);
   TEST(test_exit_within_delay);
   TEST(test_poison);
   TEST(test_discard_off);

@@ -47,7 +47,7 @@ SCR_HIDDEN_ALIAS(proc_heap_usable_size, scr_heap_usable_size);
   X(discard, 1, 0, 2, "return parked arenas' free pages: 0 off, 1 on, 2 = poison")  \
   X(discard_delay_ms, 1000, 0, 3600000, "first delay before a parked arena is discarded") \
   X(discard_delay_max_ms, 10000, 0, 3600000, "cap of the doubling delay")           \
-  X(hugepage_after, (uint64_t)8 << 20, 0, UINT64_MAX, "bytes an arena maps before its segments get MADV_HUGEPAGE") \
+  X(hugepage_after, (uint64_t)8 << 20, 0, UINT64_MAX, "bytes an arena carves before the 2 MiB regions it carves through get MADV_HUGEPAGE") \
   X(prefault, 1, 0, 2, "fault in memory ahead of busy arenas (MADV_POPULATE_WRITE): 0 off, 1 while fewer threads hold arenas than there are CPUs, 2 always") \
   X(prefault_after, (uint64_t)1 << 20, 0, UINT64_MAX, "bytes an arena carves before it is faulted ahead") \
   X(prefault_step, (uint64_t)256 << 10, 65536, (uint64_t)64 << 20, "bytes faulted ahead per step") \
@@ -106,7 +106,7 @@ typedef struct scr_arena {
   uint64_t mapped;                  /* bytes of segments mapped (holder, via hook) */
   uint64_t carved;                  /* how far the frontier moved into fresh memory (holder, via hook) */
   uint64_t keep;                    /* the heap's retain_bytes as last set from arena_keep (holder) */
-  uint64_t huge_segments;           /* segments advised MADV_HUGEPAGE (holder) */
+  uint64_t huge_regions;            /* 2 MiB regions advised MADV_HUGEPAGE (holder) */
   uintptr_t pf_end;                 /* end of the last range faulted ahead (holder) */
   uintptr_t frontier_seg;           /* the segment mapped last (holder, via hook) */
   uintptr_t frontier;               /* highest page end taken in it: fresh territory above */
@@ -179,7 +179,7 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(prefaults, "ranges faulted in ahead")                                      \
   X(prefault_bytes, "bytes faulted in ahead")                                  \
   X(prefault_skipped, "steps left to the owner (budget or kernel)")            \
-  X(huge_advised, "segments advised MADV_HUGEPAGE")                            \
+  X(huge_advised, "2 MiB regions advised MADV_HUGEPAGE once carved")          \
   X(dontdump_advised, "segments advised MADV_DONTDUMP")                        \
   X(parked_drains, "parked arenas a pusher drained of remote frees")         \
   X(switches, "threads that moved to a parked arena with room")             \

@@ -101,7 +101,7 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->prefaults = SCR_PLOAD_(prefaults);
   o->prefault_bytes = SCR_PLOAD_(prefault_bytes);
   o->prefault_skipped = SCR_PLOAD_(prefault_skipped);
-  o->huge_segments = SCR_PLOAD_(huge_advised);
+  o->huge_regions = SCR_PLOAD_(huge_advised);
   o->dontdump_segments = SCR_PLOAD_(dontdump_advised);
   o->forks = SCR_PLOAD_(forks);
   o->parked_drains = SCR_PLOAD_(parked_drains);
@@ -164,11 +164,11 @@ static void proc_print_stats(void) {
            (unsigned long long)st.os_failures);
   proc_write_line(&o);
   _scr_out_put(&o, "scralloc[%d]: %llu discards (%.2f MiB returned, delay %llu ms, %llu doublings); "
-           "%llu prefaults (%.2f MiB, %llu skipped); %llu huge-page segments (THP %s); %llu dontdump segments\n",
+           "%llu prefaults (%.2f MiB, %llu skipped); %llu huge-page regions (THP %s); %llu dontdump segments\n",
            pid, (unsigned long long)ps.discards, proc_mib(ps.discard_bytes),
            (unsigned long long)ps.discard_delay_ms, (unsigned long long)ps.delay_doublings,
            (unsigned long long)ps.prefaults, proc_mib(ps.prefault_bytes),
-           (unsigned long long)ps.prefault_skipped, (unsigned long long)ps.huge_segments,
+           (unsigned long long)ps.prefault_skipped, (unsigned long long)ps.huge_regions,
            thp[ps.thp_mode < 3 ? ps.thp_mode : 0], (unsigned long long)ps.dontdump_segments);
   proc_write_line(&o);
   if (_scr_proc.opt.stats < 2) return;

@@ -2,6 +2,7 @@
 #include "internal.h"
 #include <stdarg.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 static scr_error_handler *error_handler;
 static void *error_arg;
@@ -30,6 +31,24 @@ void _scr_report(int err, const char *fmt, ...) {
     error_handler(err, msg, error_arg);
   } else if (SCR_DEBUG > 0) {
     fprintf(stderr, "scralloc: %s (%s)\n", msg, scr_strerror(err));
+  }
+}
+
+/* A setting from the environment that is not applied is said in every
+ * build (jemalloc and mimalloc warn too): the user believes it applied.
+ * write(2), not stdio: this runs inside the first malloc. */
+void _scr_report_env(const char *name, const char *value) {
+  char msg[256];
+  snprintf(msg, sizeof msg, "ignoring %s=%s (not a valid value)", name, value);
+  if (error_handler) {
+    error_handler(SCR_EINVAL, msg, error_arg);
+    return;
+  }
+  char line[300];
+  int n = snprintf(line, sizeof line, "scralloc: %s\n", msg);
+  if (n > 0) {
+    ssize_t w = write(2, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    (void)w;
   }
 }
 

@@ -41,6 +41,8 @@ SCR_INTERNAL void _scr_out_put(_scr_out *o, const char *fmt, ...) __attribute__(
 
 /* error.c */
 SCR_INTERNAL void _scr_report(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A bad SCRALLOC_<NAME> value: to the handler, else on stderr in every build. */
+SCR_INTERNAL void _scr_report_env(const char *name, const char *value);
 
 /* prim/os.c: every OS call of the core.  Each counts into `c` (may be NULL)
  * and honours the failure injection. */

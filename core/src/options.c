@@ -78,7 +78,7 @@ void scr_options_from_env(scr_options *opt) {
   {                                                                      \
     const char *v = _scr_env_option(#name, env, sizeof env);             \
     if (v && scr_options_set(opt, #name, v) != SCR_OK)                   \
-      _scr_report(SCR_EINVAL, "ignoring %s=%s", env, v);                 \
+      _scr_report_env(env, v);                                            \
   }
   SCR_OPTIONS(X)
 #undef X

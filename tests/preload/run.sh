@@ -71,4 +71,13 @@ for _ in range(5):  # fork while other threads allocate
 stop = True
 [t.join() for t in ts]
 '
+# A bad SCRALLOC_<NAME> value is said on stderr (in every build) and the
+# program runs on with the default.
+out=$(env LD_PRELOAD="$lib" SCRALLOC_HUGEPAGE_AFTER=1T SCRALLOC_RETAIN_BYTES=lots "$py" -c 'print("ran")' 2>"$tmp/err") || true
+if [ "$out" = ran ] && grep -q "^scralloc: ignoring SCRALLOC_HUGEPAGE_AFTER=1T (not a valid value)$" "$tmp/err" &&
+   grep -q "^scralloc: ignoring SCRALLOC_RETAIN_BYTES=lots (not a valid value)$" "$tmp/err"; then
+  echo "ok bad-option-warning"
+else
+  echo "FAIL bad-option-warning: $out"; cat "$tmp/err"; fail=1
+fi
 exit $fail

@@ -43,7 +43,7 @@ void _scr_proc_options_from_env(scr_proc_options *o) {
   {                                                                             \
     const char *val = _scr_env_option(#n, env, sizeof env);                     \
     if (val && _scr_proc_option_set(o, #n, val) != SCR_OK)                      \
-      _scr_report(SCR_EINVAL, "ignoring %s=%s", env, val);                      \
+      _scr_report_env(env, val);                                                 \
   }
   SCR_PROC_OPTIONS(SCR_PROC_OPT_ENV_)
 #undef SCR_PROC_OPT_ENV_

@@ -39,7 +39,7 @@ extern "C" {
 #define SCR_SEGMENT_SIZE ((size_t)4 * 1024 * 1024)  /* reservation unit: 64 pages, page 0 holds metadata */
 #define SCR_SMALL_MAX    ((size_t)64 * 1024)        /* largest size-class block */
 #define SCR_MIN_ALIGN    ((size_t)16)               /* every block is at least this aligned */
-#define SCR_CLASS_COUNT  44                         /* number of size classes */
+#define SCR_CLASS_COUNT  52                         /* number of size classes */
 
 /* ---- errors -------------------------------------------------------- */
 

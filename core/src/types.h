@@ -37,7 +37,7 @@
  * found by masking the page index.  In a single page they would fit 1-3
  * blocks; as one-page large blocks they took a page for 16-64 KiB. */
 #define SCR_MEDIUM_MIN ((size_t)20 * 1024)
-#define SCR_MEDIUM_FIRST 36              /* class index of SCR_MEDIUM_MIN */
+#define SCR_MEDIUM_FIRST 44              /* class index of SCR_MEDIUM_MIN */
 #define SCR_MEDIUM_SPAN 4
 #define SCR_SEGMENT_MAGIC 0x5343524d53454730ull /* "SCRMSEG0" */
 #define SCR_HUGE_OFFSET SCR_PAGE_SIZE   /* a huge block starts after its header page */

@@ -105,6 +105,8 @@ def run_measured(argv, env_extra, preload):
         parts = line.split()
         if len(parts) == 2 and parts[0] == "rss_after_free_kib":
             extra["rss_after_free_mib"] = int(parts[1]) / 1024
+        if len(parts) == 2 and parts[0] == "rss_after_wait_kib":
+            extra["rss_after_wait_mib"] = int(parts[1]) / 1024
     return code, {"wall": wall, "maxrss_mib": ru.ru_maxrss / 1024, "minflt": ru.ru_minflt,
                   "utime": ru.ru_utime, "stime": ru.ru_stime, **extra}
 
@@ -140,6 +142,17 @@ def main():
                 results[wname][aname].append(m)
         print(f"# round {r + 1}/{args.runs} done ({time.time() - t_start:.0f} s)", file=sys.stderr)
 
+    # The churn once more per allocator, waiting 1.5 s after the frees
+    # (past scralloc's 1 s discard delay): what each holds once a program
+    # has freed everything and gone on (not part of the wall figures).
+    after_wait = {}
+    churn = [w for w in wls if w[0].startswith("churn")]
+    for wname, argv, env in churn:
+        for aname, lib in allocs:
+            code, m = run_measured(argv, {**env, **alloc_env(aname), "PROC_CHURN_WAIT_MS": "1500"}, lib)
+            if code == 0 and "rss_after_wait_mib" in m:
+                after_wait.setdefault(wname, {})[aname] = m["rss_after_wait_mib"]
+
     def med(ms, key):
         vals = [m[key] for m in ms if key in m]
         return statistics.median(vals) if vals else None
@@ -171,6 +184,9 @@ def main():
                 ratios = ", ".join(f"{k} {s['wall'] / v['wall']:.2f}" for k, v in others.items())
                 print(f"\nscralloc wall ratio: {ratios}; best other: {best} "
                       f"({'met' if s['wall'] <= others[best]['wall'] else 'missed'}: wall at or below the best)")
+            if wname in after_wait:
+                waited = ", ".join(f"{k} {v:.1f}" for k, v in after_wait[wname].items())
+                print(f"RSS 1.5 s after everything was freed (one run each, MiB): {waited}")
             if "glibc" in row:
                 g = row["glibc"]
                 print(f"scralloc max RSS / glibc: {s['maxrss_mib'] / g['maxrss_mib']:.2f} "
@@ -179,7 +195,8 @@ def main():
         print()
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as f:
-        json.dump({"runs": args.runs, "scale": args.scale, "results": results, "medians": summary}, f, indent=1)
+        json.dump({"runs": args.runs, "scale": args.scale, "results": results, "medians": summary,
+                   "rss_after_wait_mib": after_wait}, f, indent=1)
     print(f"# raw runs and medians: {args.json}", file=sys.stderr)
     shutil.rmtree(tmpdir, ignore_errors=True)
     return 1 if failures else 0

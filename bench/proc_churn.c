@@ -14,12 +14,16 @@
  * a figure that does not depend on how the threads interleave (the max
  * RSS of the plain run moves by tens of MiB with it), for comparing what
  * an allocator's layout costs.
+ * With PROC_CHURN_WAIT_MS=N in the environment, it then sleeps N ms and
+ * prints the RSS again ("rss_after_wait_kib N"): what an allocator that
+ * returns memory after a delay holds once the delay has passed.
  * Usage: proc_churn [threads] [live MiB total] [churn MiB per thread] [waves] [hold] */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int threads = 16, waves = 2;
 static size_t live_total = (size_t)128 << 20, churn_per = (size_t)64 << 20;
@@ -119,5 +123,11 @@ int main(int argc, char **argv) {
     kept[i] = NULL;
   }
   printf("rss_after_free_kib %ld\n", rss_kib());
+  const char *wait = getenv("PROC_CHURN_WAIT_MS");
+  if (wait && atoi(wait) > 0) {
+    struct timespec ts = {atoi(wait) / 1000, (long)(atoi(wait) % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    printf("rss_after_wait_kib %ld\n", rss_kib());
+  }
   return 0;
 }

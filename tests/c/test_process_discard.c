@@ -253,6 +253,56 @@ static int mode_huge(void) {
   return pstats().huge_regions >= 2 ? 0 : 4;
 }
 
+/* mode "hold" / "hold_other" (caps as the defaults, discard delay 300 ms):
+ * a finished thread's blocks freed by the main thread.  Alone, the pages
+ * those frees empty wait for the discard (no RSS drop until it runs);
+ * while another thread holds an arena they go back at once. */
+enum { HOLD_N = (16 << 20) / BLOCK };
+static void *hold_blocks[HOLD_N];
+static void *fill_hold_blocks(void *arg) {
+  (void)arg;
+  for (int i = 0; i < HOLD_N; i++) {
+    hold_blocks[i] = scr_malloc(BLOCK);
+    if (hold_blocks[i]) memset(hold_blocks[i], 7, BLOCK);
+  }
+  return NULL;
+}
+static _Atomic int sleeper_go;
+static void *sleeper(void *arg) {
+  (void)arg;
+  void *p = scr_malloc(64); /* holds an arena until told */
+  while (!atomic_load(&sleeper_go)) sleep_ms(1);
+  scr_free(p);
+  return NULL;
+}
+static int mode_hold(int other) {
+  scr_free(scr_malloc(64)); /* the main thread holds an arena */
+  pthread_t t;
+  if (other && pthread_create(&t, NULL, sleeper, NULL) != 0) return 2;
+  while (other && pstats().arenas_owned < 2) sleep_ms(1);
+  run_thread(fill_hold_blocks, NULL);
+  struct scr_process_stats s0 = pstats();
+  long full = rss_kib();
+  for (int i = 0; i < HOLD_N; i++) scr_free(hold_blocks[i]);
+  long freed = rss_kib();
+  struct scr_process_stats s1 = pstats();
+  int rc = 0;
+  if (!other) {
+    if (s1.holds != s0.holds + 1) rc = 3;                     /* one parked arena held */
+    else if (freed < full - 2048) rc = 4;                     /* nothing went back yet */
+    else if (!wait_discards(s0.discards, 5000)) rc = 5;
+    else if (rss_kib() > full - 12 * 1024) rc = 6;            /* the discard returned it */
+  } else {
+    if (s1.holds != s0.holds) rc = 7;
+    else if (freed > full - 12 * 1024) rc = 8;                /* gone back at once */
+    atomic_store(&sleeper_go, 1);
+    pthread_join(t, NULL);
+  }
+  if (rc) fprintf(stderr, "hold%s: rc %d, RSS %ld -> %ld kB, holds %llu -> %llu\n", other ? "_other" : "", rc, full,
+                  freed, (unsigned long long)s0.holds, (unsigned long long)s1.holds);
+  return rc;
+}
+
 static void on_segv(int sig) {
   (void)sig;
   _exit(42);
@@ -294,6 +344,12 @@ static void test_huge_advice_follows_carving(void) {
   CHECK_EQ(run_self("huge", env), 0);
 }
 
+static void test_frees_of_a_finished_thread_wait_for_the_discard(void) {
+  const char *env[] = {"SCRALLOC_RETAIN=1", "SCRALLOC_RETAIN_BYTES=512K", "SCRALLOC_DISCARD_DELAY_MS=300", NULL};
+  CHECK_EQ(run_self("hold", env), 0);
+  CHECK_EQ(run_self("hold_other", env), 0);
+}
+
 static void test_discard_off(void) {
   const char *env[] = {"SCRALLOC_DISCARD=0", "SCRALLOC_DISCARD_DELAY_MS=0", NULL};
   /* "quick" passes with discard off whatever the delay */
@@ -305,6 +361,8 @@ int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "quick") == 0) return mode_quick();
   if (argc > 1 && strcmp(argv[1], "poison") == 0) return mode_poison();
   if (argc > 1 && strcmp(argv[1], "huge") == 0) return mode_huge();
+  if (argc > 1 && strcmp(argv[1], "hold") == 0) return mode_hold(0);
+  if (argc > 1 && strcmp(argv[1], "hold_other") == 0) return mode_hold(1);
   /* Arenas keep every empty page (the core would otherwise give most of
    * them back at free time), so the discard has something to return. */
   setenv("SCRALLOC_RETAIN", "100000", 1);
@@ -316,6 +374,7 @@ int main(int argc, char **argv) {
   TEST(test_relink_in_address_order);
   TEST(test_huge_dontdump_prefault);
   TEST(test_huge_advice_follows_carving);
+  TEST(test_frees_of_a_finished_thread_wait_for_the_discard);
   TEST(test_exit_within_delay);
   TEST(test_poison);
   TEST(test_discard_off);

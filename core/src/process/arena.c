@@ -164,6 +164,10 @@ static void proc_adopt(scr_arena *a, unsigned poisoned) {
   a->discarded = 0;
   a->carved_mark = a->carved;
   if (poisoned) _scr_discard_unpoison(a);
+  if (a->held) { /* the caps again: what they do not allow goes back now */
+    a->held = 0;
+    _scr_heap_set_caps(a->heap, P->heap_opt.retain, (size_t)a->keep);
+  }
   _scr_tl_arena = a;
   pthread_setspecific(P->key, a);
   SCR_PC_ADD(claims, 1);

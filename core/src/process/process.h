@@ -97,6 +97,7 @@ typedef struct scr_arena {
   unsigned id;                      /* index in creation order */
   unsigned state;                   /* scr_arena_state, under _scr_proc.lock */
   unsigned discarded;               /* pages returned since it was parked */
+  unsigned held;                    /* its heap keeps every page that empties (remote.c), until claim or discard */
   unsigned worker;                  /* holder is not the main thread */
   uint64_t parked_ns;               /* when it was parked (monotonic) */
   uint64_t ops;                     /* holder's heap calls (ticks) */
@@ -186,6 +187,7 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(pool_puts, "batches of other arenas' blocks full cache lists gave the pool") \
   X(pool_takes, "batches threads with an empty cache list took from the pool") \
   X(lends, "cache lists filled with a parked arena's free slots")             \
+  X(holds, "parked arenas whose emptied pages wait for the discard (freed by the only thread holding an arena)") \
   X(remote_sent_unowned, "remote frees by threads that hold no arena")      \
   X(forks, "forks the allocator went through")
 

@@ -291,10 +291,10 @@ static int mode_hold(int other) {
     if (s1.holds != s0.holds + 1) rc = 3;                     /* one parked arena held */
     else if (freed < full - 2048) rc = 4;                     /* nothing went back yet */
     else if (!wait_discards(s0.discards, 5000)) rc = 5;
-    else if (rss_kib() > full - 12 * 1024) rc = 6;            /* the discard returned it */
+    else if (rss_kib() > full - 8 * 1024) rc = 6;             /* the discard returned it (most of 16 MiB) */
   } else {
     if (s1.holds != s0.holds) rc = 7;
-    else if (freed > full - 12 * 1024) rc = 8;                /* gone back at once */
+    else if (freed > full - 8 * 1024) rc = 8;                 /* gone back at once (most of 16 MiB) */
     atomic_store(&sleeper_go, 1);
     pthread_join(t, NULL);
   }

@@ -68,8 +68,8 @@ static void proc_borrow_and_drain(scr_arena *a) {
    * who could want them, and a program that exits within the delay
    * returns nothing: the kernel frees them at exit for less than
    * MADV_DONTNEED costs page by page (the churn benchmark's last phase,
-   * the main thread freeing 64 MiB of finished threads' blocks: 45-50 ->
-   * 9-11 ms, the whole run 0.177 -> 0.170 s over 15 runs, tcmalloc 0.172).
+   * the main thread freeing 64 MiB of finished threads' blocks: 46-52 ->
+   * 10-12 ms, the whole run 0.177 -> 0.170 s over 15 runs, tcmalloc 0.172).
    * While other threads hold arenas, the pages go back by the heap's caps
    * as before: those threads would fault fresh pages while these wait
    * (the threaded stress's end, 11.1 -> 12.9 MiB max RSS when every

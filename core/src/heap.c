@@ -329,7 +329,6 @@ void _scr_heap_hold_empty_pages(scr_heap *h) {
 
 void _scr_heap_set_caps(scr_heap *h, unsigned retain, size_t retain_bytes) {
   h->opt.retain = retain;
-  h->opt.retain_bytes = SIZE_MAX; /* so that the next call compares and trims */
   _scr_heap_set_retain_bytes(h, retain_bytes);
   if (h->retained_pages > 0) {
     /* per-class counts above the restored `retain` go back too */

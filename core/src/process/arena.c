@@ -224,8 +224,9 @@ static void proc_switch(scr_arena *a) {
 
 /* Borrowing: a thread that does not hold parked arena a works on its heap
  * (remote.c: a pusher frees what waits on its stack; lend.c: a growing
- * thread takes free slots) with a off the parked list, so that no claim,
- * switch or discard takes it meanwhile.  Under the lock; prev is a's
+ * thread takes free slots; discard.c: the helper returns its pages) with a
+ * off the parked list, so that no claim, switch or other borrower takes it
+ * meanwhile.  Under the lock; prev is a's
  * predecessor on the list (NULL at its head).  The borrower unpoisons a
  * discarded arena's pages (after the lock) before it touches them. */
 void _scr_arena_borrow_locked(scr_arena *a, scr_arena *prev) {

@@ -157,11 +157,7 @@ static void *proc_helper_main(void *arg) {
       if (a) {
         uint64_t due = a->parked_ns + P->delay_ms * 1000000u;
         if (now >= due) {
-          if (prev) prev->next_parked = a->next_parked; else P->parked = a->next_parked;
-          a->next_parked = NULL;
-          a->state = SCR_ARENA_DISCARDING;
-          _scr_arena_set_parked(a, 0);
-          P->nparked--;
+          _scr_arena_borrow_locked(a, prev); /* parked again below, at the cold end */
         } else {
           wait_until = due;
           a = NULL;

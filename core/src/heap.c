@@ -74,7 +74,7 @@ static scr_page *page_for_class(scr_heap *h, unsigned c) {
     _scr_page_format(pg, c);
     return pg;
   }
-  scr_page *pg = _scr_segment_take_pages(h, span, span * SCR_PAGE_SIZE);
+  scr_page *pg = _scr_segment_take_pages(h, span, span * SCR_PAGE_SIZE, c);
   if (pg == NULL) return NULL;
   _scr_page_format(pg, c);
   h->class_pages[c]++;

@@ -109,7 +109,7 @@ static uint64_t run_starts(uint64_t free_mask, unsigned n, size_t align) {
   return m;
 }
 
-static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
+static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigned n, unsigned cls) {
   uint64_t bits = _scr_run_mask(first, n);
   uint64_t fresh = bits & ~seg->committed_free_mask;
   uint64_t zero = fresh & ~seg->lazy_free_mask;
@@ -130,19 +130,19 @@ static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigne
   }
   scr_page *pg = &seg->pages[first];
   if (h->hooks.page_acquired)
-    h->hooks.page_acquired(h, _scr_page_start(seg, pg), (size_t)n * SCR_PAGE_SIZE, h->hooks.arg);
+    h->hooks.page_acquired(h, _scr_page_start(seg, pg), (size_t)n * SCR_PAGE_SIZE, cls, h->hooks.arg);
   return pg;
 }
 
 /* Pages first..first+n-1 of seg, which the caller knows are free. */
-scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
-  return take_run(h, seg, first, n);
+scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, unsigned n, unsigned cls) {
+  return take_run(h, seg, first, n, cls);
 }
 
 /* A run of n free pages whose start is `align`-aligned (align <= a
  * segment), from an existing segment or a new one.  The pages come back
  * committed (counted in bytes) with kind FREE for the caller to set. */
-scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align) {
+scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align, unsigned cls) {
   scr_assert(n >= 1 && n < SCR_PAGES_PER_SEGMENT && align <= SCR_SEGMENT_SIZE / 2);
   _scr_segment_purge_tick(h);
   scr_segment *best = NULL;
@@ -150,7 +150,7 @@ scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align) {
   for (scr_segment *seg = h->avail; seg; seg = seg->avail_next) {
     /* pages that are still committed first: no fault on first touch */
     uint64_t m = run_starts(seg->committed_free_mask, n, align);
-    if (m) return take_run(h, seg, (unsigned)__builtin_ctzll(m), n);
+    if (m) return take_run(h, seg, (unsigned)__builtin_ctzll(m), n, cls);
     m = run_starts(seg->free_mask, n, align);
     /* then the fullest segment, so that emptier ones can go back */
     if (m && (best == NULL || seg->used_pages > best->used_pages)) best = seg, best_m = m;
@@ -162,7 +162,7 @@ scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align) {
     best_m = run_starts(best->free_mask, n, align);
     scr_assert(best_m != 0);
   }
-  return take_run(h, best, (unsigned)__builtin_ctzll(best_m), n);
+  return take_run(h, best, (unsigned)__builtin_ctzll(best_m), n, cls);
 }
 
 /* Decommit free pages first..first+n-1 of seg (MADV_FREE below

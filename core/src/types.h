@@ -145,7 +145,8 @@ typedef struct scr_cached {
 
 struct _scr_heap_hooks {
   void (*segment_mapped)(scr_heap *h, void *base, size_t size, void *arg);
-  void (*page_acquired)(scr_heap *h, void *page_start, size_t page_bytes, void *arg);
+  /* cls: the size class the pages are for, SCR_TAG_OTHER for a large block */
+  void (*page_acquired)(scr_heap *h, void *page_start, size_t page_bytes, unsigned cls, void *arg);
   void *arg;
 };
 

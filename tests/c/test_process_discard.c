@@ -1,7 +1,8 @@
 /* Park/claim and the delayed discard: RSS (smaps_rollup) drops after the
  * delay, the returned pages read as zero, the delay doubles when threads
  * come back, a program that exits within the delay returns nothing,
- * poison mode faults; plus the huge-page, dontdump and prefault advice. */
+ * poison mode faults; plus the huge-page, dontdump and prefault advice
+ * (faulting ahead only for a class that has carved 1 MiB itself). */
 #include "check.h"
 #include "scralloc.h"
 #include <pthread.h>
@@ -253,6 +254,38 @@ static int mode_huge(void) {
   return pstats().huge_regions >= 2 ? 0 : 4;
 }
 
+/* mode "prefault_classes" (prefault=2, a fresh process): eight size
+ * classes carving 768 KiB each (6 MiB in all) are not faulted ahead; one
+ * class carving past 1 MiB is. */
+static int populate_works(void) {
+  void *pg = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  int ok = pg != MAP_FAILED && madvise(pg, 4096, 23 /* MADV_POPULATE_WRITE */) == 0;
+  if (pg != MAP_FAILED) munmap(pg, 4096);
+  return ok;
+}
+static int carve_class(size_t size, size_t bytes) {
+  for (size_t done = 0; done < bytes; done += size) {
+    void *p = scr_malloc(size);
+    if (p == NULL) return -1;
+    memset(p, 1, size); /* kept: each block takes fresh memory */
+  }
+  return 0;
+}
+static int mode_prefault_classes(void) {
+  if (!populate_works()) return 0; /* Linux < 5.14: nothing is faulted ahead */
+  for (size_t k = 1; k <= 8; k++)
+    if (carve_class(1024 * k, 768 << 10) != 0) return 2;
+  sleep_ms(100); /* time for the helper to run anything posted */
+  struct scr_process_stats ps = pstats();
+  if (ps.prefaults != 0) {
+    fprintf(stderr, "%llu prefaults for classes of 768 KiB each\n", (unsigned long long)ps.prefaults);
+    return 3;
+  }
+  if (carve_class(1536, 2 * MIB) != 0) return 2;
+  for (int ms = 0; ms < 2000 && pstats().prefaults == 0; ms++) sleep_ms(1); /* the helper's pace */
+  return pstats().prefaults > 0 ? 0 : 4;
+}
+
 /* mode "hold" / "hold_other" (caps as the defaults, discard delay 300 ms):
  * a finished thread's blocks freed by the main thread.  Alone, the pages
  * those frees empty wait for the discard (no RSS drop until it runs);
@@ -344,6 +377,11 @@ static void test_huge_advice_follows_carving(void) {
   CHECK_EQ(run_self("huge", env), 0);
 }
 
+static void test_prefault_per_class(void) {
+  const char *env[] = {"SCRALLOC_PREFAULT=2", NULL};
+  CHECK_EQ(run_self("prefault_classes", env), 0);
+}
+
 static void test_frees_of_a_finished_thread_wait_for_the_discard(void) {
   const char *env[] = {"SCRALLOC_RETAIN=1", "SCRALLOC_RETAIN_BYTES=512K", "SCRALLOC_DISCARD_DELAY_MS=300", NULL};
   CHECK_EQ(run_self("hold", env), 0);
@@ -361,6 +399,7 @@ int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "quick") == 0) return mode_quick();
   if (argc > 1 && strcmp(argv[1], "poison") == 0) return mode_poison();
   if (argc > 1 && strcmp(argv[1], "huge") == 0) return mode_huge();
+  if (argc > 1 && strcmp(argv[1], "prefault_classes") == 0) return mode_prefault_classes();
   if (argc > 1 && strcmp(argv[1], "hold") == 0) return mode_hold(0);
   if (argc > 1 && strcmp(argv[1], "hold_other") == 0) return mode_hold(1);
   /* Arenas keep every empty page (the core would otherwise give most of
@@ -374,6 +413,7 @@ int main(int argc, char **argv) {
   TEST(test_relink_in_address_order);
   TEST(test_huge_dontdump_prefault);
   TEST(test_huge_advice_follows_carving);
+  TEST(test_prefault_per_class);
   TEST(test_frees_of_a_finished_thread_wait_for_the_discard);
   TEST(test_exit_within_delay);
   TEST(test_poison);

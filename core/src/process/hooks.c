@@ -53,7 +53,7 @@ static void proc_segment_mapped(scr_heap *h, void *base, size_t size, void *arg)
 #endif
 }
 
-static void proc_page_acquired(scr_heap *h, void *page_start, size_t page_bytes, void *arg) {
+static void proc_page_acquired(scr_heap *h, void *page_start, size_t page_bytes, unsigned cls, void *arg) {
   scr_arena *a = arg;
   const scr_proc *P = &_scr_proc;
   uint8_t *end = (uint8_t *)page_start + page_bytes;
@@ -72,6 +72,8 @@ static void proc_page_acquired(scr_heap *h, void *page_start, size_t page_bytes,
    * that frees and takes the same pages all day is not growing) */
   uintptr_t from = a->frontier > (uintptr_t)page_start ? a->frontier : (uintptr_t)page_start;
   a->carved += (uintptr_t)end - from;
+  uint64_t *carved_for = &a->carved_for[cls < SCR_CLASS_COUNT ? cls : SCR_CLASS_COUNT];
+  *carved_for += (uintptr_t)end - from;
   a->frontier = (uintptr_t)end;
   if (P->thp_mode != 0 && a->carved >= P->opt.hugepage_after &&
       (from & ~(SCR_HUGE_REGION - 1)) + SCR_HUGE_REGION <= (uintptr_t)end)
@@ -81,7 +83,15 @@ static void proc_page_acquired(scr_heap *h, void *page_start, size_t page_bytes,
     a->switch_pending = 1; /* the next tick looks (arena.c: proc_switch) */
     a->ops |= SCR_ARENA_POLL_EVERY - 1;
   }
-  if (!P->opt.prefault || !P->populate_ok || a->carved < P->opt.prefault_after) return;
+  /* Fault ahead for a size class that has carved prefault_after itself,
+   * large blocks once they have carved 32 times that (the seed's slices
+   * and glibc heap: 1 and 32 MiB).  Why not the arena's total: the range
+   * ahead goes to whichever class takes the next fresh page, and a class
+   * with a block or two there holds a whole resident page (python3 carves
+   * its first MiB across some 40 classes and a few big blocks). */
+  uint64_t after = P->opt.prefault_after;
+  if (cls >= SCR_CLASS_COUNT) after = after > UINT64_MAX / 32 ? UINT64_MAX : after * 32;
+  if (!P->opt.prefault || !P->populate_ok || *carved_for < after) return;
   if ((uintptr_t)end + P->opt.prefault_step / 2 <= a->pf_end) return; /* still ahead */
   /* The next step after `end`, within its segment. */
   uintptr_t seg_end = ((uintptr_t)page_start & ~(uintptr_t)(SCR_SEGMENT_SIZE - 1)) + SCR_SEGMENT_SIZE;

@@ -1,9 +1,10 @@
 /* The prefault helper: the discard helper thread also faults in memory
  * just ahead of where busy arenas carve, with MADV_POPULATE_WRITE, which
  * commits zeroed pages without storing into them (so it cannot race with
- * carving).  An arena faults ahead only after it has carved
- * prefault_after bytes, and (prefault=1, the default) only while fewer
- * threads hold arenas than the process has CPUs; each arena has one range
+ * carving).  An arena faults ahead only for a size class that has carved
+ * prefault_after bytes (large blocks: 32 times that; hooks.c says why),
+ * and (prefault=1, the default) only while fewer threads hold arenas than
+ * the process has CPUs; each arena has one range
  * in flight; ranges of worker threads count against prefault_budget until
  * the carving reaches them or the arena parks.  Kernels without MADV_POPULATE_WRITE (< 5.14)
  * and SCRALLOC_PREFAULT=0 get nothing: the owner faults its pages. */

@@ -49,7 +49,7 @@ SCR_HIDDEN_ALIAS(proc_heap_usable_size, scr_heap_usable_size);
   X(discard_delay_max_ms, 10000, 0, 3600000, "cap of the doubling delay")           \
   X(hugepage_after, (uint64_t)8 << 20, 0, UINT64_MAX, "bytes an arena carves before the 2 MiB regions it carves through get MADV_HUGEPAGE") \
   X(prefault, 1, 0, 2, "fault in memory ahead of busy arenas (MADV_POPULATE_WRITE): 0 off, 1 while fewer threads hold arenas than there are CPUs, 2 always") \
-  X(prefault_after, (uint64_t)1 << 20, 0, UINT64_MAX, "bytes an arena carves before it is faulted ahead") \
+  X(prefault_after, (uint64_t)1 << 20, 0, UINT64_MAX, "bytes an arena carves for one size class before it is faulted ahead (large blocks: 32 times that)") \
   X(prefault_step, (uint64_t)256 << 10, 65536, (uint64_t)64 << 20, "bytes faulted ahead per step") \
   X(prefault_budget, (uint64_t)8 << 20, 0, UINT64_MAX, "bytes in flight for worker threads") \
   X(lend, 1, 0, 1, "a thread about to carve fresh memory for a size class first takes that class's free slots from a parked arena: 0 off, 1 on") \
@@ -106,6 +106,7 @@ typedef struct scr_arena {
   uint64_t remote_sent;             /* blocks its holder pushed on other arenas (holder) */
   uint64_t mapped;                  /* bytes of segments mapped (holder, via hook) */
   uint64_t carved;                  /* how far the frontier moved into fresh memory (holder, via hook) */
+  uint64_t carved_for[SCR_CLASS_COUNT + 1]; /* that, per size class (the last: large blocks) (holder, via hook) */
   uint64_t keep;                    /* the heap's retain_bytes as last set from arena_keep (holder) */
   uint64_t huge_regions;            /* 2 MiB regions advised MADV_HUGEPAGE (holder) */
   uintptr_t pf_end;                 /* end of the last range faulted ahead (holder) */

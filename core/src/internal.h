@@ -115,9 +115,11 @@ SCR_INTERNAL void _scr_segmap_clear(uintptr_t base, size_t size);
 SCR_INTERNAL scr_segment *_scr_segment_map(scr_heap *h, size_t size, size_t align, scr_segment_kind kind);
 SCR_INTERNAL bool _scr_segment_unmap(scr_heap *h, scr_segment *seg);
 /* cls: the size class the pages are for, SCR_TAG_OTHER for a large block
- * (the page_acquired hook is told) */
+ * (the page_acquired hook is told); fresh_first: pages never touched (or
+ * decommitted) before pages still committed */
 SCR_INTERNAL scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, unsigned n, unsigned cls);
-SCR_INTERNAL scr_page *_scr_segment_take_pages(scr_heap *h, unsigned npages, size_t align, unsigned cls);
+SCR_INTERNAL scr_page *_scr_segment_take_pages(scr_heap *h, unsigned npages, size_t align, unsigned cls,
+                                               bool fresh_first);
 SCR_INTERNAL void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigned npages);
 SCR_INTERNAL void _scr_segment_purge(scr_heap *h, bool all);
 SCR_INTERNAL void _scr_segment_purge_tick(scr_heap *h);

@@ -149,7 +149,7 @@ void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
     h->large_bytes += (size_t)pg->span << SCR_PAGE_SHIFT;
     return block;
   }
-  scr_page *pg = _scr_segment_take_pages(h, span, align, SCR_TAG_OTHER);
+  scr_page *pg = _scr_segment_take_pages(h, span, align, SCR_TAG_OTHER, false);
   if (pg == NULL) {
     errno = ENOMEM;
     return NULL;

@@ -141,12 +141,22 @@ scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, un
 
 /* A run of n free pages whose start is `align`-aligned (align <= a
  * segment), from an existing segment or a new one.  The pages come back
- * committed (counted in bytes) with kind FREE for the caller to set. */
-scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align, unsigned cls) {
+ * committed (counted in bytes) with kind FREE for the caller to set.
+ * Committed pages come first (no fault on first touch), unless
+ * fresh_first: then a run never touched, or decommitted, in the fullest
+ * segment that has one, and committed pages only when there is none. */
+scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align, unsigned cls, bool fresh_first) {
   scr_assert(n >= 1 && n < SCR_PAGES_PER_SEGMENT && align <= SCR_SEGMENT_SIZE / 2);
   _scr_segment_purge_tick(h);
   scr_segment *best = NULL;
   uint64_t best_m = 0;
+  if (fresh_first) {
+    for (scr_segment *seg = h->avail; seg; seg = seg->avail_next) {
+      uint64_t m = run_starts(seg->free_mask & ~seg->committed_free_mask, n, align);
+      if (m && (best == NULL || seg->used_pages > best->used_pages)) best = seg, best_m = m;
+    }
+    if (best) return take_run(h, best, (unsigned)__builtin_ctzll(best_m), n, cls);
+  }
   for (scr_segment *seg = h->avail; seg; seg = seg->avail_next) {
     /* pages that are still committed first: no fault on first touch */
     uint64_t m = run_starts(seg->committed_free_mask, n, align);

@@ -223,10 +223,11 @@ static void purge_delay_keeps_freed_pages_a_while(void) {
   CHECK(b == a);
   CHECK_EQ(stats(h).dirty_bytes, 0);
   scr_heap_free(h, b);
-  /* a small page takes a dirty page, and emptied goes back the same way */
+  /* a small class's first page is fresh (below), and emptied goes back
+   * as a dirty page too */
   scr_heap_free(h, scr_heap_malloc(h, 64));
   st = stats(h);
-  CHECK_EQ(st.dirty_bytes, 4 * SCR_PAGE_SIZE);
+  CHECK_EQ(st.dirty_bytes, 5 * SCR_PAGE_SIZE);
   CHECK_EQ(st.madvise_calls, 0);
   CHECK_EQ(scr_heap_validate(h), SCR_OK);
   /* after the delay, the next page-level call runs the purge pass(es) */
@@ -252,6 +253,48 @@ static void purge_delay_keeps_freed_pages_a_while(void) {
   st = stats(h);
   CHECK_EQ(st.mmaps, 0);
   CHECK_EQ(st.bytes, 0);
+  scr_heap_destroy(h);
+}
+
+/* A small class's first two pages in a heap come from pages never
+ * touched, its third from pages still committed; with no untouched page
+ * left in any segment, the first takes a committed one too (no mapping). */
+static void a_new_class_takes_fresh_pages_first(void) {
+  scr_heap *h = purging_heap(100000, 0); /* freed pages stay committed */
+  void *keep = scr_heap_malloc(h, 1000);
+  char *big = scr_heap_malloc(h, 4 * SCR_PAGE_SIZE);
+  scr_heap_free(h, big);
+  CHECK_EQ(stats(h).dirty_bytes, 4 * SCR_PAGE_SIZE);
+  enum { PER_PAGE = SCR_PAGE_SIZE / 64 };
+  static char *b[3 * PER_PAGE];
+  for (int i = 0; i < 3 * PER_PAGE; i++) {
+    b[i] = scr_heap_malloc(h, 64);
+    int committed = b[i] >= big && b[i] < big + 4 * SCR_PAGE_SIZE;
+    CHECK_EQ(committed, i >= 2 * PER_PAGE);
+  }
+  CHECK_EQ(stats(h).dirty_bytes, 3 * SCR_PAGE_SIZE);
+  for (int i = 0; i < 3 * PER_PAGE; i++) scr_heap_free(h, b[i]);
+  scr_heap_free(h, keep);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  scr_heap_destroy(h);
+
+  /* one segment, every page but the first committed and free */
+  enum { SEGMENT_PAGES = SCR_SEGMENT_SIZE / SCR_PAGE_SIZE };
+  h = purging_heap(100000, 0);
+  keep = scr_heap_malloc(h, 1000);
+  void *runs[4];
+  for (int i = 0; i < 3; i++) runs[i] = scr_heap_malloc(h, 16 * SCR_PAGE_SIZE);
+  runs[3] = scr_heap_malloc(h, (SEGMENT_PAGES - 2 - 48) * SCR_PAGE_SIZE);
+  CHECK_EQ(stats(h).mmap_calls, 1);
+  for (int i = 0; i < 4; i++) scr_heap_free(h, runs[i]);
+  CHECK_EQ(stats(h).dirty_bytes, (SEGMENT_PAGES - 2) * SCR_PAGE_SIZE);
+  void *p = scr_heap_malloc(h, 64);
+  CHECK(p != NULL);
+  CHECK_EQ(stats(h).mmap_calls, 1);
+  CHECK_EQ(stats(h).dirty_bytes, (SEGMENT_PAGES - 3) * SCR_PAGE_SIZE);
+  scr_heap_free(h, p);
+  scr_heap_free(h, keep);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
   scr_heap_destroy(h);
 }
 
@@ -348,6 +391,7 @@ int main(void) {
   TEST(seed_reproducer_retain_0);
   TEST(purge_delay_keeps_freed_pages_a_while);
   TEST(purge_delay_respects_the_byte_cap);
+  TEST(a_new_class_takes_fresh_pages_first);
   TEST(retain_4_keeps_four_pages_per_class);
   TEST(retain_1_and_0_per_class);
   TEST(retained_pages_serve_any_class);

@@ -7,8 +7,8 @@ PROC_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_process_*.c))
 $(foreach t,$(PROC_TESTS),$(eval $(call ctest,tsan,$(t),$(TSAN_FLAGS))))
 
 TEST_STEPS  += test-process
-BENCH_STEPS += bench-process bench-pairs
-.PHONY: test-process test-process-tsan test-preload bench-process bench-pairs
+BENCH_STEPS += bench-process bench-pairs bench-replay
+.PHONY: test-process test-process-tsan test-preload bench-process bench-pairs bench-replay
 
 test-process: test-process-tsan test-preload
 
@@ -21,11 +21,22 @@ $(B)/release/tests/override_check: tests/preload/override_check.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -O1 -Wall -Wextra $(WERROR) -o $@ $< -ldl
 
-test-preload: $(B)/release/libscralloc.so $(B)/debug/libscralloc.so $(B)/release/tests/override_check
+# python3's malloc calls recorded (a tracer for LD_PRELOAD) and replayed
+# under each allocator on the same interleavings of its threads.
+REPLAY_BIN := $(B)/release/bench/libmalloc_trace.so $(B)/release/bench/malloc_replay
+$(B)/release/bench/libmalloc_trace.so: bench/malloc_trace.c bench/malloc_trace.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -Wall -Wextra $(WERROR) -fPIC -shared -pthread -o $@ $< -ldl
+$(B)/release/bench/malloc_replay: bench/malloc_replay.c bench/malloc_trace.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O2 -Wall -Wextra $(WERROR) -pthread -o $@ $<
+
+test-preload: $(B)/release/libscralloc.so $(B)/debug/libscralloc.so $(B)/release/tests/override_check $(REPLAY_BIN)
 	LD_PRELOAD=$(B)/release/libscralloc.so $(B)/release/tests/override_check
 	LD_PRELOAD=$(B)/debug/libscralloc.so $(B)/release/tests/override_check
 	tests/preload/run.sh $(B)/release/libscralloc.so
 	SCR_PRELOAD_QUICK=1 tests/preload/run.sh $(B)/debug/libscralloc.so
+	tests/preload/replay_check.sh $(B)/debug/libscralloc.so $(B)/release/bench
 
 # Workloads linked against nothing but libc: each allocator is LD_PRELOADed.
 PROC_BENCH_BIN := $(B)/release/bench/proc_xthread $(B)/release/bench/proc_churn $(B)/release/bench/proc_pairs
@@ -35,6 +46,9 @@ $(B)/release/bench/proc_%: bench/proc_%.c
 
 bench-process: $(PROC_BENCH_BIN) $(B)/release/libscralloc.so
 	$(PYTHON) bench/proc_bench.py --lib $(B)/release/libscralloc.so --bin $(B)/release/bench
+
+bench-replay: $(REPLAY_BIN) $(B)/release/libscralloc.so
+	$(PYTHON) bench/replay_bench.py --lib $(B)/release/libscralloc.so --bin $(B)/release/bench
 
 # The malloc/free fast paths alone: ns per pair for six size mixes.
 bench-pairs: $(B)/release/bench/proc_pairs $(B)/release/libscralloc.so

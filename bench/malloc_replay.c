@@ -12,7 +12,8 @@
  * them back to back, a factor stretches or shrinks time): a threaded
  * program's interleaving decides what is live at once, and time decides
  * what delayed purges have done.  A block is written over its whole size
- * when malloc'd, over the grown part when realloc'd; a calloc'd block over
+ * when malloc'd (SCR_REPLAY_WRITTEN=0.5: its first half), over the grown
+ * part when realloc'd; a calloc'd block over
  * its first 64 bytes (programs often leave the rest zero, as Python's
  * bytes(n) does, and allocators leave fresh memory untouched). */
 #define _GNU_SOURCE
@@ -72,6 +73,7 @@ static pthread_mutex_t turn_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t turn_cv = PTHREAD_COND_INITIALIZER;
 static size_t pos;
 static double pace = 1.0;
+static double written = 1.0; /* of a malloc'd block, from its start */
 static uint64_t start_ns;
 static uint64_t live, peak_live;
 #define CALLOC_WRITTEN 64
@@ -104,8 +106,10 @@ static void run_call(const scr_trace_rec *r) {
       : r->op == SCR_TRACE_CALLOC ? calloc(1, r->size)
       : memalign(r->align, r->size);
     if (p == NULL) break;
-    /* calloc: only a header's worth is written */
-    memset(p, 0xA5, r->op != SCR_TRACE_CALLOC || r->size < CALLOC_WRITTEN ? r->size : CALLOC_WRITTEN);
+    if (r->op == SCR_TRACE_CALLOC) /* only a header's worth is written */
+      memset(p, 0xA5, r->size < CALLOC_WRITTEN ? r->size : CALLOC_WRITTEN);
+    else
+      memset(p, 0xA5, r->size <= CALLOC_WRITTEN ? r->size : (size_t)((double)r->size * written));
     put(r->out, p, r->size);
     live += r->size;
     break;
@@ -175,6 +179,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   if (getenv("SCR_REPLAY_PACE")) pace = atof(getenv("SCR_REPLAY_PACE"));
+  if (getenv("SCR_REPLAY_WRITTEN")) written = atof(getenv("SCR_REPLAY_WRITTEN"));
   /* the table: twice the most blocks live at once, a power of 2 */
   size_t most = 0, n = 0, threads = 0;
   for (size_t i = 0; i < nrec; i++) {

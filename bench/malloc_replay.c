@@ -76,7 +76,7 @@ static double pace = 1.0;
 static double written = 1.0; /* of a malloc'd block, from its start */
 static uint64_t start_ns;
 static uint64_t live, peak_live;
-#define CALLOC_WRITTEN 64
+#define HEADER_BYTES 64
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -107,9 +107,9 @@ static void run_call(const scr_trace_rec *r) {
       : memalign(r->align, r->size);
     if (p == NULL) break;
     if (r->op == SCR_TRACE_CALLOC) /* only a header's worth is written */
-      memset(p, 0xA5, r->size < CALLOC_WRITTEN ? r->size : CALLOC_WRITTEN);
+      memset(p, 0xA5, r->size < HEADER_BYTES ? r->size : HEADER_BYTES);
     else
-      memset(p, 0xA5, r->size <= CALLOC_WRITTEN ? r->size : (size_t)((double)r->size * written));
+      memset(p, 0xA5, r->size <= HEADER_BYTES ? r->size : (size_t)((double)r->size * written));
     put(r->out, p, r->size);
     live += r->size;
     break;

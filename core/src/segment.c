@@ -142,30 +142,32 @@ scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, un
 /* A run of n free pages whose start is `align`-aligned (align <= a
  * segment), from an existing segment or a new one.  The pages come back
  * committed (counted in bytes) with kind FREE for the caller to set.
- * Committed pages come first (no fault on first touch), unless
- * fresh_first: then a run never touched, or decommitted, in the fullest
- * segment that has one, and committed pages only when there is none. */
+ * Pages still committed come first (no fault on first touch), then the
+ * fullest segment with a run, so that emptier ones can go back.  With
+ * fresh_first, a run never touched (or decommitted) in the fullest
+ * segment that has one comes before them (when the heap may grow). */
 scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align, unsigned cls, bool fresh_first) {
   scr_assert(n >= 1 && n < SCR_PAGES_PER_SEGMENT && align <= SCR_SEGMENT_SIZE / 2);
   _scr_segment_purge_tick(h);
-  scr_segment *best = NULL;
-  uint64_t best_m = 0;
-  if (fresh_first) {
-    for (scr_segment *seg = h->avail; seg; seg = seg->avail_next) {
-      uint64_t m = run_starts(seg->free_mask & ~seg->committed_free_mask, n, align);
-      if (m && (best == NULL || seg->used_pages > best->used_pages)) best = seg, best_m = m;
-    }
-    if (best) return take_run(h, best, (unsigned)__builtin_ctzll(best_m), n, cls);
-  }
+  scr_segment *best = NULL, *fresh = NULL, *committed = NULL;
+  uint64_t best_m = 0, fresh_m = 0, committed_m = 0;
   for (scr_segment *seg = h->avail; seg; seg = seg->avail_next) {
-    /* pages that are still committed first: no fault on first touch */
-    uint64_t m = run_starts(seg->committed_free_mask, n, align);
-    if (m) return take_run(h, seg, (unsigned)__builtin_ctzll(m), n, cls);
-    m = run_starts(seg->free_mask, n, align);
-    /* then the fullest segment, so that emptier ones can go back */
-    if (m && (best == NULL || seg->used_pages > best->used_pages)) best = seg, best_m = m;
+    uint64_t m = run_starts(seg->free_mask, n, align);
+    if (m == 0) continue;
+    if (committed == NULL && (committed_m = run_starts(seg->committed_free_mask, n, align)) != 0) {
+      committed = seg;
+      if (!fresh_first) break;
+    }
+    if (fresh_first) {
+      uint64_t f = run_starts(seg->free_mask & ~seg->committed_free_mask, n, align);
+      if (f && (fresh == NULL || seg->used_pages > fresh->used_pages)) fresh = seg, fresh_m = f;
+    }
+    if (best == NULL || seg->used_pages > best->used_pages) best = seg, best_m = m;
   }
-  if (!_scr_heap_grow_ok(h, (size_t)n * SCR_PAGE_SIZE)) return NULL;
+  bool grow_ok = _scr_heap_grow_ok(h, (size_t)n * SCR_PAGE_SIZE);
+  if (fresh && grow_ok) return take_run(h, fresh, (unsigned)__builtin_ctzll(fresh_m), n, cls);
+  if (committed) return take_run(h, committed, (unsigned)__builtin_ctzll(committed_m), n, cls);
+  if (!grow_ok) return NULL;
   if (best == NULL) {
     best = _scr_segment_map(h, SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, SCR_SEG_NORMAL);
     if (best == NULL) return NULL;

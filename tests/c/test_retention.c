@@ -296,6 +296,27 @@ static void a_new_class_takes_fresh_pages_first(void) {
   scr_heap_free(h, keep);
   CHECK_EQ(scr_heap_validate(h), SCR_OK);
   scr_heap_destroy(h);
+
+  /* at its limit_bytes, a new class takes a committed page, not a fresh
+   * one the limit does not allow */
+  scr_options o;
+  scr_options_init(&o);
+  o.retain = 0;
+  o.purge_delay_ms = 100000;
+  o.limit_bytes = 5 * SCR_PAGE_SIZE;
+  h = scr_heap_new(&o);
+  keep = scr_heap_malloc(h, 1000);
+  big = scr_heap_malloc(h, 4 * SCR_PAGE_SIZE);
+  CHECK(big != NULL);
+  scr_heap_free(h, big);
+  CHECK_EQ(stats(h).bytes, 5 * SCR_PAGE_SIZE);
+  p = scr_heap_malloc(h, 64);
+  CHECK(p >= (void *)big && p < (void *)(big + 4 * SCR_PAGE_SIZE));
+  CHECK_EQ(stats(h).bytes, 5 * SCR_PAGE_SIZE);
+  scr_heap_free(h, p);
+  scr_heap_free(h, keep);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  scr_heap_destroy(h);
 }
 
 /* The dirty pages and the retained pages share the retain_bytes cap:

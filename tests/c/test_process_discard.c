@@ -336,6 +336,25 @@ static int mode_hold(int other) {
   return rc;
 }
 
+/* mode "borrowed" (discard delay 2 ms): the main thread frees a finished
+ * thread's blocks, and each batch of its remote frees borrows the parked
+ * arena, so the helper's look at the due time often finds the arena off
+ * the parked list.  It must look again when the arena is back: every
+ * round ends with a discard. */
+static int mode_borrowed(void) {
+  scr_free(scr_malloc(64));
+  for (int round = 0; round < 12; round++) {
+    uint64_t before = pstats().discards;
+    run_thread(fill_hold_blocks, NULL);
+    for (int i = 0; i < HOLD_N; i++) scr_free(hold_blocks[i]);
+    if (!wait_discards(before, 3000)) {
+      fprintf(stderr, "borrowed: no discard in round %d\n", round);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 static void on_segv(int sig) {
   (void)sig;
   _exit(42);
@@ -388,6 +407,12 @@ static void test_frees_of_a_finished_thread_wait_for_the_discard(void) {
   CHECK_EQ(run_self("hold_other", env), 0);
 }
 
+static void test_a_borrowed_arena_is_discarded_when_back(void) {
+  const char *env[] = {"SCRALLOC_RETAIN=1", "SCRALLOC_RETAIN_BYTES=512K", "SCRALLOC_DISCARD_DELAY_MS=2",
+                       "SCRALLOC_DISCARD_DELAY_MAX_MS=2", NULL};
+  CHECK_EQ(run_self("borrowed", env), 0);
+}
+
 static void test_discard_off(void) {
   const char *env[] = {"SCRALLOC_DISCARD=0", "SCRALLOC_DISCARD_DELAY_MS=0", NULL};
   /* "quick" passes with discard off whatever the delay */
@@ -401,6 +426,7 @@ int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "huge") == 0) return mode_huge();
   if (argc > 1 && strcmp(argv[1], "prefault_classes") == 0) return mode_prefault_classes();
   if (argc > 1 && strcmp(argv[1], "hold") == 0) return mode_hold(0);
+  if (argc > 1 && strcmp(argv[1], "borrowed") == 0) return mode_borrowed();
   if (argc > 1 && strcmp(argv[1], "hold_other") == 0) return mode_hold(1);
   /* Arenas keep every empty page (the core would otherwise give most of
    * them back at free time), so the discard has something to return. */
@@ -415,6 +441,7 @@ int main(int argc, char **argv) {
   TEST(test_huge_advice_follows_carving);
   TEST(test_prefault_per_class);
   TEST(test_frees_of_a_finished_thread_wait_for_the_discard);
+  TEST(test_a_borrowed_arena_is_discarded_when_back);
   TEST(test_exit_within_delay);
   TEST(test_poison);
   TEST(test_discard_off);

@@ -21,6 +21,8 @@
 #include <signal.h>
 #include <time.h>
 
+#define SCR_HELPER_RELOOK_MS 10 /* while an arena is borrowed; borrows last microseconds */
+
 /* Under _scr_proc.lock, from claim. */
 void _scr_discard_on_claim(uint64_t now) {
   scr_proc *P = &_scr_proc;
@@ -163,6 +165,12 @@ static void *proc_helper_main(void *arg) {
           a = NULL;
         }
       }
+      /* An arena borrowed by a freeing or lending thread is off the parked
+       * list, due or not, and its return wakes nobody (a wake per drain
+       * would cost the freeing thread a syscall): look again soon. */
+      unsigned borrowed = P->narenas - P->nowned - P->nparked;
+      uint64_t relook = now + SCR_HELPER_RELOOK_MS * 1000000u;
+      if (a == NULL && borrowed > 0 && wait_until > relook) wait_until = relook;
     }
     int poison = P->opt.discard == 2;
     pthread_mutex_unlock(&P->lock);

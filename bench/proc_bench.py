@@ -31,29 +31,37 @@ OTHERS = [
 ]
 
 
-# scralloc keeping more freed pages committed per arena (4 MiB instead of
-# 512 KiB): fewer faults and madvise calls, at the price of RSS.
-SCRALLOC_RETAIN_PROFILE = {"SCRALLOC_RETAIN_BYTES": "4M"}
-RETAIN_PROFILE_NAME = "scralloc retain_bytes=4M"
+# scralloc with options of its own, as extra rows "scralloc NAME=VALUE":
+# by default keeping more freed pages committed per arena (4 MiB instead
+# of 512 KiB: fewer faults and madvise calls, at the price of RSS);
+# --profile adds more (e.g. --profile cache_max=4096).
+DEFAULT_PROFILES = ["retain_bytes=4M"]
 
 
-def find_allocators(scralloc):
-    allocs = [("glibc", None)]
+def profile_env(profile):
+    """'cache_max=4096,retain_bytes=1M' -> {'SCRALLOC_CACHE_MAX': '4096', ...}"""
+    env = {}
+    for item in profile.split(","):
+        name, _, value = item.partition("=")
+        env["SCRALLOC_" + name.strip().upper()] = value.strip()
+    return env
+
+
+def find_allocators(scralloc, profiles):
+    """[(row name, library or None, extra environment)]"""
+    allocs = [("glibc", None, {})]
     for name, files in OTHERS:
         for f in files:
             p = os.path.join(LIBDIR, f)
             if os.path.exists(p):
-                allocs.append((name, p))
+                allocs.append((name, p, {}))
                 break
         else:
             print(f"# {name}: not installed, skipped", file=sys.stderr)
-    allocs.append(("scralloc", os.path.abspath(scralloc)))
-    allocs.append((RETAIN_PROFILE_NAME, os.path.abspath(scralloc)))
+    allocs.append(("scralloc", os.path.abspath(scralloc), {}))
+    for prof in profiles:
+        allocs.append((f"scralloc {prof}", os.path.abspath(scralloc), profile_env(prof)))
     return allocs
-
-
-def alloc_env(aname):
-    return SCRALLOC_RETAIN_PROFILE if aname == RETAIN_PROFILE_NAME else {}
 
 
 def workloads(bindir, scale):
@@ -118,13 +126,15 @@ def main():
     ap.add_argument("--runs", type=int, default=int(os.environ.get("SCR_BENCH_RUNS", "5")))
     ap.add_argument("--scale", type=float, default=float(os.environ.get("SCR_BENCH_SCALE", "1")))
     ap.add_argument("--json", default="build/bench/process.json")
+    ap.add_argument("--profile", action="append", default=[],
+                    help="another scralloc row with these options, NAME=VALUE[,NAME=VALUE] (repeatable)")
     args = ap.parse_args()
 
     # A private copy of the library: a rebuild meanwhile must not change it.
     tmpdir = tempfile.mkdtemp(prefix="scr-bench-")
     lib = os.path.join(tmpdir, "libscralloc.so")
     shutil.copy(args.lib, lib)
-    allocs = find_allocators(lib)
+    allocs = find_allocators(lib, DEFAULT_PROFILES + args.profile)
     wls = workloads(args.bin, args.scale)
     results = {w[0]: {a[0]: [] for a in allocs} for w in wls}
     failures = 0
@@ -133,8 +143,8 @@ def main():
         # interleaved: every allocator once per round, in a rotating order
         order = allocs[r % len(allocs):] + allocs[:r % len(allocs)]
         for wname, argv, env in wls:
-            for aname, lib in order:
-                code, m = run_measured(argv, {**env, **alloc_env(aname)}, lib)
+            for aname, lib, aenv in order:
+                code, m = run_measured(argv, {**env, **aenv}, lib)
                 if code != 0:
                     failures += 1
                     print(f"# {wname} / {aname}: exit {code}", file=sys.stderr)
@@ -148,8 +158,8 @@ def main():
     after_wait = {}
     churn = [w for w in wls if w[0].startswith("churn")]
     for wname, argv, env in churn:
-        for aname, lib in allocs:
-            code, m = run_measured(argv, {**env, **alloc_env(aname), "PROC_CHURN_WAIT_MS": "1500"}, lib)
+        for aname, lib, aenv in allocs:
+            code, m = run_measured(argv, {**env, **aenv, "PROC_CHURN_WAIT_MS": "1500"}, lib)
             if code == 0 and "rss_after_wait_mib" in m:
                 after_wait.setdefault(wname, {})[aname] = m["rss_after_wait_mib"]
 
@@ -165,7 +175,7 @@ def main():
         print("| allocator | wall s | user s | sys s | max RSS MiB | minor faults | RSS after free MiB |")
         print("|---|---:|---:|---:|---:|---:|---:|")
         row = {}
-        for aname, _ in allocs:
+        for aname, _, _ in allocs:
             ms = results[wname][aname]
             if not ms:
                 print(f"| {aname} | failed | | | | | |")

@@ -1,5 +1,7 @@
 """Benchmark workload: python3 running an allocation-heavy script (dicts,
-lists, strings, bytes of many sizes, a JSON round trip, worker threads)."""
+lists, strings, bytes of many sizes, a JSON round trip, worker threads).
+
+    python3 bench/proc_py.py [threads=4] [rounds=6] [switch interval s]"""
 import json
 import sys
 import threading
@@ -20,6 +22,8 @@ def work(seed, n):
 def main():
     threads = int(sys.argv[1]) if len(sys.argv) > 1 else 4
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 6
+    if len(sys.argv) > 3:  # the interpreter's switch interval, s: 0.0002 makes every run peak with all threads mid-round
+        sys.setswitchinterval(float(sys.argv[3]))
     out = [0] * threads
     ts = [threading.Thread(target=lambda i=i: out.__setitem__(i, work(i, rounds))) for i in range(threads)]
     for t in ts:

@@ -75,7 +75,6 @@ static scr_arena *proc_arena_new(void) {
   a->heap = h;
   a->id = P->narenas++;
   pthread_mutex_init(&a->snap_lock, NULL);
-  _scr_recycle_init(a);
   a->hooks = _scr_arena_hooks;
   a->hooks.arg = a;
   _scr_heap_set_owner(h, a);
@@ -151,6 +150,7 @@ static void proc_own_locked(scr_arena *a, bool was_parked) {
     atomic_store_explicit(&a->drain_req, 0, memory_order_relaxed);
   }
   a->state = SCR_ARENA_OWNED;
+  _scr_recycle_init(a);
   P->nowned++;
   atomic_store_explicit(&P->owned_hint, P->nowned, memory_order_relaxed);
   proc_keep_share_locked();

@@ -35,6 +35,7 @@ void *_scr_lend_refill_slow(scr_arena *a, unsigned c) {
   if (!P->opt.lend) return NULL;
   scr_recycled *r = &a->rc[c];
   uint32_t want = r->max;
+  if (want == 0) return NULL; /* the class skips the cache */
   scr_arena *b = NULL, *b_prev = NULL, *prev = NULL;
   uint64_t best = 0;
   pthread_mutex_lock(&P->lock);

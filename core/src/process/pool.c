@@ -91,7 +91,9 @@ void *_scr_pool_refill_slow(scr_arena *a, unsigned c) {
   uint32_t n = atomic_load_explicit(&q->n, memory_order_relaxed);
   void *b = NULL;
   uint32_t k = 0;
-  if (n > 0) {
+  /* A batch longer than a's list (put by a thread that claimed its arena
+   * before the cache options changed) stays for another. */
+  if (n > 0 && q->count[n - 1] <= a->rc[c].max) {
     b = q->batch[n - 1];
     k = q->count[n - 1];
     atomic_store_explicit(&q->n, n - 1, memory_order_relaxed);

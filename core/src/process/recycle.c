@@ -1,8 +1,8 @@
 /* Recycling, the thread's cache of freed blocks: a block of a size class
  * that the holder of an arena frees, of its own arena or of another, is
  * kept on a per-class list for the holder's next malloc of the class, up
- * to SCR_RECYCLE_CLASS_BYTES and SCR_RECYCLE_CLASS_MAX blocks per class
- * (SCR_RECYCLE_MEDIUM_MAX blocks of a medium class).
+ * to cache_bytes and SCR_RECYCLE_CLASS_MAX blocks per class (cache_medium
+ * blocks of a medium class; none of a class above cache_max).
  *
  * Why: the most recently freed block of a class is the one whose cache
  * line this thread touched last; a page's free list hands out whatever
@@ -12,28 +12,42 @@
  * time; it goes back when this thread frees past the caps, exits or calls
  * scr_trim (the flush).  Blocks of a parked arena are not kept, so that
  * its pages can go back.  The figures of _scr_arena_publish leave the
- * kept blocks out of what is used. */
+ * kept blocks out of what is used.
+ *
+ * The cost: a kept block keeps its page in use, so a page of a class the
+ * thread stopped using cannot empty and serve another class.  A program
+ * of threads taking turns (Python's GIL) multiplies that by its threads:
+ * the Python benchmark with four threads switching every 0.2 ms peaked at
+ * 40.1 MiB with these defaults, 38.2 with cache_max=4096, 37.9 with no
+ * cache at all (glibc 38.6), while the threaded stress with cache_max=4096
+ * faulted 10.5k pages instead of 3.6k and took 0.098 s instead of 0.068
+ * (eighth session, 10 and 9 interleaved runs).  Hence options, defaults
+ * for speed. */
 #include "process.h"
 #include <string.h>
 
-#define SCR_RECYCLE_CLASS_BYTES 16384
 #define SCR_RECYCLE_CLASS_MAX 64
-/* Medium blocks (20-64 KiB) per class, whatever the bytes: a thread's
- * frees and mallocs of them come in runs, and each one past the cap goes
- * back to its run, whose emptying the arena's cap on kept pages may
- * decommit for the next malloc to fault in again.  Threaded stress, 11
- * interleaved runs: 1 a class, 5.7k faults; 2, 4.9k; 4, 4.6k; max RSS the
- * same within its noise, but 4 a class are 32 blocks a thread, and the
- * churn's peak looked 5-10 MiB higher with them in four sweeps out of four
- * (within its 40 MiB spread). */
-#define SCR_RECYCLE_MEDIUM_MAX 2
+/* cache_medium, 2: a thread's frees and mallocs of medium blocks come in
+ * runs, and each one past the cap goes back to its run, whose emptying
+ * the arena's cap on kept pages may decommit for the next malloc to
+ * fault in again.  Threaded stress, 11 interleaved runs: 1 a class, 5.7k
+ * faults; 2, 4.9k; 4, 4.6k; max RSS the same within its noise, but 4 a
+ * class are 32 blocks a thread, and the churn's peak looked 5-10 MiB
+ * higher with them in four sweeps out of four (within its 40 MiB
+ * spread). */
 
+/* Under the process lock, when a thread takes the arena (its lists are
+ * empty then): the caps as the options say now. */
 void _scr_recycle_init(scr_arena *a) {
+  const scr_proc_options *o = &_scr_proc.opt;
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
-    uint32_t by_bytes = (uint32_t)((SCR_RECYCLE_CLASS_BYTES + _scr_class_sizes[c] - 1) / _scr_class_sizes[c]);
-    a->rc[c].max = c >= SCR_MEDIUM_FIRST ? SCR_RECYCLE_MEDIUM_MAX
-                 : by_bytes < SCR_RECYCLE_CLASS_MAX ? by_bytes : SCR_RECYCLE_CLASS_MAX;
-    a->rc[c].room = a->rc[c].max;
+    uint64_t size = _scr_class_sizes[c], max = (o->cache_bytes + size - 1) / size;
+    if (max > SCR_RECYCLE_CLASS_MAX) max = SCR_RECYCLE_CLASS_MAX;
+    if (c >= SCR_MEDIUM_FIRST) max = o->cache_medium;
+    if (size > o->cache_max) max = 0;
+    scr_assert(a->rc[c].head == NULL);
+    a->rc[c].max = (uint32_t)max;
+    a->rc[c].room = (uint32_t)max;
   }
 }
 

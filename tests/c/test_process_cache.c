@@ -1,0 +1,201 @@
+/* The thread's cache (core/src/process/recycle.c) and its options:
+ * cache_bytes, cache_medium, cache_max.  A process of its own, so that
+ * which arenas exist is known: the main thread's arena 0 and the arenas
+ * of the threads each test starts. */
+#include "check.h"
+#include "scralloc.h"
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+static void run_thread(void *(*fn)(void *), void *arg) {
+  pthread_t t;
+  if (pthread_create(&t, NULL, fn, arg) == 0) pthread_join(t, NULL);
+}
+
+static unsigned class_of_size(size_t block_size) {
+  struct scr_stats st;
+  scr_stats(&st);
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++)
+    if (st.classes[c].block_size == block_size) return c;
+  return SCR_CLASS_COUNT;
+}
+
+/* What one free of a block of 8000 bytes (class 8192) did to the freeing
+ * thread's arena: its retained (empty, kept) pages of the class, and its
+ * live blocks, as the arena publishes them; and whether the next malloc
+ * of the class got the same block back. */
+struct one_free {
+  unsigned arena;
+  long retained_delta, allocs_delta;
+  int same_block;
+};
+static unsigned find_own_arena(void) {
+  struct scr_process_stats ps;
+  scr_process_stats(&ps);
+  for (unsigned i = 0; i < ps.arenas; i++) {
+    struct scr_stats st;
+    if (scr_arena_stats(i, &st) == SCR_OK && st.classes[class_of_size(8192)].live > 0) return i;
+  }
+  return UINT32_MAX;
+}
+static void *free_one(void *arg) {
+  struct one_free *r = arg;
+  unsigned c = class_of_size(8192);
+  void *p = scr_malloc(8000);
+  memset(p, 1, 8000);
+  r->arena = find_own_arena();
+  struct scr_stats s0, s1;
+  scr_arena_stats(r->arena, &s0);
+  scr_free(p);
+  scr_arena_stats(r->arena, &s1);
+  r->retained_delta = (long)s1.classes[c].retained - (long)s0.classes[c].retained;
+  r->allocs_delta = (long)s1.allocs - (long)s0.allocs;
+  void *q = scr_malloc(8000);
+  r->same_block = q == p;
+  scr_free(q);
+  return NULL;
+}
+
+static void test_defaults(void) {
+  CHECK_EQ(scr_process_option_get("cache_bytes"), 16384);
+  CHECK_EQ(scr_process_option_get("cache_medium"), 2);
+  CHECK_EQ(scr_process_option_get("cache_max"), 65536);
+  CHECK(scr_process_option_set("cache_max", "70000") == SCR_OK); /* clamped */
+  CHECK_EQ(scr_process_option_get("cache_max"), 65536);
+  CHECK(scr_process_option_set("cache_medium", "lots") == SCR_EINVAL);
+}
+
+/* By default the freed block stays in the thread's cache: its page is
+ * still in use (no retained page more), the arena's figures count it as
+ * free, and the next malloc gets it back. */
+static void test_a_kept_block_keeps_its_page(void) {
+  struct one_free r = {0};
+  run_thread(free_one, &r);
+  CHECK(r.arena != UINT32_MAX);
+  CHECK_EQ(r.retained_delta, 0);
+  CHECK_EQ(r.allocs_delta, -1);
+  CHECK(r.same_block);
+}
+
+/* cache_max=4096: the block goes back to its page at once, which empties
+ * and is kept as the class's retained page (another class could take
+ * it); the next malloc gets the same block from that page.  A thread
+ * takes the options when it claims its arena. */
+static void test_cache_max_sends_big_blocks_home(void) {
+  CHECK(scr_process_option_set("cache_max", "4096") == SCR_OK);
+  struct one_free r = {0};
+  run_thread(free_one, &r);
+  CHECK(r.arena != UINT32_MAX);
+  CHECK_EQ(r.retained_delta, 1);
+  CHECK_EQ(r.allocs_delta, -1);
+  CHECK(r.same_block);
+  CHECK(scr_process_option_set("cache_max", "65536") == SCR_OK);
+  struct one_free d = {0};
+  run_thread(free_one, &d); /* the same arena, claimed again: kept again */
+  CHECK_EQ(d.arena, r.arena);
+  CHECK_EQ(d.retained_delta, 0);
+}
+
+/* Other arenas' blocks past a full list go to the pool in batches of half
+ * a list.  A thread that claimed its arena with shorter lists (or none)
+ * leaves the batches to others; they are still there for a thread with
+ * the default lists.  Every block stays accounted for (checked builds
+ * report a block freed twice; ASan a use after free). */
+enum { N = 4096, SIZE = 48 };
+static void *blocks[N];
+static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
+static int stage;
+static void wait_stage(int s) {
+  pthread_mutex_lock(&m);
+  while (stage < s) pthread_cond_wait(&cv, &m);
+  pthread_mutex_unlock(&m);
+}
+static void set_stage(int s) {
+  pthread_mutex_lock(&m);
+  stage = s;
+  pthread_cond_broadcast(&cv);
+  pthread_mutex_unlock(&m);
+}
+static void *owner(void *arg) { /* allocates, then stays (the pool takes no parked arena's blocks) */
+  (void)arg;
+  for (int i = 0; i < N; i++) {
+    blocks[i] = scr_malloc(SIZE);
+    memset(blocks[i], 0x5a, SIZE);
+  }
+  set_stage(1);
+  wait_stage(3);
+  return NULL;
+}
+static void *freer(void *arg) { /* frees the owner's blocks, then stays (park flushes the pool) */
+  (void)arg;
+  scr_free(scr_malloc(16)); /* holds an arena (a thread with none frees onto the owner's stack) */
+  wait_stage(1);
+  for (int i = 0; i < N; i++) scr_free(blocks[i]);
+  set_stage(2);
+  wait_stage(3);
+  return NULL;
+}
+static _Atomic unsigned taken_ok;
+static void *taker(void *arg) { /* arg blocks of SIZE, written, freed; then stays (a park empties the pool) */
+  unsigned n = (unsigned)(uintptr_t)arg;
+  void *p[256];
+  for (unsigned i = 0; i < n; i++) {
+    p[i] = scr_malloc(SIZE);
+    memset(p[i], 0x11, SIZE);
+  }
+  for (unsigned i = 0; i < n; i++) scr_free(p[i]);
+  atomic_fetch_add(&taken_ok, 1);
+  wait_stage(3);
+  return NULL;
+}
+static pthread_t start_taker(unsigned n) {
+  pthread_t t;
+  unsigned before = atomic_load(&taken_ok);
+  pthread_create(&t, NULL, taker, (void *)(uintptr_t)n);
+  while (atomic_load(&taken_ok) == before) sched_yield();
+  return t;
+}
+static void test_short_lists_leave_long_batches(void) {
+  pthread_t o, f, t[3];
+  pthread_create(&o, NULL, owner, NULL);
+  pthread_create(&f, NULL, freer, NULL);
+  wait_stage(2);
+  struct scr_process_stats p0, p1, p2;
+  scr_process_stats(&p0);
+  CHECK(p0.pool_puts > 0);
+  CHECK(scr_process_option_set("cache_bytes", "16") == SCR_OK); /* one block of 48 */
+  t[0] = start_taker(32);
+  CHECK(scr_process_option_set("cache_max", "0") == SCR_OK); /* no cache */
+  t[1] = start_taker(32);
+  scr_process_stats(&p1);
+  CHECK_EQ(p1.pool_takes, p0.pool_takes);
+  CHECK(scr_process_option_set("cache_bytes", "16K") == SCR_OK);
+  CHECK(scr_process_option_set("cache_max", "64K") == SCR_OK);
+  t[2] = start_taker(32);
+  scr_process_stats(&p2);
+  CHECK(p2.pool_takes > p1.pool_takes);
+  set_stage(3);
+  pthread_join(o, NULL);
+  pthread_join(f, NULL);
+  for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+  CHECK(scr_process_option_set("cache_max", "0") == SCR_OK);
+  run_thread(taker, (void *)256); /* parked arenas with free slots of the class: a list of none lends nothing */
+  CHECK(scr_process_option_set("cache_max", "64K") == SCR_OK);
+  CHECK_EQ(atomic_load(&taken_ok), 4);
+  CHECK(scr_process_validate() == SCR_OK);
+}
+
+int main(void) {
+  scr_process_option_set("discard", "0"); /* parked arenas keep what they hold */
+  scr_process_option_set("switch_bytes", "0");
+  scr_free(scr_malloc(16)); /* the main thread holds arena 0 */
+  TEST(test_defaults);
+  TEST(test_a_kept_block_keeps_its_page);
+  TEST(test_cache_max_sends_big_blocks_home);
+  TEST(test_short_lists_leave_long_batches);
+  return check_done();
+}

@@ -582,7 +582,11 @@ static void chain_run(bool lend, struct scr_process_stats *ps0, struct scr_proce
 static void test_switch_chain(void) {
   struct scr_process_stats ps0, ps1;
   chain_run(false, &ps0, &ps1);
-  CHECK(ps1.switches - ps0.switches >= CHAIN - 2); /* all but the first, less one that took a parked arena */
+  /* All but the first, less one that took a parked arena: 4 or 5 on an
+   * idle machine; 3 once in 9 runs with three busy loops on two CPUs (a
+   * look can find the parked arena borrowed by the main thread's drain,
+   * and the thread carves on until its next look). */
+  CHECK(ps1.switches - ps0.switches >= CHAIN - 3);
 }
 
 /* With lending: the growing threads take the finished ones' freed slots

@@ -68,35 +68,34 @@ static void test_defaults(void) {
   CHECK(scr_process_option_set("cache_medium", "lots") == SCR_EINVAL);
 }
 
-/* By default the freed block stays in the thread's cache: its page is
- * still in use (no retained page more), the arena's figures count it as
- * free, and the next malloc gets it back. */
-static void test_a_kept_block_keeps_its_page(void) {
+/* One free_one in a new thread: the freed block was counted as free and
+ * came back at the next malloc; retained pages moved by retained_delta.
+ * The arena it ran in. */
+static unsigned check_one_free(long retained_delta) {
   struct one_free r = {0};
   run_thread(free_one, &r);
   CHECK(r.arena != UINT32_MAX);
-  CHECK_EQ(r.retained_delta, 0);
+  CHECK_EQ(r.retained_delta, retained_delta);
   CHECK_EQ(r.allocs_delta, -1);
   CHECK(r.same_block);
+  return r.arena;
 }
+
+/* By default the freed block stays in the thread's cache: its page is
+ * still in use (no retained page more), the arena's figures count it as
+ * free, and the next malloc gets it back. */
+static void test_a_kept_block_keeps_its_page(void) { check_one_free(0); }
 
 /* cache_max=4096: the block goes back to its page at once, which empties
  * and is kept as the class's retained page (another class could take
  * it); the next malloc gets the same block from that page.  A thread
- * takes the options when it claims its arena. */
+ * takes the options when it claims its arena: the same arena, claimed
+ * again with the default, keeps the block again. */
 static void test_cache_max_sends_big_blocks_home(void) {
   CHECK(scr_process_option_set("cache_max", "4096") == SCR_OK);
-  struct one_free r = {0};
-  run_thread(free_one, &r);
-  CHECK(r.arena != UINT32_MAX);
-  CHECK_EQ(r.retained_delta, 1);
-  CHECK_EQ(r.allocs_delta, -1);
-  CHECK(r.same_block);
+  unsigned arena = check_one_free(1);
   CHECK(scr_process_option_set("cache_max", "65536") == SCR_OK);
-  struct one_free d = {0};
-  run_thread(free_one, &d); /* the same arena, claimed again: kept again */
-  CHECK_EQ(d.arena, r.arena);
-  CHECK_EQ(d.retained_delta, 0);
+  CHECK_EQ(check_one_free(0), arena);
 }
 
 /* Other arenas' blocks past a full list go to the pool in batches of half

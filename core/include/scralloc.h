@@ -270,7 +270,8 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(dontdump_segments, "segments advised MADV_DONTDUMP")                        \
   X(thp_mode, "transparent huge pages: 0 never/absent, 1 madvise, 2 always")   \
   X(parked_drains, "parked arenas a freeing thread freed a batch of blocks into")\
-  X(forks, "forks survived")
+  X(forks, "forks survived")                                                   \
+  X(turn_takers, "threads found blocking often while holding an arena (their caches keep no big blocks)")
 
 struct scr_process_stats {
 #define SCR_PSTATS_FIELD_(name, doc) uint64_t name;

@@ -26,6 +26,7 @@
 #include "process/recycle.c"
 #include "process/pool.c"
 #include "process/lend.c"
+#include "process/turns.c"
 #include "process/hooks.c"
 #include "process/prefault.c"
 #include "process/discard.c"

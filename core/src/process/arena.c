@@ -133,9 +133,12 @@ static void proc_keep_share_locked(void) {
 
 /* The holder moves its heap to the current share (at claim, and at ticks
  * when the number of threads changed); a smaller share gives back what
- * the heap keeps above it. */
+ * the heap keeps above it.  A thread that takes turns (turns.c) keeps at
+ * most turns_keep. */
 static void proc_keep_update(scr_arena *a) {
   uint64_t want = atomic_load_explicit(&_scr_proc.arena_keep, memory_order_relaxed);
+  uint64_t turns_keep = _scr_proc.opt.turns_keep;
+  if (a->takes_turns && turns_keep && want > turns_keep) want = turns_keep;
   if (want == 0 || want == a->keep) return;
   a->keep = want;
   _scr_heap_set_retain_bytes(a->heap, (size_t)want);
@@ -170,6 +173,7 @@ static void proc_adopt(scr_arena *a, unsigned poisoned) {
   }
   _scr_tl_arena = a;
   pthread_setspecific(P->key, a);
+  _scr_turns_on_claim(a);
   SCR_PC_ADD(claims, 1);
   _scr_remote_poll(a);
   proc_keep_update(a);
@@ -313,6 +317,7 @@ void _scr_arena_tick_slow(scr_arena *a) {
     _scr_prefault_post(a);
   }
   if (a->ops - a->ops_published >= SCR_ARENA_PUBLISH_EVERY) _scr_arena_publish(a);
+  if ((a->ops & (SCR_TURNS_CHECK_EVERY - 1)) == 0 && !a->takes_turns) _scr_turns_check(a);
   if (a->switch_pending) { /* last: the caller holds another arena after it */
     a->switch_pending = 0;
     proc_switch(a);

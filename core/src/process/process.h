@@ -57,6 +57,9 @@ SCR_HIDDEN_ALIAS(proc_heap_usable_size, scr_heap_usable_size);
   X(cache_bytes, 16384, 0, (uint64_t)1 << 20, "bytes of one size class a thread's cache keeps (at most 64 blocks)") \
   X(cache_medium, 2, 0, 64, "blocks of one medium class (20-64 KiB) a thread's cache keeps") \
   X(cache_max, 65536, 0, 65536, "blocks above this size skip the thread's cache (0: no cache)") \
+  X(turns_after, 8, 0, UINT64_MAX, "a thread that has blocked this many times (voluntary context switches) while holding its arena takes turns with others: its cache keeps no block above turns_cache_max (0: never)") \
+  X(turns_cache_max, 4096, 0, 65536, "cache_max of a thread that takes turns") \
+  X(turns_keep, 0, 0, UINT64_MAX, "empty pages a thread that takes turns keeps committed, at most (0: its share, as any thread)") \
   X(retain_budget, (uint64_t)4 << 20, 0, UINT64_MAX, "empty pages the arenas keep committed together: each keeps this over the threads holding arenas, and at least retain_bytes") \
   X(dontdump, 2, 0, 2, "MADV_DONTDUMP on segments: 0 never, 1 always, 2 auto (when no core would be written)") \
   X(stats, 0, 0, 2, "print statistics at exit: 1 summary, 2 also per arena")        \
@@ -120,6 +123,8 @@ typedef struct scr_arena {
   unsigned switch_pending;          /* carving while a parked arena has room: look at the next tick (holder) */
   uint64_t carved_mark;             /* carved at the claim or the last look for room (holder) */
   uint64_t lend_after;              /* ops before which lend.c does not look again (holder) */
+  uint64_t blocks_at_claim;         /* the holder's voluntary context switches at the claim (turns.c) */
+  unsigned takes_turns;             /* the holder blocks often: smaller cache (turns.c) */
   uintptr_t pf_from;                /* start of the last range faulted ahead (holder) */
   uint64_t pf_counted;              /* bytes of that range counted in the budget (holder) */
   _Atomic int pf_state;             /* 0 idle, 1 queued, 2 the helper is on it */
@@ -193,6 +198,7 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(lends, "cache lists filled with a parked arena's free slots")             \
   X(holds, "parked arenas whose emptied pages wait for the discard (freed by the only thread holding an arena)") \
   X(remote_sent_unowned, "remote frees by threads that hold no arena")      \
+  X(turn_takers, "threads found taking turns (blocking often while holding an arena)") \
   X(forks, "forks the allocator went through")
 
 typedef struct scr_proc_counters {
@@ -271,12 +277,18 @@ static inline scr_arena *_scr_arena_get(void) {
  * and the switch (hooks.c sets ops to get there at the end of the heap
  * call that asked) and now and then publishes a stats snapshot. */
 SCR_INTERNAL void _scr_arena_tick_slow(scr_arena *a);
+/* turns.c: threads that take turns (block often while holding arenas) */
+#define SCR_TURNS_CHECK_EVERY 1024 /* heap calls between looks at the thread's context switches (a power of 2) */
+SCR_INTERNAL void _scr_turns_on_claim(scr_arena *a);
+SCR_INTERNAL void _scr_turns_check(scr_arena *a);
+
 static inline void _scr_arena_tick(scr_arena *a) {
   if (SCR_UNLIKELY((++a->ops & (SCR_ARENA_POLL_EVERY - 1)) == 0)) _scr_arena_tick_slow(a);
 }
 
 /* recycle.c: the thread's cache of the blocks it frees */
 SCR_INTERNAL void _scr_recycle_init(scr_arena *a);
+SCR_INTERNAL void _scr_recycle_limit(scr_arena *a, uint64_t max_size);
 SCR_INTERNAL void _scr_recycle_flush(scr_arena *a);
 SCR_INTERNAL void _scr_recycle_send_home(scr_arena *a, unsigned c, void *p);
 SCR_INTERNAL void _scr_recycle_send_list_home(scr_arena *a, unsigned c, void *p);

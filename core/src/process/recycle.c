@@ -22,7 +22,8 @@
  * cache at all (glibc 38.6), while the threaded stress with cache_max=4096
  * faulted 10.5k pages instead of 3.6k and took 0.098 s instead of 0.068
  * (eighth session, 10 and 9 interleaved runs).  Hence options, defaults
- * for speed. */
+ * for speed, and a smaller cache for the threads that block often
+ * (turns.c). */
 #include "process.h"
 #include <string.h>
 
@@ -48,6 +49,18 @@ void _scr_recycle_init(scr_arena *a) {
     scr_assert(a->rc[c].head == NULL);
     a->rc[c].max = (uint32_t)max;
     a->rc[c].room = (uint32_t)max;
+  }
+}
+
+/* The holder's lists of classes above max_size go back and stay empty
+ * (until the next claim). */
+void _scr_recycle_limit(scr_arena *a, uint64_t max_size) {
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
+    if (_scr_class_sizes[c] <= max_size || a->rc[c].max == 0) continue;
+    void *p = a->rc[c].head;
+    a->rc[c].head = NULL;
+    a->rc[c].max = a->rc[c].room = 0;
+    _scr_recycle_send_list_home(a, c, p);
   }
 }
 

@@ -1,0 +1,130 @@
+/* Threads that take turns (core/src/process/turns.c): a thread that has
+ * blocked turns_after times while holding its arena keeps no block above
+ * turns_cache_max in its cache (and at most turns_keep of empty pages).
+ * A process of its own: the main thread's arena and one thread at a time. */
+#include "check.h"
+#include "scralloc.h"
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+enum { N = 2048, SIZE = 2000 }; /* 4 MiB of blocks of one class, more than 1024 heap calls */
+
+static unsigned class_of_size(size_t block_size) {
+  struct scr_stats st;
+  scr_stats(&st);
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++)
+    if (st.classes[c].block_size == block_size) return c;
+  return SCR_CLASS_COUNT;
+}
+
+/* The arena holding a live block of 8192 B, the caller's own. */
+static unsigned own_arena(void) {
+  struct scr_process_stats ps;
+  scr_process_stats(&ps);
+  for (unsigned i = 0; i < ps.arenas; i++) {
+    struct scr_stats st;
+    if (scr_arena_stats(i, &st) == SCR_OK && st.classes[class_of_size(8192)].live > 0) return i;
+  }
+  return UINT32_MAX;
+}
+
+struct run {
+  int blocks;                 /* times the thread sleeps (blocks) first */
+  long turn_takers;           /* process count after the allocations, less before */
+  long retained_delta;        /* the arena's retained pages of class 8192 across one free */
+  uint64_t kept_after_frees;  /* retained and dirty bytes once N blocks were freed */
+};
+
+static void *worker(void *arg) {
+  struct run *r = arg;
+  struct scr_process_stats p0, p1;
+  scr_process_stats(&p0);
+  scr_free(scr_malloc(16)); /* claims the arena: its context switches count from here */
+  for (int i = 0; i < r->blocks; i++) nanosleep(&(struct timespec){0, 1000000}, NULL);
+  static void *v[N];
+  for (int i = 0; i < N; i++) {
+    v[i] = scr_malloc(SIZE);
+    memset(v[i], 3, SIZE);
+  }
+  scr_process_stats(&p1);
+  r->turn_takers = (long)(p1.turn_takers - p0.turn_takers);
+  /* the cache: a block of 8 KiB freed */
+  unsigned c = class_of_size(8192);
+  void *p = scr_malloc(8000);
+  unsigned arena = own_arena();
+  struct scr_stats s0, s1;
+  scr_arena_stats(arena, &s0);
+  scr_free(p);
+  scr_arena_stats(arena, &s1);
+  r->retained_delta = (long)s1.classes[c].retained - (long)s0.classes[c].retained;
+  /* the empty pages kept */
+  for (int i = 0; i < N; i++) scr_free(v[i]);
+  scr_free(scr_malloc(8000)); /* a heap call: the arena publishes (and the keep share is applied) */
+  for (int i = 0; i < 64; i++) scr_free(scr_malloc(100000)); /* ticks */
+  scr_arena_stats(arena, &s1);
+  r->kept_after_frees = s1.retained_bytes + s1.dirty_bytes;
+  return NULL;
+}
+
+static struct run run_worker(int blocks) {
+  struct run r = {.blocks = blocks};
+  pthread_t t;
+  if (pthread_create(&t, NULL, worker, &r) == 0) pthread_join(t, NULL);
+  return r;
+}
+
+/* A thread that does not block keeps its cache and the share of kept
+ * pages of a program of two threads (4 MiB / 2). */
+static void test_a_thread_that_does_not_block(void) {
+  struct run r = run_worker(0);
+  CHECK_EQ(r.turn_takers, 0);
+  CHECK_EQ(r.retained_delta, 0); /* the block stayed in the cache, its page in use */
+  fprintf(stderr, "  kept %llu KiB\n", (unsigned long long)(r.kept_after_frees >> 10));
+  CHECK(r.kept_after_frees > ((uint64_t)1 << 20));
+}
+
+/* One that slept 12 times first takes turns: the 8 KiB block goes back to
+ * its page (which empties and is retained); by default it keeps the same
+ * share of empty pages as any thread. */
+static void test_a_thread_that_blocks_takes_turns(void) {
+  struct run r = run_worker(12);
+  CHECK_EQ(r.turn_takers, 1);
+  CHECK_EQ(r.retained_delta, 1);
+  CHECK(r.kept_after_frees > ((uint64_t)1 << 20));
+}
+
+/* turns_keep=512K: it keeps at most that. */
+static void test_turns_keep(void) {
+  CHECK(scr_process_option_set("turns_keep", "512K") == SCR_OK);
+  struct run r = run_worker(12);
+  CHECK_EQ(r.turn_takers, 1);
+  fprintf(stderr, "  kept %llu KiB\n", (unsigned long long)(r.kept_after_frees >> 10));
+  CHECK(r.kept_after_frees <= ((uint64_t)512 << 10));
+  CHECK(scr_process_option_set("turns_keep", "0") == SCR_OK);
+}
+
+/* turns_after=0: never. */
+static void test_turns_off(void) {
+  CHECK(scr_process_option_set("turns_after", "0") == SCR_OK);
+  struct run r = run_worker(12);
+  CHECK_EQ(r.turn_takers, 0);
+  CHECK_EQ(r.retained_delta, 0);
+  CHECK(scr_process_option_set("turns_after", "8") == SCR_OK);
+}
+
+int main(void) {
+  scr_process_option_set("discard", "0");
+  scr_process_option_set("switch_bytes", "0");
+  scr_process_option_set("lend", "0");
+  scr_free(scr_malloc(16)); /* the main thread holds arena 0 */
+  CHECK_EQ(scr_process_option_get("turns_after"), 8);
+  CHECK_EQ(scr_process_option_get("turns_cache_max"), 4096);
+  TEST(test_a_thread_that_does_not_block);
+  TEST(test_a_thread_that_blocks_takes_turns);
+  TEST(test_turns_keep);
+  TEST(test_turns_off);
+  CHECK(scr_process_validate() == SCR_OK);
+  return check_done();
+}

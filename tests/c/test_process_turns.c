@@ -1,7 +1,8 @@
 /* Threads that take turns (core/src/process/turns.c): a thread that has
  * blocked turns_after times while holding its arena keeps no block above
  * turns_cache_max in its cache (and at most turns_keep of empty pages).
- * A process of its own: the main thread's arena and one thread at a time. */
+ * A process of its own: the main thread's arena and one thread at a time;
+ * a thread holding the only arena takes turns with nobody. */
 #include "check.h"
 #include "scralloc.h"
 #include <pthread.h>
@@ -105,6 +106,16 @@ static void test_turns_keep(void) {
   CHECK(scr_process_option_set("turns_keep", "0") == SCR_OK);
 }
 
+/* The main thread alone (it holds the only arena) sleeps as often and
+ * takes turns with nobody: it keeps its cache.  Runs first, before the
+ * main thread holds an arena. */
+static void test_a_thread_alone(void) {
+  struct run r = {.blocks = 12};
+  worker(&r);
+  CHECK_EQ(r.turn_takers, 0);
+  CHECK_EQ(r.retained_delta, 0);
+}
+
 /* turns_after=0: never. */
 static void test_turns_off(void) {
   CHECK(scr_process_option_set("turns_after", "0") == SCR_OK);
@@ -118,9 +129,9 @@ int main(void) {
   scr_process_option_set("discard", "0");
   scr_process_option_set("switch_bytes", "0");
   scr_process_option_set("lend", "0");
-  scr_free(scr_malloc(16)); /* the main thread holds arena 0 */
   CHECK_EQ(scr_process_option_get("turns_after"), 8);
   CHECK_EQ(scr_process_option_get("turns_cache_max"), 4096);
+  TEST(test_a_thread_alone); /* the main thread holds arena 0 from here */
   TEST(test_a_thread_that_does_not_block);
   TEST(test_a_thread_that_blocks_takes_turns);
   TEST(test_turns_keep);

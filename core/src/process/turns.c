@@ -29,10 +29,13 @@ void _scr_turns_on_claim(scr_arena *a) {
   a->blocks_at_claim = _scr_proc.opt.turns_after ? turns_voluntary_switches() : 0;
 }
 
-/* The holder, at a tick (outside heap calls). */
+/* The holder, at a tick (outside heap calls).  Alone (no other thread
+ * holds an arena) it takes turns with nobody: a single-threaded program
+ * that waits for input keeps its cache. */
 void _scr_turns_check(scr_arena *a) {
   uint64_t after = _scr_proc.opt.turns_after;
-  if (after == 0 || turns_voluntary_switches() - a->blocks_at_claim < after) return;
+  if (after == 0 || atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed) < 2) return;
+  if (turns_voluntary_switches() - a->blocks_at_claim < after) return;
   a->takes_turns = 1;
   _scr_recycle_limit(a, _scr_proc.opt.turns_cache_max);
   SCR_PC_ADD(turn_takers, 1);

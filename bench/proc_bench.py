@@ -47,20 +47,18 @@ def profile_env(profile):
     return env
 
 
-def find_allocators(scralloc, profiles):
-    """[(row name, library or None, extra environment)]"""
-    allocs = [("glibc", None, {})]
+def find_allocators(scralloc):
+    """[(name, library or None)]: glibc, the peers installed, scralloc"""
+    allocs = [("glibc", None)]
     for name, files in OTHERS:
         for f in files:
             p = os.path.join(LIBDIR, f)
             if os.path.exists(p):
-                allocs.append((name, p, {}))
+                allocs.append((name, p))
                 break
         else:
             print(f"# {name}: not installed, skipped", file=sys.stderr)
-    allocs.append(("scralloc", os.path.abspath(scralloc), {}))
-    for prof in profiles:
-        allocs.append((f"scralloc {prof}", os.path.abspath(scralloc), profile_env(prof)))
+    allocs.append(("scralloc", os.path.abspath(scralloc)))
     return allocs
 
 
@@ -134,7 +132,9 @@ def main():
     tmpdir = tempfile.mkdtemp(prefix="scr-bench-")
     lib = os.path.join(tmpdir, "libscralloc.so")
     shutil.copy(args.lib, lib)
-    allocs = find_allocators(lib, DEFAULT_PROFILES + args.profile)
+    # [(row name, library or None, extra environment)]
+    allocs = [(name, path, {}) for name, path in find_allocators(lib)]
+    allocs += [(f"scralloc {prof}", lib, profile_env(prof)) for prof in DEFAULT_PROFILES + args.profile]
     wls = workloads(args.bin, args.scale)
     results = {w[0]: {a[0]: [] for a in allocs} for w in wls}
     failures = 0

@@ -44,7 +44,7 @@ def main():
     tmpdir = tempfile.mkdtemp(prefix="scr-replay-")
     lib = os.path.join(tmpdir, "libscralloc.so")
     shutil.copy(args.lib, lib)
-    allocs = [a[:2] for a in find_allocators(lib, []) if a[0] in ("glibc", "jemalloc", "mimalloc", "tcmalloc", "scralloc")]
+    allocs = [a for a in find_allocators(lib) if a[0] in ("glibc", "jemalloc", "mimalloc", "tcmalloc", "scralloc")]
     tracer = os.path.join(args.bin, "libmalloc_trace.so")
     replay = os.path.join(args.bin, "malloc_replay")
     workload = [sys.executable, os.path.join(here, "proc_py.py"), str(args.threads), "3"]

@@ -53,7 +53,7 @@ TEST_STEPS  := test-c
 BENCH_STEPS := bench-core
 
 define ctest
-$(B)/$(1)/tests/$(2): tests/c/$(2).c tests/c/check.h $(B)/$(1)/libscralloc.a
+$(B)/$(1)/tests/$(2): tests/c/$(2).c $(wildcard tests/c/*.h) $(B)/$(1)/libscralloc.a
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(3) $(WERROR) -Itests/c -o $$@ $$< $(B)/$(1)/libscralloc.a -ldl
 endef

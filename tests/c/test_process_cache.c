@@ -2,6 +2,7 @@
  * cache_bytes, cache_medium, cache_max.  A process of its own, so that
  * which arenas exist is known: the main thread's arena 0 and the arenas
  * of the threads each test starts. */
+#include "arena_probe.h"
 #include "check.h"
 #include "scralloc.h"
 #include <pthread.h>
@@ -15,13 +16,6 @@ static void run_thread(void *(*fn)(void *), void *arg) {
   if (pthread_create(&t, NULL, fn, arg) == 0) pthread_join(t, NULL);
 }
 
-static unsigned class_of_size(size_t block_size) {
-  struct scr_stats st;
-  scr_stats(&st);
-  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++)
-    if (st.classes[c].block_size == block_size) return c;
-  return SCR_CLASS_COUNT;
-}
 
 /* What one free of a block of 8000 bytes (class 8192) did to the freeing
  * thread's arena: its retained (empty, kept) pages of the class, and its
@@ -32,21 +26,12 @@ struct one_free {
   long retained_delta, allocs_delta;
   int same_block;
 };
-static unsigned find_own_arena(void) {
-  struct scr_process_stats ps;
-  scr_process_stats(&ps);
-  for (unsigned i = 0; i < ps.arenas; i++) {
-    struct scr_stats st;
-    if (scr_arena_stats(i, &st) == SCR_OK && st.classes[class_of_size(8192)].live > 0) return i;
-  }
-  return UINT32_MAX;
-}
 static void *free_one(void *arg) {
   struct one_free *r = arg;
   unsigned c = class_of_size(8192);
   void *p = scr_malloc(8000);
   memset(p, 1, 8000);
-  r->arena = find_own_arena();
+  r->arena = arena_with_live(8192);
   struct scr_stats s0, s1;
   scr_arena_stats(r->arena, &s0);
   scr_free(p);

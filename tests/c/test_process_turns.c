@@ -3,6 +3,7 @@
  * turns_cache_max in its cache (and at most turns_keep of empty pages).
  * A process of its own: the main thread's arena and one thread at a time;
  * a thread holding the only arena takes turns with nobody. */
+#include "arena_probe.h"
 #include "check.h"
 #include "scralloc.h"
 #include <pthread.h>
@@ -12,24 +13,7 @@
 
 enum { N = 2048, SIZE = 2000 }; /* 4 MiB of blocks of one class, more than 1024 heap calls */
 
-static unsigned class_of_size(size_t block_size) {
-  struct scr_stats st;
-  scr_stats(&st);
-  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++)
-    if (st.classes[c].block_size == block_size) return c;
-  return SCR_CLASS_COUNT;
-}
 
-/* The arena holding a live block of 8192 B, the caller's own. */
-static unsigned own_arena(void) {
-  struct scr_process_stats ps;
-  scr_process_stats(&ps);
-  for (unsigned i = 0; i < ps.arenas; i++) {
-    struct scr_stats st;
-    if (scr_arena_stats(i, &st) == SCR_OK && st.classes[class_of_size(8192)].live > 0) return i;
-  }
-  return UINT32_MAX;
-}
 
 struct run {
   int blocks;                 /* times the thread sleeps (blocks) first */
@@ -54,7 +38,7 @@ static void *worker(void *arg) {
   /* the cache: a block of 8 KiB freed */
   unsigned c = class_of_size(8192);
   void *p = scr_malloc(8000);
-  unsigned arena = own_arena();
+  unsigned arena = arena_with_live(8192);
   struct scr_stats s0, s1;
   scr_arena_stats(arena, &s0);
   scr_free(p);

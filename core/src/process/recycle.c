@@ -52,16 +52,19 @@ void _scr_recycle_init(scr_arena *a) {
   }
 }
 
+/* List c's blocks go back; it keeps up to max blocks from now on. */
+static void recycle_empty_list(scr_arena *a, unsigned c, uint32_t max) {
+  void *p = a->rc[c].head;
+  a->rc[c].head = NULL;
+  a->rc[c].max = a->rc[c].room = max;
+  _scr_recycle_send_list_home(a, c, p);
+}
+
 /* The holder's lists of classes above max_size go back and stay empty
  * (until the next claim). */
 void _scr_recycle_limit(scr_arena *a, uint64_t max_size) {
-  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
-    if (_scr_class_sizes[c] <= max_size || a->rc[c].max == 0) continue;
-    void *p = a->rc[c].head;
-    a->rc[c].head = NULL;
-    a->rc[c].max = a->rc[c].room = 0;
-    _scr_recycle_send_list_home(a, c, p);
-  }
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++)
+    if (_scr_class_sizes[c] > max_size) recycle_empty_list(a, c, 0);
 }
 
 #if SCR_DEBUG > 0
@@ -111,12 +114,7 @@ void _scr_recycle_send_list_home(scr_arena *a, unsigned c, void *p) {
 
 /* Every kept block goes back (at park and trim). */
 void _scr_recycle_flush(scr_arena *a) {
-  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
-    void *p = a->rc[c].head;
-    a->rc[c].head = NULL;
-    a->rc[c].room = a->rc[c].max;
-    _scr_recycle_send_list_home(a, c, p);
-  }
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) recycle_empty_list(a, c, a->rc[c].max);
 }
 
 /* Adds sign (1 or -1) times one block of list c to t's block counts. */

@@ -62,7 +62,12 @@ bool _scr_heap_grow_ok(const scr_heap *h, size_t more) {
  * large blocks.  (python3's malloc calls replayed, bench/malloc_replay.c:
  * 4 threads on 12 interleavings of real runs, median max RSS 15.5 -> 15.0
  * MiB, glibc 15.9; one thread 7.0 -> 6.7, glibc 5.5.  One fresh page or
- * four did about as well as two in an earlier replay model.) */
+ * four did about as well as two in an earlier replay model.)  The first
+ * ever, not whenever the class holds fewer: a class whose pages empty
+ * and fill again would otherwise fault fresh pages each time while its
+ * freed ones wait for the purge (bench/proc_pairs.c's 4-16 KiB mix, one
+ * thread: 3.1 MiB dirty at its end and, with a 2 MiB budget of kept
+ * pages, 852 madvise calls; 0.25 MiB and 5 calls with this). */
 #define SCR_FRESH_PAGES 2
 
 /* A page for class c: a retained page of another class of the same span,
@@ -86,7 +91,8 @@ static scr_page *page_for_class(scr_heap *h, unsigned c) {
     _scr_page_format(pg, c);
     return pg;
   }
-  bool fresh_first = c < SCR_MEDIUM_FIRST && h->class_pages[c] < SCR_FRESH_PAGES;
+  bool fresh_first = c < SCR_MEDIUM_FIRST && h->fresh_taken[c] < SCR_FRESH_PAGES;
+  h->fresh_taken[c] += fresh_first;
   scr_page *pg = _scr_segment_take_pages(h, span, span * SCR_PAGE_SIZE, c, fresh_first);
   if (pg == NULL) return NULL;
   _scr_page_format(pg, c);

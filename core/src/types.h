@@ -163,6 +163,7 @@ struct scr_heap {
   uint32_t empty_count[SCR_CLASS_COUNT]; /* retained pages per class */
   uint64_t class_live[SCR_CLASS_COUNT];  /* live blocks per class */
   uint64_t class_pages[SCR_CLASS_COUNT]; /* pages per class */
+  uint32_t fresh_taken[SCR_CLASS_COUNT]; /* pages class c took fresh first (heap.c: SCR_FRESH_PAGES) */
   scr_options opt;                       /* options, clamped */
   scr_segment *segments;                 /* every mapping of this heap */
   scr_segment *avail;                    /* NORMAL segments with a free page */

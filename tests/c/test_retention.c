@@ -319,6 +319,28 @@ static void a_new_class_takes_fresh_pages_first(void) {
   scr_heap_destroy(h);
 }
 
+/* Only a class's first pages are taken fresh: pages of a class that
+ * emptied and fills again come from the committed ones it freed (else
+ * they would wait for the purge while fresh ones fault in). */
+static void a_class_takes_fresh_pages_only_at_first(void) {
+  scr_heap *h = purging_heap(100000, 0); /* freed pages stay committed */
+  void *keep = scr_heap_malloc(h, 1000);
+  enum { PER_PAGE = SCR_PAGE_SIZE / 64 };
+  static void *b[2 * PER_PAGE];
+  uint64_t bytes = 0;
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < 2 * PER_PAGE; i++) b[i] = scr_heap_malloc(h, 64);
+    if (round == 0) bytes = stats(h).bytes;
+    CHECK_EQ(stats(h).bytes, bytes);   /* no page more than the first round's */
+    CHECK_EQ(stats(h).dirty_bytes, 0); /* the freed ones were taken again */
+    for (int i = 0; i < 2 * PER_PAGE; i++) scr_heap_free(h, b[i]);
+    CHECK_EQ(stats(h).dirty_bytes, 2 * SCR_PAGE_SIZE);
+  }
+  scr_heap_free(h, keep);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  scr_heap_destroy(h);
+}
+
 /* The dirty pages and the retained pages share the retain_bytes cap:
  * beyond it a freed page is decommitted at once. */
 static void purge_delay_respects_the_byte_cap(void) {
@@ -413,6 +435,7 @@ int main(void) {
   TEST(purge_delay_keeps_freed_pages_a_while);
   TEST(purge_delay_respects_the_byte_cap);
   TEST(a_new_class_takes_fresh_pages_first);
+  TEST(a_class_takes_fresh_pages_only_at_first);
   TEST(retain_4_keeps_four_pages_per_class);
   TEST(retain_1_and_0_per_class);
   TEST(retained_pages_serve_any_class);

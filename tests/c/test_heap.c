@@ -184,8 +184,26 @@ static void realloc_stays_in_place_when_it_fits(void) {
   /* a span grows over the free pages after it */
   void *grown = scr_heap_realloc(h, big, 300000);
   CHECK(grown == big);
+  /* a buffer growing into the medium classes by eighths (as Python's
+   * writers grow) moves into 20 KiB, then into the largest, and stays */
+  void *medium = scr_heap_malloc(h, 16000);
+  unsigned moves = 0;
+  for (size_t n = 18000; n <= SCR_SMALL_MAX; n += n / 8) {
+    void *q = scr_heap_realloc(h, medium, n);
+    CHECK(q != NULL);
+    moves += q != medium;
+    medium = q;
+  }
+  CHECK_EQ(scr_heap_usable_size(h, medium), SCR_SMALL_MAX);
+  CHECK_EQ(moves, 2);
+  /* shrinking below the medium classes moves it to a smaller block */
+  void *small = scr_heap_realloc(h, medium, 1000);
+  CHECK(small != medium);
+  CHECK_EQ(scr_heap_usable_size(h, small), 1024);
+  scr_heap_free(h, small);
   scr_heap_free(h, p);
   scr_heap_free(h, grown);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
   scr_heap_destroy(h);
 }
 

@@ -75,8 +75,9 @@ def workloads(bindir, scale):
         # The same script with the interpreter switching threads every 0.2 ms
         # instead of 5: every run then peaks with all four threads mid-round,
         # so its max RSS compares the allocators at the same program state
-        # (at 5 ms it moves 5-8 MiB from run to run with how many threads
-        # happen to be mid-round at once, under every allocator).
+        # (at 5 ms it moves by up to 11 MiB from run to run with how many
+        # threads happen to be mid-round at once, under every allocator:
+        # glibc's ranged 28.0-39.4 MiB over 30 runs).
         ("python3 alloc-heavy script, threads switching every 0.2 ms (pymalloc)",
          [py, os.path.join(here, "proc_py.py"), "4", str(max(1, int(3 * s))), "0.0002"], {}),
     ]

@@ -298,7 +298,8 @@ void *scr_heap_realloc(scr_heap *h, void *p, size_t n) {
    * gets the largest (_scr_realloc_size), and its next steps (a quarter
    * or an eighth more each) would otherwise move it back down and up
    * again (Python's json.dumps: 20 -> 64 -> 28 -> 64 KiB, three moves a
-   * call). */
+   * call).  The price: a medium request that shrinks such a block keeps
+   * its 64 KiB, at most 44 KiB more than the request's class. */
   bool medium = n >= SCR_MEDIUM_MIN && usable <= SCR_SMALL_MAX;
   if (n <= usable && (usable <= 64 || n > usable / 2 || medium)) return p;
   if (n > usable && usable > SCR_SMALL_MAX) {

@@ -271,7 +271,9 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(thp_mode, "transparent huge pages: 0 never/absent, 1 madvise, 2 always")   \
   X(parked_drains, "parked arenas a freeing thread freed a batch of blocks into")\
   X(forks, "forks survived")                                                   \
-  X(turn_takers, "threads found blocking often while holding an arena (their caches keep no big blocks)")
+  X(turn_takers, "threads found blocking often while holding an arena (their caches keep no big blocks)") \
+  X(share_joins, "threads that started on the shared arena")                     \
+  X(share_leaves, "threads that left the shared arena for their own (found it taken, ran hot, or exited)")
 
 struct scr_process_stats {
 #define SCR_PSTATS_FIELD_(name, doc) uint64_t name;

@@ -27,6 +27,7 @@
 #include "process/pool.c"
 #include "process/lend.c"
 #include "process/turns.c"
+#include "process/share.c"
 #include "process/hooks.c"
 #include "process/prefault.c"
 #include "process/discard.c"

@@ -706,6 +706,8 @@ int main(void) {
   if (sc && atoi(sc) > 0) scale = (unsigned)atoi(sc);
   /* keep the discard helper out of the way: test_trim_to_zero wants
    * every parked arena on the parked list */
+  /* each thread on an arena of its own (share.c's shared arena: test_process_share) */
+  scr_process_option_set("share", "0");
   scr_process_option_set("discard_delay_ms", "10000");
   TEST(test_api_edges);
   TEST(test_switch); /* first: no other thread has parked an arena yet */

@@ -116,6 +116,8 @@ int main(void) {
    * ThreadSanitizer on a loaded machine, 20 ms passed and 768 of 2048 KiB
    * were left) */
   setenv("SCRALLOC_PURGE_DELAY_MS", "3600000", 1);
+  /* each thread on an arena of its own (share.c's shared arena: test_process_share) */
+  scr_process_option_set("share", "0");
   scr_process_option_set("discard", "0");
   scr_process_option_set("switch_bytes", "0");
   scr_process_option_set("lend", "0");

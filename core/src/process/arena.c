@@ -160,10 +160,12 @@ static void proc_own_locked(scr_arena *a, bool was_parked) {
   scr_validate_proc();
 }
 
-/* The calling thread's side of taking a (after proc_own_locked). */
-static void proc_adopt(scr_arena *a, unsigned poisoned) {
+/* The calling thread's side of taking a (after proc_own_locked); the
+ * shared arena (share.c) is nobody's own: no thread-local, no exit hook. */
+static void proc_adopt(scr_arena *a, unsigned poisoned, bool shared) {
   scr_proc *P = &_scr_proc;
-  a->worker = _scr_proc_gettid() != P->main_tid;
+  a->shared = shared;
+  a->worker = shared || _scr_proc_gettid() != P->main_tid;
   a->discarded = 0;
   a->carved_mark = a->carved;
   if (poisoned) _scr_discard_unpoison(a);
@@ -171,15 +173,17 @@ static void proc_adopt(scr_arena *a, unsigned poisoned) {
     a->held = 0;
     _scr_heap_set_caps(a->heap, P->heap_opt.retain, (size_t)a->keep);
   }
-  _scr_tl_arena = a;
-  pthread_setspecific(P->key, a);
+  if (!shared) {
+    _scr_tl_arena = a;
+    pthread_setspecific(P->key, a);
+  }
   _scr_turns_on_claim(a);
   SCR_PC_ADD(claims, 1);
   _scr_remote_poll(a);
   proc_keep_update(a);
 }
 
-scr_arena *_scr_arena_claim(void) {
+static scr_arena *proc_claim(bool shared) {
   _scr_proc_init();
   scr_proc *P = &_scr_proc;
   uint64_t now = _scr_proc_now_ns();
@@ -196,9 +200,18 @@ scr_arena *_scr_arena_claim(void) {
   _scr_discard_on_claim(now);
   unsigned poisoned = a->poisoned;
   pthread_mutex_unlock(&P->lock);
-  proc_adopt(a, poisoned);
+  proc_adopt(a, poisoned, shared);
   return a;
 }
+
+scr_arena *_scr_arena_claim(void) {
+  _scr_tl_share = SCR_SHARE_SOLO;
+  return proc_claim(false);
+}
+
+/* The shared arena, for share.c (under its mutex): claimed as a thread
+ * claims one, without becoming the caller's own. */
+scr_arena *_scr_arena_claim_shared(void) { return proc_claim(true); }
 
 /* The holder's heap is carving fresh memory while a parked arena has room
  * (switch_bytes or more not in live blocks): the holder parks its arena
@@ -222,7 +235,7 @@ static void proc_switch(scr_arena *a) {
   pthread_mutex_unlock(&P->lock);
   if (b == NULL) return;
   _scr_arena_park(a);
-  proc_adopt(b, poisoned);
+  proc_adopt(b, poisoned, false);
   SCR_PC_ADD(switches, 1);
 }
 
@@ -317,6 +330,10 @@ void _scr_arena_tick_slow(scr_arena *a) {
     _scr_prefault_post(a);
   }
   if (a->ops - a->ops_published >= SCR_ARENA_PUBLISH_EVERY) _scr_arena_publish(a);
+  if (a->shared) { /* no thread of its own: its members are found out by share.c */
+    a->switch_pending = 0;
+    return;
+  }
   if ((a->ops & (SCR_TURNS_CHECK_EVERY - 1)) == 0 && !a->takes_turns) _scr_turns_check(a);
   if (a->switch_pending) { /* last: the caller holds another arena after it */
     a->switch_pending = 0;
@@ -331,6 +348,7 @@ void _scr_arena_tick_slow(scr_arena *a) {
  * which only leaks them there.  The child's helper thread is gone. */
 static void proc_fork_prepare(void) {
   scr_proc *P = &_scr_proc;
+  _scr_share_lock();
   pthread_mutex_lock(&P->lock);
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_lock(&a->snap_lock);
   _scr_pool_lock_all();
@@ -343,6 +361,7 @@ static void proc_fork_parent(void) {
   _scr_pool_unlock_all();
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);
   pthread_mutex_unlock(&P->lock);
+  _scr_share_unlock();
 }
 
 static void proc_fork_child(void) {
@@ -354,6 +373,7 @@ static void proc_fork_child(void) {
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);
   SCR_PC_ADD(forks, 1);
   pthread_mutex_unlock(&P->lock);
+  _scr_share_unlock();
 }
 
 /* pthread_atfork may allocate, so it runs here and not in the first

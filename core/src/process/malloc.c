@@ -20,6 +20,11 @@ void _scr_proc_bad_free(const void *p) {
  * arena or NULL (none claimed yet). */
 static __attribute__((noinline)) void *proc_malloc_slow(scr_arena *a, size_t n) {
   if (SCR_UNLIKELY(a == NULL)) {
+    if (_scr_share_wanted() && _scr_share_enter() != NULL) {
+      void *q = scr_malloc(n);
+      _scr_share_leave();
+      return q;
+    }
     a = _scr_arena_claim();
     if (a == NULL) return NULL;
   }
@@ -60,6 +65,11 @@ __attribute__((aligned(64))) void *scr_malloc(size_t n) {
 }
 
 void *scr_calloc(size_t count, size_t size) {
+  if (SCR_UNLIKELY(_scr_tl_arena == NULL) && _scr_share_wanted() && _scr_share_enter() != NULL) {
+    void *q = scr_calloc(count, size);
+    _scr_share_leave();
+    return q;
+  }
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   void *p = proc_heap_calloc(a->heap, count, size);
@@ -68,6 +78,11 @@ void *scr_calloc(size_t count, size_t size) {
 }
 
 void *scr_aligned_alloc(size_t alignment, size_t n) {
+  if (SCR_UNLIKELY(_scr_tl_arena == NULL) && _scr_share_wanted() && _scr_share_enter() != NULL) {
+    void *q = scr_aligned_alloc(alignment, n);
+    _scr_share_leave();
+    return q;
+  }
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   void *p = proc_heap_aligned_alloc(a->heap, alignment, n);
@@ -84,6 +99,11 @@ static inline scr_arena *proc_arena_of_heap(scr_heap *h) { return (scr_arena *)_
  * found them. */
 static __attribute__((noinline)) void proc_free_slow(void *p, scr_segment *seg, scr_arena *a) {
   if (p == NULL) return;
+  if (a == NULL && seg != NULL && _scr_share_wanted() && _scr_share_enter() != NULL) {
+    scr_free(p);
+    _scr_share_leave();
+    return;
+  }
   scr_heap *h = seg ? seg->heap : NULL;
   uintptr_t idx = 0;
   unsigned tag = seg ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
@@ -139,6 +159,11 @@ void *scr_realloc(void *p, size_t n) {
     errno = EINVAL;
     return NULL;
   }
+  if (SCR_UNLIKELY(_scr_tl_arena == NULL) && _scr_share_wanted() && _scr_share_enter() != NULL) {
+    void *q = scr_realloc(p, n);
+    _scr_share_leave();
+    return q;
+  }
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   if (SCR_LIKELY(a->heap == h)) {
@@ -160,22 +185,25 @@ void *scr_realloc(void *p, size_t n) {
   return q;
 }
 
+size_t _scr_arena_trim(scr_arena *a) {
+  _scr_recycle_flush(a);
+  _scr_pool_flush(a);
+  _scr_remote_drain(a);
+  size_t n = scr_heap_trim(a->heap);
+  _scr_arena_publish(a);
+  return n;
+}
+
 /* Give back what can be given back: the caller's arena's free pages and
- * cached blocks, and those of every parked arena. */
+ * cached blocks, the shared arena's, and those of every parked arena. */
 size_t scr_trim(void) {
   _scr_proc_init();
   scr_proc *P = &_scr_proc;
   size_t n = 0;
   scr_arena *a = _scr_tl_arena;
-  if (a) {
-    _scr_recycle_flush(a);
-    _scr_pool_flush(a);
-    _scr_remote_drain(a);
-    n += scr_heap_trim(a->heap);
-    _scr_arena_publish(a);
-  } else {
-    _scr_pool_flush(NULL);
-  }
+  if (a) n += _scr_arena_trim(a);
+  else _scr_pool_flush(NULL);
+  n += _scr_share_trim();
   pthread_mutex_lock(&P->lock);
   for (scr_arena *b = P->parked; b; b = b->next_parked) {
     if (b->poisoned) continue; /* already given back */

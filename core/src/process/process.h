@@ -60,6 +60,8 @@ SCR_HIDDEN_ALIAS(proc_heap_usable_size, scr_heap_usable_size);
   X(turns_after, 8, 0, UINT64_MAX, "a thread that has blocked this many times (voluntary context switches) while holding its arena takes turns with others: its cache keeps no block above turns_cache_max (0: never)") \
   X(turns_cache_max, 4096, 0, 65536, "cache_max of a thread that takes turns") \
   X(turns_keep, 0, 0, UINT64_MAX, "empty pages a thread that takes turns keeps committed, at most (0: its share, as any thread)") \
+  X(share, 1, 0, 1, "threads start on one arena they share (a mutex per call) until one finds it taken or runs share_hot calls without blocking, then claim their own: 0 off, every thread claims its own at its first allocation") \
+  X(share_hot, 4096, 256, UINT64_MAX, "calls without blocking (voluntary context switches) after which a thread on the shared arena claims its own") \
   X(retain_budget, (uint64_t)4 << 20, 0, UINT64_MAX, "empty pages the arenas keep committed together: each keeps this over the threads holding arenas, and at least retain_bytes") \
   X(dontdump, 2, 0, 2, "MADV_DONTDUMP on segments: 0 never, 1 always, 2 auto (when no core would be written)") \
   X(stats, 0, 0, 2, "print statistics at exit: 1 summary, 2 also per arena")        \
@@ -105,6 +107,7 @@ typedef struct scr_arena {
   unsigned discarded;               /* pages returned since it was parked */
   unsigned held;                    /* its heap keeps every page that empties (remote.c), until claim or discard */
   unsigned worker;                  /* holder is not the main thread */
+  unsigned shared;                  /* the shared arena (share.c): held by whoever holds its mutex */
   uint64_t parked_ns;               /* when it was parked (monotonic) */
   uint64_t ops;                     /* holder's heap calls (ticks) */
   uint64_t ops_published;           /* ops at the last snapshot */
@@ -199,6 +202,8 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(holds, "parked arenas whose emptied pages wait for the discard (freed by the only thread holding an arena)") \
   X(remote_sent_unowned, "remote frees by threads that hold no arena")      \
   X(turn_takers, "threads found taking turns (blocking often while holding an arena)") \
+  X(share_joins, "threads that started on the shared arena")               \
+  X(share_leaves, "threads that left the shared arena for their own (found it taken, ran hot, or exited)") \
   X(forks, "forks the allocator went through")
 
 typedef struct scr_proc_counters {
@@ -280,6 +285,7 @@ SCR_INTERNAL void _scr_arena_tick_slow(scr_arena *a);
 /* turns.c: threads that take turns (block often while holding arenas) */
 #define SCR_TURNS_CHECK_EVERY 1024 /* heap calls between looks at the thread's context switches (a power of 2) */
 SCR_INTERNAL void _scr_turns_on_claim(scr_arena *a);
+SCR_INTERNAL uint64_t _scr_turns_voluntary_switches(void);
 SCR_INTERNAL void _scr_turns_check(scr_arena *a);
 
 static inline void _scr_arena_tick(scr_arena *a) {
@@ -401,7 +407,26 @@ SCR_INTERNAL int _scr_prefault_run(void);        /* helper: run queued requests;
 SCR_INTERNAL void _scr_prefault_release_ahead(scr_arena *a); /* at park */
 SCR_INTERNAL void _scr_prefault_after_fork_child(void);
 
+/* share.c: threads that do not run at once share one arena */
+SCR_INTERNAL extern __thread int _scr_tl_share __attribute__((tls_model("initial-exec")));
+#define SCR_SHARE_SOLO 2 /* _scr_tl_share: the thread holds (or will claim) an arena of its own */
+SCR_INTERNAL scr_arena *_scr_share_enter(void);
+SCR_INTERNAL void _scr_share_leave(void);
+SCR_INTERNAL void _scr_share_publish(void);
+SCR_INTERNAL size_t _scr_share_trim(void);
+SCR_INTERNAL void _scr_share_lock(void);   /* fork: held across it */
+SCR_INTERNAL void _scr_share_unlock(void);
+SCR_INTERNAL scr_arena *_scr_arena_claim_shared(void); /* arena.c */
+/* A caller that holds no arena: 1 when it is to use the shared arena (a
+ * call goes between _scr_share_enter and _scr_share_leave). */
+static inline int _scr_share_wanted(void) {
+  if (_scr_tl_share == SCR_SHARE_SOLO) return 0;
+  _scr_proc_init();
+  return _scr_proc.opt.share != 0;
+}
+
 /* malloc.c: the entry points used by override.c */
 SCR_INTERNAL void _scr_proc_bad_free(const void *p);
+SCR_INTERNAL size_t _scr_arena_trim(scr_arena *a); /* the holder: a's cache, pool share, remote frees, free pages back */
 
 #endif /* SCR_PROCESS_H */

@@ -17,7 +17,8 @@
 #include "process.h"
 #include <sys/resource.h>
 
-static uint64_t turns_voluntary_switches(void) {
+/* The calling thread's voluntary context switches (times it blocked). */
+uint64_t _scr_turns_voluntary_switches(void) {
   struct rusage ru;
   if (getrusage(RUSAGE_THREAD, &ru) != 0) return 0;
   return (uint64_t)ru.ru_nvcsw;
@@ -26,7 +27,7 @@ static uint64_t turns_voluntary_switches(void) {
 /* The holder, at claim (its cache was set from the options). */
 void _scr_turns_on_claim(scr_arena *a) {
   a->takes_turns = 0;
-  a->blocks_at_claim = _scr_proc.opt.turns_after ? turns_voluntary_switches() : 0;
+  a->blocks_at_claim = _scr_proc.opt.turns_after ? _scr_turns_voluntary_switches() : 0;
 }
 
 /* The holder, at a tick (outside heap calls).  Alone (no other thread
@@ -35,7 +36,7 @@ void _scr_turns_on_claim(scr_arena *a) {
 void _scr_turns_check(scr_arena *a) {
   uint64_t after = _scr_proc.opt.turns_after;
   if (after == 0 || atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed) < 2) return;
-  if (turns_voluntary_switches() - a->blocks_at_claim < after) return;
+  if (_scr_turns_voluntary_switches() - a->blocks_at_claim < after) return;
   a->takes_turns = 1;
   _scr_recycle_limit(a, _scr_proc.opt.turns_cache_max);
   SCR_PC_ADD(turn_takers, 1);

@@ -1,0 +1,174 @@
+/* The shared arena (core/src/process/share.c): threads that take turns
+ * allocate from one arena; a thread that finds it taken or runs hot
+ * claims its own; the last thread to leave parks it.  The main thread
+ * holds an arena of its own here, so that the shared arena's members are
+ * the tests' threads. */
+#include "check.h"
+#include "scralloc.h"
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+static struct scr_process_stats pstats(void) {
+  struct scr_process_stats p;
+  scr_process_stats(&p);
+  return p;
+}
+
+/* ---- two threads taking turns through a baton ---- */
+
+enum { TURNS = 64, BLOCKS = 32, SIZE = 3000 };
+
+static pthread_mutex_t baton_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t baton_cv = PTHREAD_COND_INITIALIZER;
+static int baton;                 /* whose turn: 0 or 1 */
+static void *handed[BLOCKS];      /* blocks the last turn left for the next to check and free */
+static void *freed_last[BLOCKS];  /* addresses the last turn freed */
+static int reused;                /* mallocs that got an address the other thread had freed */
+
+static void wait_turn(int me) {
+  pthread_mutex_lock(&baton_lock);
+  while (baton != me) pthread_cond_wait(&baton_cv, &baton_lock); /* blocks: the thread takes turns */
+}
+static void pass_turn(int me) {
+  baton = 1 - me;
+  pthread_cond_signal(&baton_cv);
+  pthread_mutex_unlock(&baton_lock);
+}
+
+static void *turn_taker(void *arg) {
+  int me = (int)(intptr_t)arg;
+  for (int t = 0; t < TURNS; t++) {
+    wait_turn(me);
+    /* the other thread's blocks: cookies intact, then freed */
+    for (int i = 0; i < BLOCKS; i++) {
+      if (handed[i] == NULL) continue;
+      CHECK(((unsigned char *)handed[i])[0] == (unsigned char)(1 - me) &&
+            ((unsigned char *)handed[i])[SIZE - 1] == (unsigned char)(1 - me));
+      scr_free(handed[i]);
+      freed_last[i] = handed[i];
+    }
+    for (int i = 0; i < BLOCKS; i++) {
+      void *p = scr_malloc(SIZE);
+      CHECK(p != NULL);
+      for (int j = 0; j < BLOCKS; j++) reused += freed_last[j] == p;
+      memset(p, me, SIZE);
+      handed[i] = p;
+    }
+    pass_turn(me);
+  }
+  return NULL;
+}
+
+static void test_threads_taking_turns_share_one_arena(void) {
+  struct scr_process_stats p0 = pstats();
+  pthread_t th[2];
+  baton = 0;
+  memset(handed, 0, sizeof handed);
+  reused = 0;
+  for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, turn_taker, (void *)(intptr_t)i);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < BLOCKS; i++) scr_free(handed[i]); /* the main thread's frees: remote to the parked arena */
+  struct scr_process_stats p1 = pstats();
+  CHECK_EQ(p1.share_joins - p0.share_joins, 2);
+  CHECK_EQ(p1.share_leaves - p0.share_leaves, 2); /* at exit */
+  CHECK_EQ(p1.claims - p0.claims, 1);             /* the shared arena, once for both */
+  CHECK_EQ(p1.parks - p0.parks, 1);               /* when the last of them exited */
+  CHECK_EQ(p1.remote_frees - p0.remote_frees, BLOCKS); /* each frees the other's blocks at home */
+  /* each turn's mallocs reuse what the turn freed of the other thread's
+   * blocks: with an arena each, none would */
+  CHECK(reused >= (TURNS * 2 - 1) * BLOCKS / 2);
+  CHECK(scr_process_validate() == SCR_OK);
+}
+
+/* ---- a thread that does not block claims its own ---- */
+
+static void *hot_loop(void *arg) {
+  uint64_t calls = *(uint64_t *)arg;
+  for (uint64_t i = 0; i < calls / 2; i++) scr_free(scr_malloc(64 + i % 512));
+  return NULL;
+}
+
+static void test_a_hot_thread_claims_its_own(void) {
+  uint64_t hot = scr_process_option_get("share_hot");
+  CHECK_EQ(hot, 4096);
+  uint64_t calls = 4 * hot;
+  struct scr_process_stats p0 = pstats();
+  pthread_t t;
+  pthread_create(&t, NULL, hot_loop, &calls);
+  pthread_join(t, NULL);
+  struct scr_process_stats p1 = pstats();
+  CHECK_EQ(p1.share_joins - p0.share_joins, 1);
+  CHECK_EQ(p1.share_leaves - p0.share_leaves, 1);
+  CHECK_EQ(p1.claims - p0.claims, 2); /* the shared arena, then its own */
+  CHECK_EQ(p1.parks - p0.parks, 2);   /* the shared one when it left, its own at exit */
+}
+
+/* ---- two threads at once: each leaves (the mutex taken, or hot) ---- */
+
+static pthread_barrier_t start;
+static void *busy(void *arg) {
+  (void)arg;
+  pthread_barrier_wait(&start);
+  void *keep[256];
+  for (int r = 0; r < 64; r++) {
+    for (int i = 0; i < 256; i++) {
+      keep[i] = scr_malloc(16 + (size_t)(i * 7 % 2000));
+      CHECK(keep[i] != NULL);
+      memset(keep[i], 0x5a, 16);
+    }
+    for (int i = 0; i < 256; i++) {
+      CHECK(((unsigned char *)keep[i])[15] == 0x5a);
+      scr_free(keep[i]);
+    }
+  }
+  return NULL;
+}
+
+static void test_threads_running_at_once_leave(void) {
+  struct scr_process_stats p0 = pstats();
+  pthread_t th[2];
+  pthread_barrier_init(&start, NULL, 2);
+  for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, busy, NULL);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  pthread_barrier_destroy(&start);
+  struct scr_process_stats p1 = pstats();
+  /* 64 x 512 calls each: past share_hot without blocking, if no collision came first */
+  CHECK_EQ(p1.share_leaves - p0.share_leaves, p1.share_joins - p0.share_joins);
+  CHECK(p1.claims - p0.claims >= 2); /* an arena of its own each */
+  CHECK(scr_process_validate() == SCR_OK);
+}
+
+/* ---- share=0: every thread claims its own at its first allocation ---- */
+
+static void *one_block(void *arg) {
+  (void)arg;
+  scr_free(scr_malloc(100));
+  return NULL;
+}
+
+static void test_share_off(void) {
+  CHECK(scr_process_option_set("share", "0") == SCR_OK);
+  struct scr_process_stats p0 = pstats();
+  pthread_t t;
+  pthread_create(&t, NULL, one_block, NULL);
+  pthread_join(t, NULL);
+  struct scr_process_stats p1 = pstats();
+  CHECK_EQ(p1.share_joins - p0.share_joins, 0);
+  CHECK_EQ(p1.claims - p0.claims, 1);
+  CHECK(scr_process_option_set("share", "1") == SCR_OK);
+}
+
+int main(void) {
+  CHECK_EQ(scr_process_option_get("share"), 1);
+  scr_process_option_set("discard", "0"); /* parked arenas keep their blocks: counts stay exact */
+  scr_process_option_set("share", "0");
+  scr_free(scr_malloc(16)); /* the main thread's own arena */
+  scr_process_option_set("share", "1");
+  TEST(test_threads_taking_turns_share_one_arena);
+  TEST(test_a_hot_thread_claims_its_own);
+  TEST(test_threads_running_at_once_leave);
+  TEST(test_share_off);
+  CHECK(scr_process_validate() == SCR_OK);
+  return check_done();
+}

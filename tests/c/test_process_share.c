@@ -71,10 +71,15 @@ static void test_threads_taking_turns_share_one_arena(void) {
   for (int i = 0; i < BLOCKS; i++) scr_free(handed[i]); /* the main thread's frees: remote to the parked arena */
   struct scr_process_stats p1 = pstats();
   CHECK_EQ(p1.share_joins - p0.share_joins, 2);
-  CHECK_EQ(p1.share_leaves - p0.share_leaves, 2); /* at exit */
-  CHECK_EQ(p1.claims - p0.claims, 1);             /* the shared arena, once for both */
-  CHECK_EQ(p1.parks - p0.parks, 1);               /* when the last of them exited */
-  CHECK_EQ(p1.remote_frees - p0.remote_frees, BLOCKS); /* each frees the other's blocks at home */
+  CHECK_EQ(p1.share_leaves - p0.share_leaves, 2); /* at exit at the latest */
+  /* The shared arena claimed once for both and parked when the last left.
+   * A thread's exit frees (its thread-locals) may find the mutex taken by
+   * the other's last turn: that thread then leaves and its exit claims
+   * and parks an arena of its own (seen under ThreadSanitizer on a
+   * loaded machine), so these are bounds. */
+  CHECK(p1.claims - p0.claims >= 1 && p1.claims - p0.claims <= 3);
+  CHECK(p1.parks - p0.parks >= 1 && p1.parks - p0.parks <= 3);
+  CHECK(p1.remote_frees - p0.remote_frees >= BLOCKS); /* each frees the other's blocks at home */
   /* each turn's mallocs reuse what the turn freed of the other thread's
    * blocks: with an arena each, none would */
   CHECK(reused >= (TURNS * 2 - 1) * BLOCKS / 2);

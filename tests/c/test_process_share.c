@@ -144,6 +144,41 @@ static void test_threads_running_at_once_leave(void) {
   CHECK(scr_process_validate() == SCR_OK);
 }
 
+/* ---- scr_free_many on the shared arena: one call, blocks back in order ---- */
+
+static unsigned ascending_after_free_many;
+static uint64_t joins_in_free_many;
+static void *free_many_member(void *arg) {
+  (void)arg;
+  enum { N = 20000 };
+  static void *v[N];
+  for (int i = 0; i < N; i++) v[i] = scr_malloc(48);
+  uint64_t s = 777;
+  for (int i = N - 1; i > 0; i--) { /* shuffle */
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    int j = (int)((s >> 33) % (uint64_t)(i + 1));
+    void *t = v[i];
+    v[i] = v[j];
+    v[j] = t;
+  }
+  scr_free_many(v, N);
+  for (int i = 0; i < N; i++) v[i] = scr_malloc(48);
+  for (int i = 1; i < N; i++) ascending_after_free_many += (uintptr_t)v[i] > (uintptr_t)v[i - 1];
+  joins_in_free_many = pstats().share_joins - pstats().share_leaves; /* still on it */
+  scr_free_many(v, N);
+  return NULL;
+}
+
+static void test_free_many_on_the_shared_arena(void) {
+  CHECK(scr_process_option_set("share_hot", "1000000000") == SCR_OK); /* stays a member */
+  pthread_t t;
+  pthread_create(&t, NULL, free_many_member, NULL);
+  pthread_join(t, NULL);
+  CHECK_EQ(joins_in_free_many, 1);
+  CHECK(ascending_after_free_many > 20000 * 9 / 10);
+  CHECK(scr_process_option_set("share_hot", "4096") == SCR_OK);
+}
+
 /* ---- share=0: every thread claims its own at its first allocation ---- */
 
 static void *one_block(void *arg) {
@@ -173,6 +208,7 @@ int main(void) {
   TEST(test_threads_taking_turns_share_one_arena);
   TEST(test_a_hot_thread_claims_its_own);
   TEST(test_threads_running_at_once_leave);
+  TEST(test_free_many_on_the_shared_arena);
   TEST(test_share_off);
   CHECK(scr_process_validate() == SCR_OK);
   return check_done();

@@ -36,5 +36,11 @@ static void proc_sort_descending(void **v, size_t n) {
 void scr_free_many(void **ptrs, size_t n) {
   if (ptrs == NULL) return;
   if (n >= SCR_FREE_MANY_SORT) proc_sort_descending(ptrs, n);
+  /* A thread on the shared arena frees the set as one call: one take of
+   * the mutex, and the set's own blocks go to their pages in order (per
+   * block, the thread could run hot midway and send the rest to the
+   * shared arena's remote stack, which its next holder frees in reverse). */
+  bool shared = _scr_tl_arena == NULL && _scr_share_wanted() && _scr_share_enter() != NULL;
   for (size_t i = 0; i < n; i++) scr_free(ptrs[i]);
+  if (shared) _scr_share_leave();
 }

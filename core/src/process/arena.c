@@ -48,6 +48,11 @@ void _scr_proc_init_slow(void) {
     P->ncpus = _scr_proc_cpus();
     P->delay_ms = P->opt.discard_delay_ms;
     P->main_tid = _scr_proc_gettid();
+    /* The first thread (the main thread, as a rule) holds an arena of its
+     * own: it is the one that frees what finished threads left (the
+     * churn's last phase, and its RSS once that is done, rely on it), and
+     * a process's startup is busy anyway. */
+    _scr_tl_share = SCR_SHARE_SOLO;
     if (pthread_key_create(&P->key, proc_thread_exit) != 0)
       _scr_report(SCR_ENOMEM, "no pthread key: arenas of exiting threads will not be parked");
     atomic_store_explicit(&P->inited, 1, memory_order_release);

@@ -6,8 +6,11 @@
 #include "check.h"
 #include "scralloc.h"
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static struct scr_process_stats pstats(void) {
   struct scr_process_stats p;
@@ -179,6 +182,93 @@ static void test_free_many_on_the_shared_arena(void) {
   CHECK(scr_process_option_set("share_hot", "4096") == SCR_OK);
 }
 
+/* ---- every entry point works on the shared arena ---- */
+
+static int entry_points_ok;
+static void *entry_points(void *arg) {
+  (void)arg;
+  int ok = 1;
+  unsigned char *z = scr_calloc(100, 37);
+  ok &= z != NULL;
+  for (int i = 0; z && i < 3700; i++) ok &= z[i] == 0;
+  memset(z, 7, 3700);
+  z = scr_realloc(z, 100000); /* grows into a large block: moved, contents kept */
+  ok &= z != NULL && z[0] == 7 && z[3699] == 7 && scr_usable_size(z) >= 100000;
+  z = scr_realloc(z, 0);
+  ok &= z == NULL;
+  void *al = scr_aligned_alloc(4096, 5000);
+  ok &= al != NULL && ((uintptr_t)al & 4095) == 0;
+  scr_free(al);
+  scr_free(NULL);
+  ok &= scr_realloc(NULL, 10) != NULL; /* kept: freed by the main thread below */
+  ok &= pstats().share_joins > pstats().share_leaves; /* still on it */
+  scr_trim();
+  entry_points_ok = ok;
+  return NULL;
+}
+
+static void test_entry_points_on_the_shared_arena(void) {
+  struct scr_process_stats p0 = pstats();
+  pthread_t t;
+  pthread_create(&t, NULL, entry_points, NULL);
+  pthread_join(t, NULL);
+  CHECK(entry_points_ok);
+  CHECK_EQ(pstats().share_joins - p0.share_joins, 1);
+  CHECK(scr_process_validate() == SCR_OK);
+}
+
+/* ---- fork while threads take turns on the shared arena ---- */
+
+static _Atomic int stop_turns;
+static void *turns_until_stopped(void *arg) {
+  int me = (int)(intptr_t)arg;
+  while (!atomic_load(&stop_turns)) {
+    wait_turn(me);
+    void *p[16];
+    for (int i = 0; i < 16; i++) p[i] = scr_malloc(100 + (size_t)i * 300);
+    for (int i = 0; i < 16; i++) scr_free(p[i]);
+    pass_turn(me);
+  }
+  pthread_mutex_lock(&baton_lock); /* let the other one out */
+  baton = 1 - me;
+  pthread_cond_broadcast(&baton_cv);
+  pthread_mutex_unlock(&baton_lock);
+  return NULL;
+}
+
+static __attribute__((unused)) void *child_thread(void *arg) {
+  (void)arg;
+  void *p = scr_malloc(1000);
+  memset(p, 1, 1000);
+  scr_free(p);
+  return p;
+}
+
+static void test_fork_while_threads_share(void) {
+  pthread_t th[2];
+  baton = 0;
+  atomic_store(&stop_turns, 0);
+  for (int i = 0; i < 2; i++) pthread_create(&th[i], NULL, turns_until_stopped, (void *)(intptr_t)i);
+  for (int f = 0; f < 8; f++) {
+    pid_t pid = fork();
+    if (pid == 0) { /* the child: its own allocations, and a thread of its own on the shared arena */
+      void *p = scr_malloc(5000);
+      int ok = p != NULL;
+#ifndef __SANITIZE_THREAD__ /* ThreadSanitizer does not start threads after a multi-threaded fork */
+      pthread_t t;
+      ok = ok && pthread_create(&t, NULL, child_thread, NULL) == 0 && pthread_join(t, NULL) == 0;
+#endif
+      scr_free(p);
+      _exit(ok ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  atomic_store(&stop_turns, 1);
+  for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
+  CHECK(scr_process_validate() == SCR_OK);
+}
+
 /* ---- share=0: every thread claims its own at its first allocation ---- */
 
 static void *one_block(void *arg) {
@@ -199,7 +289,37 @@ static void test_share_off(void) {
   CHECK(scr_process_option_set("share", "1") == SCR_OK);
 }
 
-int main(void) {
+/* ---- a process's first call, whichever entry point: its thread's own arena only ---- */
+
+static const char *self;
+static int mode_first_call(const char *entry) {
+  void *p = strcmp(entry, "calloc") == 0    ? scr_calloc(3, 10)
+            : strcmp(entry, "realloc") == 0 ? scr_realloc(NULL, 30)
+            : strcmp(entry, "aligned") == 0 ? scr_aligned_alloc(64, 30)
+                                            : scr_malloc(30);
+  scr_free(p);
+  scr_free(scr_malloc(100));
+  struct scr_process_stats ps = pstats();
+  return p != NULL && ps.claims == 1 && ps.arenas == 1 && ps.share_joins == 0 ? 0 : 1;
+}
+
+static void test_first_call_claims_one_arena(void) {
+  static const char *const entries[] = {"malloc", "calloc", "realloc", "aligned"};
+  for (unsigned i = 0; i < 4; i++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      execl(self, self, "first", entries[i], (char *)NULL);
+      _exit(127);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+  }
+}
+
+int main(int argc, char **argv) {
+  self = argv[0];
+  if (argc > 2 && strcmp(argv[1], "first") == 0) return mode_first_call(argv[2]);
   CHECK_EQ(scr_process_option_get("share"), 1);
   scr_process_option_set("discard", "0"); /* parked arenas keep their blocks: counts stay exact */
   scr_process_option_set("share", "0");
@@ -209,7 +329,10 @@ int main(void) {
   TEST(test_a_hot_thread_claims_its_own);
   TEST(test_threads_running_at_once_leave);
   TEST(test_free_many_on_the_shared_arena);
+  TEST(test_entry_points_on_the_shared_arena);
+  TEST(test_fork_while_threads_share);
   TEST(test_share_off);
+  TEST(test_first_call_claims_one_arena);
   CHECK(scr_process_validate() == SCR_OK);
   return check_done();
 }

@@ -421,8 +421,8 @@ SCR_INTERNAL scr_arena *_scr_arena_claim_shared(void); /* arena.c */
  * call goes between _scr_share_enter and _scr_share_leave). */
 static inline int _scr_share_wanted(void) {
   if (_scr_tl_share == SCR_SHARE_SOLO) return 0;
-  _scr_proc_init();
-  return _scr_proc.opt.share != 0;
+  _scr_proc_init(); /* the first call of the process makes its thread solo */
+  return _scr_tl_share != SCR_SHARE_SOLO && _scr_proc.opt.share != 0;
 }
 
 /* malloc.c: the entry points used by override.c */

@@ -1,8 +1,8 @@
 /* The shared arena (core/src/process/share.c): threads that take turns
  * allocate from one arena; a thread that finds it taken or runs hot
- * claims its own; the last thread to leave parks it.  The main thread
- * holds an arena of its own here, so that the shared arena's members are
- * the tests' threads. */
+ * claims its own; the last thread to leave parks it.  The main thread,
+ * the process's first, holds an arena of its own, so that the shared
+ * arena's members are the tests' threads. */
 #include "check.h"
 #include "scralloc.h"
 #include <pthread.h>
@@ -322,9 +322,9 @@ int main(int argc, char **argv) {
   if (argc > 2 && strcmp(argv[1], "first") == 0) return mode_first_call(argv[2]);
   CHECK_EQ(scr_process_option_get("share"), 1);
   scr_process_option_set("discard", "0"); /* parked arenas keep their blocks: counts stay exact */
-  scr_process_option_set("share", "0");
-  scr_free(scr_malloc(16)); /* the main thread's own arena */
-  scr_process_option_set("share", "1");
+  scr_free(scr_malloc(16)); /* the first thread: an arena of its own */
+  CHECK_EQ(pstats().claims, 1);
+  CHECK_EQ(pstats().share_joins, 0);
   TEST(test_threads_taking_turns_share_one_arena);
   TEST(test_a_hot_thread_claims_its_own);
   TEST(test_threads_running_at_once_leave);

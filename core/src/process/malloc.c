@@ -20,11 +20,7 @@ void _scr_proc_bad_free(const void *p) {
  * arena or NULL (none claimed yet). */
 static __attribute__((noinline)) void *proc_malloc_slow(scr_arena *a, size_t n) {
   if (SCR_UNLIKELY(a == NULL)) {
-    if (_scr_share_wanted() && _scr_share_enter() != NULL) {
-      void *q = scr_malloc(n);
-      _scr_share_leave();
-      return q;
-    }
+    SCR_SHARE_RETURN(1, scr_malloc(n));
     a = _scr_arena_claim();
     if (a == NULL) return NULL;
   }
@@ -65,11 +61,7 @@ __attribute__((aligned(64))) void *scr_malloc(size_t n) {
 }
 
 void *scr_calloc(size_t count, size_t size) {
-  if (SCR_UNLIKELY(_scr_tl_arena == NULL) && _scr_share_wanted() && _scr_share_enter() != NULL) {
-    void *q = scr_calloc(count, size);
-    _scr_share_leave();
-    return q;
-  }
+  SCR_SHARE_RETURN(SCR_UNLIKELY(_scr_tl_arena == NULL), scr_calloc(count, size));
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   void *p = proc_heap_calloc(a->heap, count, size);
@@ -78,11 +70,7 @@ void *scr_calloc(size_t count, size_t size) {
 }
 
 void *scr_aligned_alloc(size_t alignment, size_t n) {
-  if (SCR_UNLIKELY(_scr_tl_arena == NULL) && _scr_share_wanted() && _scr_share_enter() != NULL) {
-    void *q = scr_aligned_alloc(alignment, n);
-    _scr_share_leave();
-    return q;
-  }
+  SCR_SHARE_RETURN(SCR_UNLIKELY(_scr_tl_arena == NULL), scr_aligned_alloc(alignment, n));
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   void *p = proc_heap_aligned_alloc(a->heap, alignment, n);
@@ -159,11 +147,7 @@ void *scr_realloc(void *p, size_t n) {
     errno = EINVAL;
     return NULL;
   }
-  if (SCR_UNLIKELY(_scr_tl_arena == NULL) && _scr_share_wanted() && _scr_share_enter() != NULL) {
-    void *q = scr_realloc(p, n);
-    _scr_share_leave();
-    return q;
-  }
+  SCR_SHARE_RETURN(SCR_UNLIKELY(_scr_tl_arena == NULL), scr_realloc(p, n));
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   if (SCR_LIKELY(a->heap == h)) {

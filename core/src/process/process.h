@@ -425,6 +425,17 @@ static inline int _scr_share_wanted(void) {
   return _scr_tl_share != SCR_SHARE_SOLO && _scr_proc.opt.share != 0;
 }
 
+/* In an entry point of a caller that is to use the shared arena: the
+ * entry point's call, made again on that arena, and return its result. */
+#define SCR_SHARE_RETURN(no_arena, call)                                   \
+  do {                                                                     \
+    if ((no_arena) && _scr_share_wanted() && _scr_share_enter() != NULL) { \
+      __typeof__(call) share_result_ = (call);                             \
+      _scr_share_leave();                                                  \
+      return share_result_;                                                \
+    }                                                                      \
+  } while (0)
+
 /* malloc.c: the entry points used by override.c */
 SCR_INTERNAL void _scr_proc_bad_free(const void *p);
 SCR_INTERNAL size_t _scr_arena_trim(scr_arena *a); /* the holder: a's cache, pool share, remote frees, free pages back */

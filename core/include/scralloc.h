@@ -273,7 +273,8 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(forks, "forks survived")                                                   \
   X(turn_takers, "threads found blocking often while holding an arena (their caches keep no big blocks)") \
   X(share_joins, "threads that started on the shared arena")                     \
-  X(share_leaves, "threads that left the shared arena for their own (found it taken, ran hot, or exited)")
+  X(share_leaves, "threads that left the shared arena for their own (found it taken, ran hot, or exited)") \
+  X(share_collisions, "calls that found the shared arena taken (their threads claimed their own)")
 
 struct scr_process_stats {
 #define SCR_PSTATS_FIELD_(name, doc) uint64_t name;

@@ -143,6 +143,7 @@ static void test_threads_running_at_once_leave(void) {
   struct scr_process_stats p1 = pstats();
   /* 64 x 512 calls each: past share_hot without blocking, if no collision came first */
   CHECK_EQ(p1.share_leaves - p0.share_leaves, p1.share_joins - p0.share_joins);
+  CHECK(p1.share_collisions - p0.share_collisions <= 2); /* at most one each: then it has its own */
   CHECK(p1.claims - p0.claims >= 2); /* an arena of its own each */
   CHECK(scr_process_validate() == SCR_OK);
 }

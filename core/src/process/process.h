@@ -204,6 +204,7 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(turn_takers, "threads found taking turns (blocking often while holding an arena)") \
   X(share_joins, "threads that started on the shared arena")               \
   X(share_leaves, "threads that left the shared arena for their own (found it taken, ran hot, or exited)") \
+  X(share_collisions, "calls that found the shared arena taken (their threads claimed their own)") \
   X(forks, "forks the allocator went through")
 
 typedef struct scr_proc_counters {

@@ -24,9 +24,11 @@
  * it is the one that frees what finished threads left, and on the shared
  * arena the churn's RSS 1.5 s after those frees was 10.2 MiB, not 2.3.
  *
- * Invariants (under share_lock): share_arena is NULL or OWNED with
+ * Invariants: share_arena (under share_lock) is NULL or OWNED with
  * shared set; share_members counts the threads with _scr_tl_share ==
- * SHARE_MEMBER that have not exited, and share_arena is NULL when it is 0. */
+ * SHARE_MEMBER that have not exited (joins under share_lock, leaves with
+ * or without it); when it drops to 0, the thread that dropped it parks
+ * share_arena, unless a thread joined again before it took the lock. */
 #include "process.h"
 
 enum { SHARE_NEW = 0, SHARE_MEMBER = 1 }; /* and SCR_SHARE_SOLO */
@@ -37,27 +39,35 @@ static __thread uint64_t tl_calls __attribute__((tls_model("initial-exec")));
 static __thread uint64_t tl_quiet_calls __attribute__((tls_model("initial-exec")));
 static __thread uint64_t tl_switches __attribute__((tls_model("initial-exec")));
 
+
 static pthread_mutex_t share_lock = PTHREAD_MUTEX_INITIALIZER;
 static scr_arena *share_arena;
-static unsigned share_members;
+static _Atomic unsigned share_members;
 static pthread_key_t share_key;
 static pthread_once_t share_key_once = PTHREAD_ONCE_INIT;
 
-/* Under share_lock: the calling thread is off the shared arena for good.
- * Returns the arena when nobody is left on it: the caller parks it once
- * the mutex is let go (parking may start the helper thread, whose
- * creation allocates). */
-static scr_arena *share_leave_locked(void) {
-  scr_arena *idle = NULL;
+/* The calling thread is off the shared arena for good: 1 when it was the
+ * last thread on it. */
+static int share_drop_member(void) {
+  int last = 0;
   if (_scr_tl_share == SHARE_MEMBER) {
     pthread_setspecific(share_key, NULL);
     SCR_PC_ADD(share_leaves, 1);
-    if (--share_members == 0) {
-      idle = share_arena;
-      share_arena = NULL;
-    }
+    last = atomic_fetch_sub_explicit(&share_members, 1, memory_order_relaxed) == 1;
   }
   _scr_tl_share = SCR_SHARE_SOLO;
+  return last;
+}
+
+/* Under share_lock: the shared arena when nobody is on it (taken off:
+ * the caller parks it once the mutex is let go, as parking may start the
+ * helper thread, whose creation allocates), else NULL. */
+static scr_arena *share_idle_locked(void) {
+  scr_arena *idle = NULL;
+  if (atomic_load_explicit(&share_members, memory_order_relaxed) == 0) {
+    idle = share_arena;
+    share_arena = NULL;
+  }
   return idle;
 }
 
@@ -66,10 +76,18 @@ static void share_unlock_and_park(scr_arena *idle) {
   if (idle != NULL) _scr_arena_park(idle);
 }
 
+/* Off the shared arena without holding its mutex (another thread holds
+ * it: waiting for it here could mean waiting for a thread the scheduler
+ * has put aside); the last one off takes the mutex to park the arena. */
+static void share_leave_unlocked(void) {
+  if (!share_drop_member()) return;
+  pthread_mutex_lock(&share_lock);
+  share_unlock_and_park(share_idle_locked());
+}
+
 static void share_thread_exit(void *arg) {
   (void)arg;
-  pthread_mutex_lock(&share_lock);
-  share_unlock_and_park(share_leave_locked());
+  share_leave_unlocked();
 }
 
 static void share_key_create(void) {
@@ -81,21 +99,22 @@ static void share_key_create(void) {
  * the caller is to claim its own (the mutex was taken, or no arena). */
 scr_arena *_scr_share_enter(void) {
   if (pthread_mutex_trylock(&share_lock) != 0) {
-    pthread_mutex_lock(&share_lock); /* once per thread: to leave */
-    share_unlock_and_park(share_leave_locked());
+    SCR_PC_ADD(share_collisions, 1);
+    share_leave_unlocked();
     return NULL;
   }
   if (_scr_tl_share == SHARE_NEW) {
     pthread_once(&share_key_once, share_key_create);
     pthread_setspecific(share_key, &share_key); /* any non-NULL value: the exit hook runs */
     _scr_tl_share = SHARE_MEMBER;
-    share_members++;
+    atomic_fetch_add_explicit(&share_members, 1, memory_order_relaxed);
     tl_switches = _scr_turns_voluntary_switches();
     SCR_PC_ADD(share_joins, 1);
   }
   if (share_arena == NULL) share_arena = _scr_arena_claim_shared();
   if (share_arena == NULL) { /* no memory for one: the thread tries a claim of its own */
-    share_unlock_and_park(share_leave_locked());
+    share_drop_member();
+    share_unlock_and_park(share_idle_locked());
     return NULL;
   }
   _scr_tl_arena = share_arena;
@@ -111,7 +130,7 @@ void _scr_share_leave(void) {
     tl_quiet_calls = now == tl_switches ? tl_quiet_calls + SHARE_LOOK_EVERY : 0;
     tl_switches = now;
     if (tl_quiet_calls >= _scr_proc.opt.share_hot) {
-      share_unlock_and_park(share_leave_locked());
+      share_unlock_and_park(share_drop_member() ? share_idle_locked() : NULL);
       return;
     }
   }

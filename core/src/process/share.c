@@ -18,7 +18,7 @@
  * others.  On one arena they reuse each other's memory.  python3 with
  * pymalloc, 4 threads (bench/proc_py.py 4 3), 40 paired runs: page faults
  * 10.2k -> 8.1k (glibc 8.4k), max RSS 36.2 -> 35.0 MiB (glibc 35.6); its
- * malloc calls replayed (bench/malloc_replay.c): 6.2k -> 3.9k faults.
+ * malloc calls replayed (bench/malloc_replay.c): 6.2k -> 3.8k faults.
  * The threaded stress and the churn, whose threads run at once, find the
  * mutex taken within their first calls.  The first thread stays off it:
  * it is the one that frees what finished threads left, and on the shared
@@ -38,7 +38,6 @@ __thread int _scr_tl_share __attribute__((tls_model("initial-exec")));
 static __thread uint64_t tl_calls __attribute__((tls_model("initial-exec")));
 static __thread uint64_t tl_quiet_calls __attribute__((tls_model("initial-exec")));
 static __thread uint64_t tl_switches __attribute__((tls_model("initial-exec")));
-
 
 static pthread_mutex_t share_lock = PTHREAD_MUTEX_INITIALIZER;
 static scr_arena *share_arena;

@@ -157,6 +157,7 @@ def main():
                     failures += 1
                     print(f"# {wname} / {aname}: exit {code}", file=sys.stderr)
                     continue
+                m["round"] = r
                 results[wname][aname].append(m)
         print(f"# round {r + 1}/{args.runs} done ({time.time() - t_start:.0f} s)", file=sys.stderr)
 
@@ -170,6 +171,21 @@ def main():
             code, m = run_measured(argv, {**env, **aenv, "PROC_CHURN_WAIT_MS": "1500"}, lib)
             if code == 0 and "rss_after_wait_mib" in m:
                 after_wait.setdefault(wname, {})[aname] = m["rss_after_wait_mib"]
+
+    def paired(ms_a, ms_b, key):
+        """scralloc's figure over another's, run by run within a round
+        (the two ran back to back, so a slow spell of the machine weighs on
+        both): the ratios, sorted."""
+        by_round = {m["round"]: m[key] for m in ms_b if key in m}
+        return sorted(m[key] / by_round[m["round"]] for m in ms_a
+                      if key in m and by_round.get(m["round"]))
+
+    def spread(rs):
+        """'median [first quartile-third quartile]' of paired ratios"""
+        if len(rs) < 2:
+            return f"{rs[0]:.2f}" if rs else "-"
+        q = statistics.quantiles(rs, n=4)
+        return f"{statistics.median(rs):.2f} [{q[0]:.2f}-{q[2]:.2f}]"
 
     def med(ms, key):
         vals = [m[key] for m in ms if key in m]
@@ -200,8 +216,22 @@ def main():
             if others:
                 best = min(others, key=lambda k: others[k]["wall"])
                 ratios = ", ".join(f"{k} {s['wall'] / v['wall']:.2f}" for k, v in others.items())
-                print(f"\nscralloc wall ratio: {ratios}; best other: {best} "
+                print(f"\nscralloc wall ratio (of medians): {ratios}; best other: {best} "
                       f"({'met' if s['wall'] <= others[best]['wall'] else 'missed'}: wall at or below the best)")
+                # The same comparison run by run: each round ran every
+                # allocator back to back, so the median of the rounds'
+                # ratios is not moved by which allocator a slow spell of
+                # the machine happened to hit.
+                mine = results[wname]["scralloc"]
+                pr = {k: paired(mine, results[wname][k], "wall") for k in others}
+                pr = {k: v for k, v in pr.items() if v}
+                if pr:
+                    worst = max(pr, key=lambda k: statistics.median(pr[k]))
+                    wm = statistics.median(pr[worst])
+                    print("scralloc wall ratio (paired, median [quartiles] of the rounds' ratios): "
+                          + ", ".join(f"{k} {spread(v)}" for k, v in pr.items())
+                          + f"; closest: {worst} ({'met' if wm <= 1.0 else 'missed'}: wall at or below every other's)")
+                    summary[wname]["paired_wall"] = {k: statistics.median(v) for k, v in pr.items()}
             if wname in after_wait:
                 waited = ", ".join(f"{k} {v:.1f}" for k, v in after_wait[wname].items())
                 print(f"RSS 1.5 s after everything was freed (one run each, MiB): {waited}")
@@ -210,6 +240,12 @@ def main():
                 print(f"scralloc max RSS / glibc: {s['maxrss_mib'] / g['maxrss_mib']:.2f} "
                       f"({'met' if s['maxrss_mib'] <= g['maxrss_mib'] else 'missed'}: max RSS at or below glibc's); "
                       f"minor faults / glibc: {s['minflt'] / max(1, g['minflt']):.2f}")
+                prss = paired(results[wname]["scralloc"], results[wname]["glibc"], "maxrss_mib")
+                if prss:
+                    pm = statistics.median(prss)
+                    print(f"scralloc max RSS / glibc (paired): {spread(prss)} "
+                          f"({'met' if pm <= 1.0 else 'missed'}: max RSS at or below glibc's)")
+                    summary[wname]["paired_rss_glibc"] = pm
         print()
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as f:

@@ -129,7 +129,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", required=True, help="libscralloc.so")
     ap.add_argument("--bin", required=True, help="folder with proc_xthread, proc_churn")
-    ap.add_argument("--runs", type=int, default=int(os.environ.get("SCR_BENCH_RUNS", "5")))
+    ap.add_argument("--runs", type=int, default=int(os.environ.get("SCR_BENCH_RUNS", "11")))
     ap.add_argument("--scale", type=float, default=float(os.environ.get("SCR_BENCH_SCALE", "1")))
     ap.add_argument("--json", default="build/bench/process.json")
     ap.add_argument("--profile", action="append", default=[],

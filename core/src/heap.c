@@ -378,7 +378,11 @@ scr_heap *_scr_heap_of(const void *p) {
   scr_segment *seg = _scr_segmap_get(p);
   return seg ? seg->heap : NULL;
 }
-void _scr_heap_set_owner(scr_heap *h, void *owner) { h->owner = owner; }
+void _scr_heap_set_owner(scr_heap *h, void *owner, uintptr_t map_mark) {
+  scr_assert(h->segments == NULL && map_mark <= SCR_SEGMAP_MARK_MASK);
+  h->owner = owner;
+  h->map_mark = map_mark;
+}
 void *_scr_heap_owner(const scr_heap *h) { return h->owner; }
 void _scr_heap_set_hooks(scr_heap *h, const struct _scr_heap_hooks *hooks) {
   if (hooks) h->hooks = *hooks; else memset(&h->hooks, 0, sizeof h->hooks);

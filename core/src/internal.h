@@ -98,17 +98,26 @@ static inline scr_page *_scr_class_page(scr_segment *seg, uintptr_t idx, unsigne
 #define SCR_SEGMAP_SEG_BITS (48 - SCR_SEGMENT_SHIFT) /* 26 */
 #define SCR_SEGMAP_LEAF_BITS 13
 #define SCR_SEGMAP_TOP_SLOTS (1u << (SCR_SEGMAP_SEG_BITS - SCR_SEGMAP_LEAF_BITS))
-struct _scr_segmap_leaf { _Atomic(scr_segment *) slot[1u << SCR_SEGMAP_LEAF_BITS]; };
+/* An entry is the segment's address (aligned to SCR_SEGMENT_SIZE) or'ed
+ * with its heap's map_mark (scr_heap: the process allocator's arenas mark
+ * theirs), so that a free can tell a block of its own arena without
+ * reading the segment header's first line (the owner's heap pointer). */
+#define SCR_SEGMAP_MARK_MASK (SCR_SEGMENT_SIZE - 1)
+struct _scr_segmap_leaf { _Atomic uintptr_t slot[1u << SCR_SEGMAP_LEAF_BITS]; };
 SCR_INTERNAL extern _Atomic(struct _scr_segmap_leaf *) _scr_segmap_top[SCR_SEGMAP_TOP_SLOTS];
-static inline scr_segment *_scr_segmap_get(const void *p) {
+/* The entry of the segment that covers p, or 0. */
+static inline uintptr_t _scr_segmap_entry(const void *p) {
   uintptr_t s = (uintptr_t)p >> SCR_SEGMENT_SHIFT;
-  if (SCR_UNLIKELY(s >> SCR_SEGMAP_SEG_BITS)) return NULL;
+  if (SCR_UNLIKELY(s >> SCR_SEGMAP_SEG_BITS)) return 0;
   struct _scr_segmap_leaf *l = atomic_load_explicit(&_scr_segmap_top[s >> SCR_SEGMAP_LEAF_BITS], memory_order_acquire);
-  if (SCR_UNLIKELY(l == NULL)) return NULL;
+  if (SCR_UNLIKELY(l == NULL)) return 0;
   return atomic_load_explicit(&l->slot[s & ((1u << SCR_SEGMAP_LEAF_BITS) - 1)], memory_order_acquire);
 }
+static inline scr_segment *_scr_segmap_seg(uintptr_t e) { return (scr_segment *)(e & ~(uintptr_t)SCR_SEGMAP_MARK_MASK); }
+static inline uintptr_t _scr_segmap_mark(uintptr_t e) { return e & SCR_SEGMAP_MARK_MASK; }
+static inline scr_segment *_scr_segmap_get(const void *p) { return _scr_segmap_seg(_scr_segmap_entry(p)); }
 SCR_INTERNAL int _scr_segmap_prepare(uintptr_t base, size_t size);
-SCR_INTERNAL int _scr_segmap_set(uintptr_t base, size_t size, scr_segment *seg);
+SCR_INTERNAL int _scr_segmap_set(uintptr_t base, size_t size, scr_segment *seg, uintptr_t mark);
 SCR_INTERNAL void _scr_segmap_clear(uintptr_t base, size_t size);
 
 /* segment.c */
@@ -178,7 +187,7 @@ SCR_INTERNAL void _scr_heap_set_caps(scr_heap *h, unsigned retain, size_t retain
  * live blocks (heap_total - heap_used). */
 SCR_INTERNAL uint64_t _scr_heap_used_bytes(const scr_heap *h);
 SCR_INTERNAL uint64_t _scr_heap_unused_bytes(const scr_heap *h);
-SCR_INTERNAL void _scr_heap_set_owner(scr_heap *h, void *owner);
+SCR_INTERNAL void _scr_heap_set_owner(scr_heap *h, void *owner, uintptr_t map_mark); /* before its first segment */
 SCR_INTERNAL void *_scr_heap_owner(const scr_heap *h);
 SCR_INTERNAL void _scr_heap_set_hooks(scr_heap *h, const struct _scr_heap_hooks *hooks);
 

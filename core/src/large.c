@@ -246,7 +246,7 @@ void *_scr_large_realloc_inplace(scr_heap *h, scr_segment *seg, void *p, size_t 
     if (moved->prev) moved->prev->next = moved; else h->segments = moved;
     if (moved->next) moved->next->prev = moved;
   }
-  _scr_segmap_set((uintptr_t)moved, new_size, moved); /* leaves exist for both ranges */
+  _scr_segmap_set((uintptr_t)moved, new_size, moved, h->map_mark); /* leaves exist for both ranges */
   moved->size = new_size;
   moved->huge_size = new_size - moved->huge_offset;
   h->bytes += grow;

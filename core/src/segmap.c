@@ -38,14 +38,16 @@ int _scr_segmap_prepare(uintptr_t base, size_t size) {
   return 0;
 }
 
-/* Register [base, base + size) as covered by seg.  0, or -1 when a leaf
- * could not be mapped (nothing is registered then). */
-int _scr_segmap_set(uintptr_t base, size_t size, scr_segment *seg) {
+/* Register [base, base + size) as covered by seg, marked with mark (below
+ * SCR_SEGMENT_SIZE).  0, or -1 when a leaf could not be mapped (nothing
+ * is registered then). */
+int _scr_segmap_set(uintptr_t base, size_t size, scr_segment *seg, uintptr_t mark) {
+  scr_assert(((uintptr_t)seg & SCR_SEGMAP_MARK_MASK) == 0 && mark <= SCR_SEGMAP_MARK_MASK);
   if (_scr_segmap_prepare(base, size) != 0) return -1;
   uintptr_t first = base >> SCR_SEGMENT_SHIFT;
   uintptr_t last = (base + size - 1) >> SCR_SEGMENT_SHIFT;
   for (uintptr_t s = first; s <= last; s++) {
-    atomic_store_explicit(&leaf_for(s, false)->slot[s & (LEAF_SLOTS - 1)], seg, memory_order_release);
+    atomic_store_explicit(&leaf_for(s, false)->slot[s & (LEAF_SLOTS - 1)], (uintptr_t)seg | mark, memory_order_release);
   }
   return 0;
 }
@@ -55,6 +57,6 @@ void _scr_segmap_clear(uintptr_t base, size_t size) {
   uintptr_t last = (base + size - 1) >> SCR_SEGMENT_SHIFT;
   for (uintptr_t s = first; s <= last; s++) {
     leaf *l = leaf_for(s, false);
-    if (l) atomic_store_explicit(&l->slot[s & (LEAF_SLOTS - 1)], NULL, memory_order_release);
+    if (l) atomic_store_explicit(&l->slot[s & (LEAF_SLOTS - 1)], 0, memory_order_release);
   }
 }

@@ -48,7 +48,7 @@ scr_segment *_scr_segment_map(scr_heap *h, size_t size, size_t align, scr_segmen
   if (align < SCR_SEGMENT_SIZE) align = SCR_SEGMENT_SIZE;
   scr_segment *seg = _scr_os_map_aligned(size, align, &h->os);
   if (seg == NULL) return NULL;
-  if (_scr_segmap_set((uintptr_t)seg, size, seg) != 0) {
+  if (_scr_segmap_set((uintptr_t)seg, size, seg, h->map_mark) != 0) {
     _scr_os_unmap(seg, size, &h->os);
     return NULL;
   }
@@ -82,7 +82,7 @@ bool _scr_segment_unmap(scr_heap *h, scr_segment *seg) {
   seg->magic = 0;
   if (_scr_os_unmap(seg, size, &h->os) != 0) {
     seg->magic = SCR_SEGMENT_MAGIC;
-    _scr_segmap_set((uintptr_t)seg, size, seg); /* leaves exist already */
+    _scr_segmap_set((uintptr_t)seg, size, seg, h->map_mark); /* leaves exist already */
     link_segment(h, seg);
     if (seg->free_mask) avail_push(h, seg);
     _scr_report(SCR_ENOMEM, "munmap of a segment failed; kept for a later trim");

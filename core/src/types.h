@@ -185,6 +185,7 @@ struct scr_heap {
    * and claim, which every thread that frees a block of the heap reads. */
   _Alignas(64) void *owner;
   _Atomic int owner_parked;
+  uintptr_t map_mark;                    /* its segments' mark in the segment map (0: none) */
   struct _scr_heap_hooks hooks;          /* process allocator's hooks */
   struct scr_heap *meta_next;            /* descriptor pool free list */
 };

@@ -1,9 +1,11 @@
 /* The thread's cache (core/src/process/recycle.c) and its options:
- * cache_bytes, cache_medium, cache_max.  A process of its own, so that
+ * cache_bytes, cache_medium, cache_max; which blocks it keeps (a parked
+ * arena's, the segment map's marks).  A process of its own, so that
  * which arenas exist is known: the main thread's arena 0 and the arenas
  * of the threads each test starts. */
 #include "arena_probe.h"
 #include "check.h"
+#include "internal.h" /* the segment map's marks */
 #include "scralloc.h"
 #include <pthread.h>
 #include <sched.h>
@@ -177,6 +179,89 @@ static void test_short_lists_leave_long_batches(void) {
   CHECK(scr_process_validate() == SCR_OK);
 }
 
+/* ---- blocks of a parked arena ---- */
+
+/* A finished thread's blocks that the main thread frees: kept in its
+ * list of the class while another thread holds an arena (threads still
+ * running reuse them), sent home to the parked arena when none does (so
+ * that its pages can go back).  Class 4096: its list keeps 4 (16 KiB). */
+enum { PARKED_N = 16, PARKED_SIZE = 4000 };
+static void *parked_blocks[PARKED_N];
+static void *fill_parked(void *arg) {
+  (void)arg;
+  for (int i = 0; i < PARKED_N; i++) {
+    parked_blocks[i] = scr_malloc(PARKED_SIZE);
+    memset(parked_blocks[i], 3, PARKED_SIZE);
+  }
+  return NULL;
+}
+static _Atomic int sleeper_state; /* 1 holds an arena, 2 told to go */
+static void *sleeper(void *arg) {
+  (void)arg;
+  void *p = scr_malloc(64);
+  atomic_store(&sleeper_state, 1);
+  while (atomic_load(&sleeper_state) != 2) sched_yield();
+  scr_free(p);
+  return NULL;
+}
+/* The remote frees the main thread's frees of a finished thread's
+ * blocks made, with another thread holding an arena meanwhile or not. */
+static uint64_t remote_frees_of_parked_blocks(int other) {
+  scr_trim(); /* the main thread's lists start empty */
+  pthread_t t;
+  atomic_store(&sleeper_state, 0);
+  if (other) {
+    pthread_create(&t, NULL, sleeper, NULL);
+    while (atomic_load(&sleeper_state) != 1) sched_yield();
+  }
+  run_thread(fill_parked, NULL); /* its arena is parked when it exits */
+  struct scr_process_stats p0, p1;
+  scr_process_stats(&p0);
+  CHECK_EQ(p0.arenas_owned, other ? 2u : 1u);
+  for (int i = 0; i < PARKED_N; i++) scr_free(parked_blocks[i]);
+  scr_process_stats(&p1);
+  if (other) {
+    atomic_store(&sleeper_state, 2);
+    pthread_join(t, NULL);
+  }
+  scr_trim();
+  return p1.remote_frees - p0.remote_frees;
+}
+static void test_a_parked_arenas_blocks_are_kept_while_others_run(void) {
+  CHECK_EQ(remote_frees_of_parked_blocks(0), PARKED_N);
+  CHECK_EQ(remote_frees_of_parked_blocks(1), PARKED_N - 4);
+  CHECK(scr_process_validate() == SCR_OK);
+}
+
+/* The segment map marks each arena's segments with its id + 1 (what a
+ * free reads to tell its own arena's blocks and other arenas' without
+ * reading the segment), and a heap the program made with 0. */
+static unsigned mark_arena;
+static uintptr_t mark_seen;
+static void *mark_probe(void *arg) {
+  (void)arg;
+  void *p = scr_malloc(8000);
+  memset(p, 1, 8000);
+  mark_arena = arena_with_live(8192);
+  mark_seen = _scr_segmap_mark(_scr_segmap_entry(p));
+  scr_free(p);
+  return NULL;
+}
+static void test_segment_map_marks(void) {
+  void *p = scr_malloc(100);
+  CHECK_EQ(_scr_segmap_mark(_scr_segmap_entry(p)), 1); /* arena 0, the main thread's */
+  CHECK(_scr_segmap_seg(_scr_segmap_entry(p)) == _scr_segmap_get(p));
+  scr_free(p);
+  run_thread(mark_probe, NULL);
+  CHECK(mark_arena != UINT32_MAX && mark_arena > 0);
+  CHECK_EQ(mark_seen, (uintptr_t)mark_arena + 1);
+  scr_heap *own = scr_heap_new(NULL);
+  void *q = scr_heap_malloc(own, 100);
+  CHECK_EQ(_scr_segmap_mark(_scr_segmap_entry(q)), 0);
+  scr_heap_free(own, q);
+  scr_heap_destroy(own);
+}
+
 int main(void) {
   /* each thread on an arena of its own (share.c's shared arena: test_process_share) */
   scr_process_option_set("share", "0");
@@ -187,5 +272,7 @@ int main(void) {
   TEST(test_a_kept_block_keeps_its_page);
   TEST(test_cache_max_sends_big_blocks_home);
   TEST(test_short_lists_leave_long_batches);
+  TEST(test_a_parked_arenas_blocks_are_kept_while_others_run);
+  TEST(test_segment_map_marks);
   return check_done();
 }

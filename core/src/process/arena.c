@@ -82,7 +82,12 @@ static scr_arena *proc_arena_new(void) {
   pthread_mutex_init(&a->snap_lock, NULL);
   a->hooks = _scr_arena_hooks;
   a->hooks.arg = a;
-  _scr_heap_set_owner(h, a);
+  /* Its segments' mark in the segment map: id + 1 while that fits (0,
+   * unmarked, is every other heap's), else none, and own_mark then
+   * matches no entry (its frees take the general check, as others'). */
+  uintptr_t mark = (uintptr_t)a->id + 1 <= SCR_SEGMAP_MARK_MASK ? (uintptr_t)a->id + 1 : 0;
+  a->own_mark = mark != 0 ? mark : UINTPTR_MAX;
+  _scr_heap_set_owner(h, a, mark);
   _scr_heap_set_hooks(h, &a->hooks);
   scr_heap_stats(h, &a->snap);
   a->next_all = atomic_load_explicit(&P->all, memory_order_relaxed);

@@ -101,7 +101,7 @@ static __attribute__((noinline)) void proc_free_slow(void *p, scr_segment *seg, 
    * heap, as before, so that frees in address order (scr_free_many) stay
    * in order. */
   if (a != NULL && o != NULL && o != a && tag < SCR_CLASS_COUNT && a->rc[tag].room == 0 &&
-      !_scr_arena_parked(o) && _scr_pool_overflow(a, tag) && _scr_recycle_put(a, h, seg, idx, tag, p))
+      !_scr_arena_parked(o) && _scr_pool_overflow(a, tag) && _scr_recycle_put(a, seg, idx, tag, p))
     return;
   /* (The thread's cache refused p on the fast path already: a full list,
    * a parked owner, no size class.) */
@@ -122,12 +122,14 @@ static __attribute__((noinline)) void proc_free_slow(void *p, scr_segment *seg, 
  * malloc's) and starts a cache line.  NULL finds no segment and goes to
  * the slow side. */
 __attribute__((aligned(64))) void scr_free(void *p) {
-  scr_segment *seg = _scr_segmap_get(p);
+  uintptr_t e = _scr_segmap_entry(p);
+  scr_segment *seg = _scr_segmap_seg(e);
   scr_arena *a = _scr_tl_arena;
   if (SCR_LIKELY(seg != NULL && a != NULL)) {
     uintptr_t idx;
     unsigned tag = _scr_block_tag(seg, p, &idx);
-    if (SCR_LIKELY(_scr_recycle_put(a, seg->heap, seg, idx, tag, p))) return;
+    if (SCR_LIKELY(_scr_recycle_may_keep(a, _scr_segmap_mark(e), seg) && _scr_recycle_put(a, seg, idx, tag, p)))
+      return;
   }
   proc_free_slow(p, seg, a);
 }

@@ -333,16 +333,11 @@ static inline unsigned _scr_block_tag(const scr_segment *seg, const void *p, uin
  * 0.97-1.00x (four runs); marks for the caller's own blocks only 1.00x. */
 static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark, const scr_segment *seg) {
   if (SCR_LIKELY(mark == a->own_mark)) return true;
-  const scr_heap *h;
-  if (SCR_LIKELY(mark != 0)) { /* another arena's */
-    if (SCR_LIKELY(!_scr_proc_alone())) return true;
-    h = seg->heap;
-  } else { /* unmarked: a heap the program made, or an arena past the marks */
-    h = seg->heap;
-    if (h->owner == NULL) return false;
-    if (h == a->heap) return true;
-  }
-  return !atomic_load_explicit(&h->owner_parked, memory_order_relaxed) || !_scr_proc_alone();
+  if (SCR_LIKELY(mark != 0)) /* another arena's */
+    return !_scr_proc_alone() || !atomic_load_explicit(&seg->heap->owner_parked, memory_order_relaxed);
+  const scr_heap *h = seg->heap; /* unmarked: a heap the program made, or an arena past the marks */
+  return h->owner != NULL &&
+         (h == a->heap || !_scr_proc_alone() || !atomic_load_explicit(&h->owner_parked, memory_order_relaxed));
 }
 /* Keep p, a block on page idx of seg with tag `tag` that a's holder frees
  * and may keep (_scr_recycle_may_keep), for a's next malloc of its class:

@@ -261,9 +261,9 @@ static inline int _scr_arena_parked(const scr_arena *a) {
 static inline void _scr_arena_set_parked(scr_arena *a, int parked) {
   atomic_store_explicit(&a->heap->owner_parked, parked, memory_order_relaxed);
 }
-/* No other thread holds an arena (the caller holds one, or none). */
-static inline int _scr_proc_alone(void) {
-  return atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed) <= 1;
+/* No thread but the caller holds an arena; mine: the caller's (or NULL). */
+static inline int _scr_proc_alone(const scr_arena *mine) {
+  return atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed) <= (mine != NULL ? 1u : 0u);
 }
 static inline void _scr_proc_init(void) {
   if (SCR_UNLIKELY(!atomic_load_explicit(&_scr_proc.inited, memory_order_acquire))) _scr_proc_init_slow();
@@ -329,15 +329,15 @@ static inline unsigned _scr_block_tag(const scr_segment *seg, const void *p, uin
  * may have written since.  The threaded stress (a quarter of its frees
  * are other threads' blocks), paired rounds against the build before:
  * with these marks and the keeping of parked arenas' blocks, 0.95-0.99x
- * the wall over three runs of 150-200 rounds; the keeping alone
+ * the wall over four runs of 150-200 rounds; the keeping alone
  * 0.97-1.00x (four runs); marks for the caller's own blocks only 1.00x. */
 static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark, const scr_segment *seg) {
   if (SCR_LIKELY(mark == a->own_mark)) return true;
   if (SCR_LIKELY(mark != 0)) /* another arena's */
-    return !_scr_proc_alone() || !atomic_load_explicit(&seg->heap->owner_parked, memory_order_relaxed);
+    return !_scr_proc_alone(a) || !atomic_load_explicit(&seg->heap->owner_parked, memory_order_relaxed);
   const scr_heap *h = seg->heap; /* unmarked: a heap the program made, or an arena past the marks */
   return h->owner != NULL &&
-         (h == a->heap || !_scr_proc_alone() || !atomic_load_explicit(&h->owner_parked, memory_order_relaxed));
+         (h == a->heap || !_scr_proc_alone(a) || !atomic_load_explicit(&h->owner_parked, memory_order_relaxed));
 }
 /* Keep p, a block on page idx of seg with tag `tag` that a's holder frees
  * and may keep (_scr_recycle_may_keep), for a's next malloc of its class:

@@ -50,6 +50,8 @@ SCR_INTERNAL void *_scr_os_map_aligned(size_t size, size_t align, scr_os_counter
 SCR_INTERNAL int _scr_os_unmap(void *p, size_t size, scr_os_counters *c);
 SCR_INTERNAL int _scr_os_decommit(void *p, size_t size, bool free_lazily, scr_os_counters *c);
 SCR_INTERNAL int _scr_os_advise(void *p, size_t size, int advice, scr_os_counters *c);
+struct iovec;
+SCR_INTERNAL size_t _scr_os_decommit_ranges(struct iovec *r, size_t n, scr_os_counters *c);
 SCR_INTERNAL void *_scr_os_remap(void *old, size_t old_size, size_t new_size, void *target, scr_os_counters *c);
 SCR_INTERNAL bool _scr_os_inject_failure(void);
 SCR_INTERNAL size_t _scr_os_page_size(void);

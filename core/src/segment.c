@@ -4,6 +4,7 @@
  * Accounting changes only after the OS call succeeded. */
 #include "internal.h"
 #include <string.h>
+#include <sys/uio.h>
 
 #define ALL_PAGES_MASK (~(uint64_t)0 << SCR_FIRST_PAGE) /* pages 1..63 */
 #define PAGE_BYTES ((uint64_t)SCR_PAGE_SIZE)
@@ -177,18 +178,39 @@ scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align, unsigne
   return take_run(h, best, (unsigned)__builtin_ctzll(best_m), n, cls);
 }
 
+/* Pages first..first+n-1 of seg were given back (lazily: MADV_FREE). */
+static void decommitted(scr_heap *h, scr_segment *seg, unsigned first, unsigned n, bool lazy) {
+  uint64_t bits = _scr_run_mask(first, n);
+  seg->committed_free_mask &= ~bits;
+  if (lazy) seg->lazy_free_mask |= bits;
+  h->bytes -= (uint64_t)n << SCR_PAGE_SHIFT;
+  h->decommits++;
+}
+
 /* Decommit free pages first..first+n-1 of seg (MADV_FREE below
  * madv_free_below, whose pages then do not read as zero).  On failure they
  * stay committed, for a later trim. */
 static void decommit_run(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
-  uint64_t bits = _scr_run_mask(first, n);
   size_t len = (size_t)n << SCR_PAGE_SHIFT;
   bool lazy = len < h->opt.madv_free_below;
   if (_scr_os_decommit((uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT), len, lazy, &h->os) != 0) return;
-  seg->committed_free_mask &= ~bits;
-  if (lazy) seg->lazy_free_mask |= bits;
-  h->bytes -= (uint64_t)len;
-  h->decommits++;
+  decommitted(h, seg, first, n, lazy);
+}
+
+/* The runs one purge pass gives back with MADV_DONTNEED, gathered so that
+ * they go in one system call (prim/os.c: _scr_os_decommit_ranges). */
+#define PURGE_BATCH 64
+typedef struct purge_batch {
+  size_t n;
+  struct iovec r[PURGE_BATCH];
+  scr_segment *seg[PURGE_BATCH];
+  uint8_t first[PURGE_BATCH], pages[PURGE_BATCH];
+} purge_batch;
+
+static void purge_flush(scr_heap *h, purge_batch *b) {
+  size_t done = _scr_os_decommit_ranges(b->r, b->n, &h->os);
+  for (size_t i = 0; i < done; i++) decommitted(h, b->seg[i], b->first[i], b->pages[i], false);
+  b->n = 0; /* ranges past `done` stay committed, for a later trim */
 }
 
 /* Pages first..first+n-1 of seg go back: the whole segment to the OS if
@@ -219,13 +241,23 @@ void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, u
   decommit_run(h, seg, first, n);
 }
 
-/* Decommit the free pages of seg in mask m, run by run. */
-static void decommit_mask(scr_heap *h, scr_segment *seg, uint64_t m) {
+/* Decommit the free pages of seg in mask m, run by run: into the batch
+ * (MADV_DONTNEED runs) or at once (MADV_FREE ones). */
+static void decommit_mask(scr_heap *h, scr_segment *seg, uint64_t m, purge_batch *b) {
   while (m) {
     unsigned first = (unsigned)__builtin_ctzll(m);
     unsigned n = (unsigned)__builtin_ctzll(~(m >> first)); /* first >= 1: the top bit of ~(m >> first) is set */
     m &= ~_scr_run_mask(first, n);
-    decommit_run(h, seg, first, n);
+    if (((size_t)n << SCR_PAGE_SHIFT) < h->opt.madv_free_below) {
+      decommit_run(h, seg, first, n);
+      continue;
+    }
+    if (b->n == PURGE_BATCH) purge_flush(h, b);
+    b->r[b->n] = (struct iovec){(uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT), (size_t)n << SCR_PAGE_SHIFT};
+    b->seg[b->n] = seg;
+    b->first[b->n] = (uint8_t)first;
+    b->pages[b->n] = (uint8_t)n;
+    b->n++;
   }
 }
 
@@ -242,6 +274,8 @@ static void decommit_mask(scr_heap *h, scr_segment *seg, uint64_t m) {
 void _scr_segment_purge(scr_heap *h, bool all) {
   scr_segment *next;
   bool kept_empty = all;
+  purge_batch batch;
+  batch.n = 0;
   for (scr_segment *seg = h->segments; seg; seg = next) { /* newest first */
     next = seg->next;
     if (seg->kind != SCR_SEG_NORMAL) continue;
@@ -254,8 +288,9 @@ void _scr_segment_purge(scr_heap *h, bool all) {
       if (kept_empty && _scr_segment_unmap(h, seg)) continue;
       kept_empty = true;
     }
-    decommit_mask(h, seg, old);
+    decommit_mask(h, seg, old, &batch);
   }
+  if (batch.n) purge_flush(h, &batch);
 }
 
 /* Run the purge pass when it is due (every purge_delay_ms / 2); called

@@ -4,6 +4,10 @@
 #include "check.h"
 #include "scralloc.h"
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
 
 static struct scr_stats stats(scr_heap *h) {
   struct scr_stats st;
@@ -256,6 +260,64 @@ static void purge_delay_keeps_freed_pages_a_while(void) {
   scr_heap_destroy(h);
 }
 
+/* Does this kernel take MADV_DONTNEED through process_madvise for the
+ * calling process (Linux 6.13 on)?  Then a purge pass is one call. */
+static int kernel_batches_decommits(void) {
+#ifdef SYS_process_madvise
+  void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return 0;
+  struct iovec r = {m, 4096};
+  int ok = syscall(SYS_process_madvise, -10000 /* PIDFD_SELF_THREAD */, &r, (size_t)1, MADV_DONTNEED, 0u) == 4096;
+  munmap(m, 4096);
+  return ok;
+#else
+  return 0;
+#endif
+}
+
+/* A purge pass (here trim's) gives back scattered runs in one system call
+ * where the kernel takes a batch, one madvise each where it does not; the
+ * runs read as zero afterwards.  A failed call leaves them committed for
+ * the next trim. */
+static void purge_pass_decommits_in_one_call(void) {
+  enum { N = 16, SIZE = 70000 }; /* 2-page large blocks, side by side */
+  scr_heap *h = purging_heap(100000, 64 * SCR_PAGE_SIZE);
+  void *keep = scr_heap_malloc(h, 1000);
+  unsigned char *b[N];
+  for (int round = 0; round < 2; round++) {
+    for (int i = 0; i < N; i++) {
+      b[i] = scr_heap_malloc(h, SIZE);
+      CHECK(b[i] != NULL);
+      memset(b[i], 0xAB, SIZE);
+    }
+    for (int i = 0; i < N; i += 2) scr_heap_free(h, b[i]); /* 8 runs, a live block between each two */
+    struct scr_stats before = stats(h);
+    CHECK_EQ(before.dirty_bytes, N * SCR_PAGE_SIZE);
+    if (round == 1) { /* the call fails: nothing is given back yet */
+      scr_debug_fail_os_call(1);
+      scr_heap_trim(h);
+      struct scr_stats st = stats(h);
+      CHECK_EQ(st.bytes, before.bytes);
+      CHECK_EQ(st.os_failures, before.os_failures + 1);
+      CHECK_EQ(st.dirty_bytes, 0);
+      CHECK_EQ(scr_heap_validate(h), SCR_OK);
+      before = st;
+    }
+    scr_heap_trim(h);
+    struct scr_stats st = stats(h);
+    CHECK_EQ(st.madvise_calls - before.madvise_calls, kernel_batches_decommits() ? 1u : N / 2u);
+    CHECK_EQ(st.decommits - before.decommits, N / 2);
+    CHECK_EQ(before.bytes - st.bytes, N * SCR_PAGE_SIZE);
+    for (int i = 0; i < N; i += 2) CHECK(b[i][0] == 0 && b[i][SIZE - 1] == 0);
+    for (int i = 1; i < N; i += 2) CHECK(b[i][0] == 0xAB && b[i][SIZE - 1] == 0xAB);
+    CHECK_EQ(scr_heap_validate(h), SCR_OK);
+    for (int i = 1; i < N; i += 2) scr_heap_free(h, b[i]);
+    scr_heap_trim(h);
+  }
+  scr_heap_free(h, keep);
+  scr_heap_destroy(h);
+}
+
 /* A small class's first two pages in a heap come from pages never
  * touched, its third from pages still committed; with no untouched page
  * left in any segment, the first takes a committed one too (no mapping). */
@@ -434,6 +496,7 @@ int main(void) {
   TEST(seed_reproducer_retain_0);
   TEST(purge_delay_keeps_freed_pages_a_while);
   TEST(purge_delay_respects_the_byte_cap);
+  TEST(purge_pass_decommits_in_one_call);
   TEST(a_new_class_takes_fresh_pages_first);
   TEST(a_class_takes_fresh_pages_only_at_first);
   TEST(retain_4_keeps_four_pages_per_class);

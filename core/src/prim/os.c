@@ -13,6 +13,8 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -147,6 +149,45 @@ int _scr_os_decommit(void *p, size_t size, bool free_lazily, scr_os_counters *c)
 #endif
   (void)free_lazily;
   return _scr_os_advise(p, size, MADV_DONTNEED, c);
+}
+
+/* Decommit n ranges (MADV_DONTNEED) in one process_madvise call where the
+ * kernel takes it for the calling process (Linux 6.13 on), one TLB flush
+ * for them all, else one madvise per range.  Why: a purge pass gives back
+ * a dozen or more scattered 64 KiB pages, and each madvise costs a TLB
+ * shootdown when other threads run (measured on Linux 6.18: 21.5 us a
+ * page alone, 7.4-7.7 in a batch of 64).  Returns how many ranges, from
+ * the first, were decommitted; the others stay committed.  A kernel that
+ * refuses the call is remembered and not asked again. */
+#if defined(SYS_process_madvise) && defined(MADV_DONTNEED)
+#define SCR_PIDFD_SELF (-10000) /* PIDFD_SELF_THREAD: the caller's own mm */
+static _Atomic int batch_refused;
+#endif
+size_t _scr_os_decommit_ranges(struct iovec *r, size_t n, scr_os_counters *c) {
+  size_t done = 0;
+#if defined(SYS_process_madvise) && defined(MADV_DONTNEED)
+  if (n > 1 && !atomic_load_explicit(&batch_refused, memory_order_relaxed)) {
+    if (_scr_os_inject_failure()) {
+      if (c) c->madvise_calls++, c->failures++;
+      return 0;
+    }
+    long got = syscall(SYS_process_madvise, SCR_PIDFD_SELF, r, n, MADV_DONTNEED, 0u);
+    if (got >= 0 || (errno != ENOSYS && errno != EINVAL && errno != EPERM && errno != EBADF)) {
+      if (c) c->madvise_calls++;
+      /* got < 0 or short: the ranges before the one that failed were done */
+      size_t bytes = got > 0 ? (size_t)got : 0;
+      while (done < n && bytes >= r[done].iov_len) bytes -= r[done++].iov_len;
+      if (done < n && c) c->failures++;
+      if (done == n) return n;
+    } else {
+      atomic_store_explicit(&batch_refused, 1, memory_order_relaxed);
+    }
+  }
+#endif
+  /* One by one: the kernel refused the batch, or one range is left. */
+  for (; done < n; done++)
+    if (_scr_os_advise(r[done].iov_base, r[done].iov_len, MADV_DONTNEED, c) != 0) break;
+  return done;
 }
 
 /* Move or grow a mapping without copying.  target NULL: grow in place

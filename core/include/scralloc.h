@@ -111,7 +111,7 @@ SCR_API int scr_options_set(scr_options *opt, const char *name, const char *valu
   X(bytes, "committed bytes held from the OS and not given back")              \
   X(mmap_calls, "mmap calls made (cumulative)")                                 \
   X(munmap_calls, "munmap calls made (cumulative)")                             \
-  X(madvise_calls, "madvise calls made (cumulative)")                           \
+  X(madvise_calls, "madvise calls made (cumulative; one process_madvise of a batch counts once)") \
   X(mremap_calls, "mremap calls made (cumulative)")                             \
   X(os_failures, "OS calls that failed (cumulative)")                           \
   X(heap_total, "bytes held for blocks: pages in use, retained, cached and dirty") \

@@ -212,6 +212,10 @@ SCR_API unsigned long scr_debug_os_calls(void);
 /* Move the clock the purge delay is measured on ms milliseconds ahead
  * (process-wide, cumulative); for tests of purge_delay_ms. */
 SCR_API void scr_debug_advance_clock(unsigned long ms);
+/* on = 0: decommit the runs of a purge pass one madvise each, as on a
+ * kernel that refuses process_madvise(MADV_DONTNEED); on = 1: batch them
+ * again where the kernel takes it.  Process-wide; for tests. */
+SCR_API void scr_debug_batch_decommits(int on);
 
 /* ---- process allocator --------------------------------------------- */
 /* (owned by core/src/process/; declarations added there) */

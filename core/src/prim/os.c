@@ -159,10 +159,10 @@ int _scr_os_decommit(void *p, size_t size, bool free_lazily, scr_os_counters *c)
  * page alone, 7.4-7.7 in a batch of 64).  Returns how many ranges, from
  * the first, were decommitted; the others stay committed.  A kernel that
  * refuses the call is remembered and not asked again. */
-#if defined(SYS_process_madvise) && defined(MADV_DONTNEED)
 #define SCR_PIDFD_SELF (-10000) /* PIDFD_SELF_THREAD: the caller's own mm */
-static _Atomic int batch_refused;
-#endif
+static _Atomic int batch_refused; /* 1: the kernel refused (or a test said so) */
+
+void scr_debug_batch_decommits(int on) { atomic_store(&batch_refused, !on); }
 size_t _scr_os_decommit_ranges(struct iovec *r, size_t n, scr_os_counters *c) {
   size_t done = 0;
 #if defined(SYS_process_madvise) && defined(MADV_DONTNEED)

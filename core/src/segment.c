@@ -187,13 +187,19 @@ static void decommitted(scr_heap *h, scr_segment *seg, unsigned first, unsigned 
   h->decommits++;
 }
 
-/* Decommit free pages first..first+n-1 of seg (MADV_FREE below
- * madv_free_below, whose pages then do not read as zero).  On failure they
- * stay committed, for a later trim. */
+/* A run of n pages goes back with MADV_FREE (below madv_free_below; its
+ * pages then do not read as zero), else with MADV_DONTNEED. */
+static bool lazy_run(const scr_heap *h, unsigned n) {
+  return ((size_t)n << SCR_PAGE_SHIFT) < h->opt.madv_free_below;
+}
+
+/* Decommit free pages first..first+n-1 of seg.  On failure they stay
+ * committed, for a later trim. */
 static void decommit_run(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
-  size_t len = (size_t)n << SCR_PAGE_SHIFT;
-  bool lazy = len < h->opt.madv_free_below;
-  if (_scr_os_decommit((uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT), len, lazy, &h->os) != 0) return;
+  bool lazy = lazy_run(h, n);
+  if (_scr_os_decommit((uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT), (size_t)n << SCR_PAGE_SHIFT, lazy,
+                       &h->os) != 0)
+    return;
   decommitted(h, seg, first, n, lazy);
 }
 
@@ -248,7 +254,7 @@ static void decommit_mask(scr_heap *h, scr_segment *seg, uint64_t m, purge_batch
     unsigned first = (unsigned)__builtin_ctzll(m);
     unsigned n = (unsigned)__builtin_ctzll(~(m >> first)); /* first >= 1: the top bit of ~(m >> first) is set */
     m &= ~_scr_run_mask(first, n);
-    if (((size_t)n << SCR_PAGE_SHIFT) < h->opt.madv_free_below) {
+    if (lazy_run(h, n)) {
       decommit_run(h, seg, first, n);
       continue;
     }

@@ -12,6 +12,7 @@ static inline void *_scr_page_alloc(scr_heap *h, scr_page *pg) {
   if (b) {
     SCR_UNPOISON(b, pg->block_size);
     pg->free = b->next;
+    __builtin_prefetch(pg->free, 1); /* the next malloc's block */
   } else b = (scr_block *)(pg->start + (size_t)pg->capacity++ * pg->block_size);
   if (SCR_UNLIKELY(pg->used++ == 0)) {
     h->empty_count[pg->cls]--;

@@ -35,6 +35,7 @@ void _scr_remote_drain(scr_arena *a) {
   void *p = atomic_exchange_explicit(&a->remote, NULL, memory_order_acquire);
   while (p) {
     void *next = *(void **)p;
+    __builtin_prefetch(next, 1); /* a line another thread wrote: fetched while p is freed */
     proc_heap_free(a->heap, p);
     a->remote_drained++;
     p = next;

@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -83,46 +84,34 @@ def workloads(bindir, scale):
     ]
 
 
-def run_measured(argv, env_extra, preload):
-    """Fork/exec and wait4, so that max RSS and faults are this child's."""
+def run_measured(launcher, argv, env_extra, preload):
+    """Run argv through bench/proc_launch.c, which forks and times it and
+    reports its wait4 figures: forked from this driver instead, the
+    program's max RSS would count the driver's own resident pages (see
+    proc_launch.c).  The exit code and the figures."""
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
+    env.pop("PROC_LAUNCH_PRELOAD", None)
     env.update(env_extra)
     if preload:
-        env["LD_PRELOAD"] = preload
-    rfd, wfd = os.pipe()
-    t0 = time.perf_counter()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(rfd)
-            os.dup2(wfd, 1)
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, 2)
-            os.execve(argv[0], argv, env)
-        finally:
-            os._exit(127)
-    os.close(wfd)
-    chunks = []
-    while True:
-        b = os.read(rfd, 65536)
-        if not b:
-            break
-        chunks.append(b)
-    os.close(rfd)
-    _, status, ru = os.wait4(pid, 0)
-    wall = time.perf_counter() - t0
-    code = os.waitstatus_to_exitcode(status)
-    out = b"".join(chunks).decode(errors="replace")
-    extra = {}
+        env["PROC_LAUNCH_PRELOAD"] = preload
+    done = subprocess.run([launcher] + argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out = done.stdout.decode(errors="replace")
+    report, extra = None, {}
     for line in out.splitlines():
         parts = line.split()
+        if parts and parts[0] == "proc_launch":
+            report = dict(p.split("=", 1) for p in parts[1:])
         if len(parts) == 2 and parts[0] == "rss_after_free_kib":
             extra["rss_after_free_mib"] = int(parts[1]) / 1024
         if len(parts) == 2 and parts[0] == "rss_after_wait_kib":
             extra["rss_after_wait_mib"] = int(parts[1]) / 1024
-    return code, {"wall": wall, "maxrss_mib": ru.ru_maxrss / 1024, "minflt": ru.ru_minflt,
-                  "utime": ru.ru_utime, "stime": ru.ru_stime, **extra}
+    if done.returncode != 0 or report is None:
+        return done.returncode or 1, {}
+    code = os.waitstatus_to_exitcode(int(report["status"]))
+    return code, {"wall": int(report["wall_ns"]) / 1e9, "maxrss_mib": int(report["maxrss_kib"]) / 1024,
+                  "minflt": int(report["minflt"]), "utime": int(report["utime_us"]) / 1e6,
+                  "stime": int(report["stime_us"]) / 1e6, **extra}
 
 
 def main():
@@ -144,6 +133,7 @@ def main():
     allocs = [(name, path, {}) for name, path in find_allocators(lib)]
     allocs += [(f"scralloc {prof}", lib, profile_env(prof)) for prof in DEFAULT_PROFILES + args.profile]
     wls = workloads(args.bin, args.scale)
+    launcher = os.path.join(args.bin, "proc_launch")
     results = {w[0]: {a[0]: [] for a in allocs} for w in wls}
     failures = 0
     t_start = time.time()
@@ -152,7 +142,7 @@ def main():
         order = allocs[r % len(allocs):] + allocs[:r % len(allocs)]
         for wname, argv, env in wls:
             for aname, lib, aenv in order:
-                code, m = run_measured(argv, {**env, **aenv}, lib)
+                code, m = run_measured(launcher, argv, {**env, **aenv}, lib)
                 if code != 0:
                     failures += 1
                     print(f"# {wname} / {aname}: exit {code}", file=sys.stderr)
@@ -168,7 +158,7 @@ def main():
     churn = [w for w in wls if w[0].startswith("churn")]
     for wname, argv, env in churn:
         for aname, lib, aenv in allocs:
-            code, m = run_measured(argv, {**env, **aenv, "PROC_CHURN_WAIT_MS": "1500"}, lib)
+            code, m = run_measured(launcher, argv, {**env, **aenv, "PROC_CHURN_WAIT_MS": "1500"}, lib)
             if code == 0 and "rss_after_wait_mib" in m:
                 after_wait.setdefault(wname, {})[aname] = m["rss_after_wait_mib"]
 

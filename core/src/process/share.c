@@ -2,11 +2,11 @@
  *
  * The thread that makes the process's first allocation (the main thread,
  * as a rule) holds an arena of its own.  A thread after it starts on the
- * shared arena: each of its calls takes the arena's mutex (trylock),
+ * shared arena: each of its calls takes the arena's lock (a try),
  * holds the arena for the call (_scr_tl_arena points to it meanwhile, so
  * the call runs the same code as a thread's own arena's) and lets it go.
  * The thread claims an arena of its own, for good, the first time it
- * finds the mutex taken (another thread is allocating at the same moment:
+ * finds the lock taken (another thread is allocating at the same moment:
  * the lock would be contended from then on) or once it has made share_hot
  * calls without blocking (a busy thread, whose calls are worth the
  * lock-free path).  When the last thread on it leaves or exits, the
@@ -20,7 +20,7 @@
  * 10.2k -> 8.1k (glibc 8.4k), max RSS 36.2 -> 35.0 MiB (glibc 35.6); its
  * malloc calls replayed (bench/malloc_replay.c): 6.2k -> 3.8k faults.
  * The threaded stress and the churn, whose threads run at once, find the
- * mutex taken within their first calls.  The first thread stays off it:
+ * lock taken within their first calls.  The first thread stays off it:
  * it is the one that frees what finished threads left, and on the shared
  * arena the churn's RSS 1.5 s after those frees was 10.2 MiB, not 2.3.
  *
@@ -30,6 +30,7 @@
  * or without it); when it drops to 0, the thread that dropped it parks
  * share_arena, unless a thread joined again before it took the lock. */
 #include "process.h"
+#include <sched.h>
 
 enum { SHARE_NEW = 0, SHARE_MEMBER = 1 }; /* and SCR_SHARE_SOLO */
 #define SHARE_LOOK_EVERY 256 /* calls between looks at the thread's context switches (a power of 2) */
@@ -39,7 +40,21 @@ static __thread uint64_t tl_calls __attribute__((tls_model("initial-exec")));
 static __thread uint64_t tl_quiet_calls __attribute__((tls_model("initial-exec")));
 static __thread uint64_t tl_switches __attribute__((tls_model("initial-exec")));
 
-static pthread_mutex_t share_lock = PTHREAD_MUTEX_INITIALIZER;
+/* share_lock: a flag, taken with one atomic exchange and let go with a
+ * release store, because every call of a thread on the shared arena takes
+ * and drops it.  bench/proc_xthread 1 2000000 with its thread kept on the
+ * shared arena (SCRALLOC_SHARE_HOT=1e11), 15 paired rounds: 188 ms with
+ * pthread_mutex_trylock and _unlock (a fifth of the samples), 163 ms with
+ * this flag, 79 ms on the thread's own arena (the exchange is most of the
+ * difference left).  Taking it to wait (parking, trim, fork: rare)
+ * yields the CPU between tries; a holder holds it for one heap call or
+ * one of those. */
+static _Atomic int share_lock;
+static bool share_trylock(void) { return !atomic_exchange_explicit(&share_lock, 1, memory_order_acquire); }
+static void share_lock_wait(void) {
+  while (!share_trylock()) sched_yield();
+}
+static void share_unlock(void) { atomic_store_explicit(&share_lock, 0, memory_order_release); }
 static scr_arena *share_arena;
 static _Atomic unsigned share_members;
 static pthread_key_t share_key;
@@ -59,7 +74,7 @@ static int share_drop_member(void) {
 }
 
 /* Under share_lock: the shared arena when nobody is on it (taken off:
- * the caller parks it once the mutex is let go, as parking may start the
+ * the caller parks it once the lock is let go, as parking may start the
  * helper thread, whose creation allocates), else NULL. */
 static scr_arena *share_idle_locked(void) {
   scr_arena *idle = NULL;
@@ -71,16 +86,16 @@ static scr_arena *share_idle_locked(void) {
 }
 
 static void share_unlock_and_park(scr_arena *idle) {
-  pthread_mutex_unlock(&share_lock);
+  share_unlock();
   if (idle != NULL) _scr_arena_park(idle);
 }
 
-/* Off the shared arena without holding its mutex (another thread holds
+/* Off the shared arena without holding its lock (another thread holds
  * it: waiting for it here could mean waiting for a thread the scheduler
- * has put aside); the last one off takes the mutex to park the arena. */
+ * has put aside); the last one off takes the lock to park the arena. */
 static void share_leave_unlocked(void) {
   if (!share_drop_member()) return;
-  pthread_mutex_lock(&share_lock);
+  share_lock_wait();
   share_unlock_and_park(share_idle_locked());
 }
 
@@ -95,9 +110,9 @@ static void share_key_create(void) {
 }
 
 /* The shared arena, held by the caller until _scr_share_leave; NULL when
- * the caller is to claim its own (the mutex was taken, or no arena). */
+ * the caller is to claim its own (the lock was taken, or no arena). */
 scr_arena *_scr_share_enter(void) {
-  if (pthread_mutex_trylock(&share_lock) != 0) {
+  if (!share_trylock()) {
     SCR_PC_ADD(share_collisions, 1);
     share_leave_unlocked();
     return NULL;
@@ -133,28 +148,28 @@ void _scr_share_leave(void) {
       return;
     }
   }
-  pthread_mutex_unlock(&share_lock);
+  share_unlock();
 }
 
 /* For scr_stats: a fresh snapshot of the shared arena, unless a thread is
  * on it this moment (its last snapshot then stands). */
 void _scr_share_publish(void) {
-  if (pthread_mutex_trylock(&share_lock) != 0) return;
+  if (!share_trylock()) return;
   if (share_arena != NULL) {
     _scr_remote_poll(share_arena);
     _scr_arena_publish(share_arena);
   }
-  pthread_mutex_unlock(&share_lock);
+  share_unlock();
 }
 
 /* For scr_trim: what the shared arena can give back. */
 size_t _scr_share_trim(void) {
   size_t n = 0;
-  pthread_mutex_lock(&share_lock);
+  share_lock_wait();
   if (share_arena != NULL) n = _scr_arena_trim(share_arena);
-  pthread_mutex_unlock(&share_lock);
+  share_unlock();
   return n;
 }
 
-void _scr_share_lock(void) { pthread_mutex_lock(&share_lock); }
-void _scr_share_unlock(void) { pthread_mutex_unlock(&share_lock); }
+void _scr_share_lock(void) { share_lock_wait(); }
+void _scr_share_unlock(void) { share_unlock(); }

@@ -145,27 +145,18 @@ static void *replay_thread(void *arg) {
   return NULL;
 }
 
-static long rss_kib(void) {
-  FILE *f = fopen("/proc/self/statm", "r");
-  long size = 0, res = 0;
-  if (f) {
-    if (fscanf(f, "%ld %ld", &size, &res) != 2) res = 0;
-    fclose(f);
-  }
-  return res * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
-/* This process's peak RSS since its exec (VmHWM).  ru_maxrss is not it:
- * Linux folds in the peak of the image the process was forked from, so a
- * driver bigger than the replay's peak (bench/proc_launch.c says more)
- * would set the figure. */
-static long peak_rss_kib(void) {
+/* A field of /proc/self/status in KiB: "VmRSS" now, "VmHWM" the peak
+ * since this process's exec.  ru_maxrss is not that peak: Linux folds in
+ * the peak of the image the process was forked from, so a driver bigger
+ * than the replay's peak (bench/proc_launch.c says more) would set it. */
+static long status_kib(const char *field) {
   FILE *f = fopen("/proc/self/status", "r");
   char line[256];
+  size_t len = strlen(field);
   long kib = 0;
   if (f) {
     while (fgets(line, sizeof line, f))
-      if (sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
+      if (strncmp(line, field, len) == 0 && line[len] == ':' && sscanf(line + len + 1, "%ld", &kib) == 1) break;
     fclose(f);
   }
   return kib;
@@ -214,7 +205,7 @@ int main(int argc, char **argv) {
   if (table == NULL || t == NULL) return 1;
   memset(table, 0, slots * sizeof *table); /* resident before the base RSS is read */
 
-  long base = rss_kib();
+  long base = status_kib("VmRSS");
   struct rusage before, after;
   getrusage(RUSAGE_SELF, &before);
   start_ns = now_ns();
@@ -224,7 +215,7 @@ int main(int argc, char **argv) {
   uint64_t wall = now_ns() - start_ns;
   getrusage(RUSAGE_SELF, &after);
   printf("ops=%zu threads=%zu rss_kib=%ld peak_live_kib=%llu minflt=%ld wall_ms=%llu\n", nrec, threads,
-         peak_rss_kib() - base, (unsigned long long)(peak_live >> 10), after.ru_minflt - before.ru_minflt,
+         status_kib("VmHWM") - base, (unsigned long long)(peak_live >> 10), after.ru_minflt - before.ru_minflt,
          (unsigned long long)(wall / 1000000));
   return 0;
 }

@@ -60,8 +60,9 @@ SCR_HIDDEN_ALIAS(proc_heap_usable_size, scr_heap_usable_size);
   X(turns_after, 8, 0, UINT64_MAX, "a thread that has blocked this many times (voluntary context switches) while holding its arena takes turns with others: its cache keeps no block above turns_cache_max (0: never)") \
   X(turns_cache_max, 4096, 0, 65536, "cache_max of a thread that takes turns") \
   X(turns_keep, 0, 0, UINT64_MAX, "empty pages a thread that takes turns keeps committed, at most (0: its share, as any thread)") \
-  X(share, 1, 0, 1, "threads start on one arena they share (a mutex per call) until one finds it taken or runs share_hot calls without blocking, then claim their own: 0 off, every thread claims its own at its first allocation") \
+  X(share, 1, 0, 1, "threads start on one arena they share (a lock per call) until one finds it taken share_contended times within 256 calls or runs share_hot calls without blocking, then claim their own: 0 off, every thread claims its own at its first allocation") \
   X(share_hot, 4096, 256, UINT64_MAX, "calls without blocking (voluntary context switches) after which a thread on the shared arena claims its own") \
+  X(share_contended, 8, 1, 256, "times within 256 calls a thread on the shared arena finds it taken (another thread allocating that moment) before it claims its own; it waits for it the times before (1: claims its own at the first)") \
   X(retain_budget, (uint64_t)4 << 20, 0, UINT64_MAX, "empty pages the arenas keep committed together: each keeps this over the threads holding arenas, and at least retain_bytes") \
   X(dontdump, 2, 0, 2, "MADV_DONTDUMP on segments: 0 never, 1 always, 2 auto (when no core would be written)") \
   X(stats, 0, 0, 2, "print statistics at exit: 1 summary, 2 also per arena")        \
@@ -207,7 +208,7 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(turn_takers, "threads found taking turns (blocking often while holding an arena)") \
   X(share_joins, "threads that started on the shared arena")               \
   X(share_leaves, "threads that left the shared arena for their own (found it taken, ran hot, or exited)") \
-  X(share_collisions, "calls that found the shared arena taken (their threads claimed their own)") \
+  X(share_collisions, "calls that found the shared arena taken (the thread waited for it, or claimed its own)") \
   X(forks, "forks the allocator went through")
 
 typedef struct scr_proc_counters {

@@ -53,6 +53,52 @@ static void test_defaults(void) {
   CHECK(scr_process_option_set("cache_max", "70000") == SCR_OK); /* clamped */
   CHECK_EQ(scr_process_option_get("cache_max"), 65536);
   CHECK(scr_process_option_set("cache_medium", "lots") == SCR_EINVAL);
+  CHECK_EQ(scr_process_option_get("cache_medium_after"), 16);
+}
+
+/* Pages of class c in arena i, as it publishes them. */
+static uint64_t class_pages(unsigned i, unsigned c) {
+  struct scr_stats st;
+  CHECK(scr_arena_stats(i, &st) == SCR_OK);
+  return st.classes[c].pages;
+}
+
+/* The main thread claimed arena 0 while no other arena was held: its
+ * list of a medium class stays closed until its 16th malloc of the class,
+ * so a block freed before goes back to its run, which empties and goes
+ * back too (a run of 40 KiB blocks, one of them used).  From then on the
+ * list keeps the block and the run stays.  A thread that claims an arena
+ * while another is held keeps its medium blocks from the first. */
+static void *one_medium_free(void *arg) {
+  unsigned c = class_of_size(40960);
+  void *p = scr_malloc(40000);
+  memset(p, 3, 40000);
+  unsigned arena = arena_with_live(40960);
+  scr_free(p);
+  *(uint64_t *)arg = class_pages(arena, c);
+  return NULL;
+}
+static void test_the_first_arenas_medium_lists_open_late(void) {
+  unsigned c = class_of_size(40960);
+  CHECK(c < SCR_CLASS_COUNT);
+  CHECK_EQ(class_pages(0, c), 0); /* the main thread has not used the class */
+  for (int i = 1; i <= 20; i++) {
+    unsigned char *p = scr_malloc(40000);
+    CHECK(p != NULL && arena_with_live(40960) == 0);
+    memset(p, i, 40000);
+    scr_free(p);
+    CHECK_EQ(class_pages(0, c), i < 16 ? 0 : 1); /* the run went back; from the 16th, the block stays */
+  }
+  void *a = scr_malloc(40000), *b = scr_malloc(40000);
+  scr_free(a);
+  scr_free(b);
+  CHECK(scr_malloc(40000) == b); /* the list's newest */
+  CHECK(scr_malloc(40000) == a);
+  scr_free(a);
+  scr_free(b);
+  uint64_t pages_after_free = 0;
+  run_thread(one_medium_free, &pages_after_free);
+  CHECK_EQ(pages_after_free, 1); /* kept at once */
 }
 
 /* One free_one in a new thread: the freed block was counted as free and
@@ -269,6 +315,7 @@ int main(void) {
   scr_process_option_set("switch_bytes", "0");
   scr_free(scr_malloc(16)); /* the main thread holds arena 0 */
   TEST(test_defaults);
+  TEST(test_the_first_arenas_medium_lists_open_late);
   TEST(test_a_kept_block_keeps_its_page);
   TEST(test_cache_max_sends_big_blocks_home);
   TEST(test_short_lists_leave_long_batches);

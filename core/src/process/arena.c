@@ -163,7 +163,7 @@ static void proc_own_locked(scr_arena *a, bool was_parked) {
     atomic_store_explicit(&a->drain_req, 0, memory_order_relaxed);
   }
   a->state = SCR_ARENA_OWNED;
-  _scr_recycle_init(a);
+  _scr_recycle_init(a, P->nowned == 0);
   P->nowned++;
   atomic_store_explicit(&P->owned_hint, P->nowned, memory_order_relaxed);
   proc_keep_share_locked();

@@ -27,6 +27,7 @@ static __attribute__((noinline)) void *proc_malloc_slow(scr_arena *a, size_t n) 
   void *p;
   if (SCR_LIKELY(n <= SCR_SMALL_MAX)) {
     unsigned c = _scr_class_of(n); /* the list is empty: the fast path looked, or a was just claimed */
+    if (c >= SCR_MEDIUM_FIRST && SCR_UNLIKELY(a->medium_cap[c - SCR_MEDIUM_FIRST] != 0)) _scr_recycle_medium_malloc(a, c);
     /* a free slot in the arena's own page first, then the pool's blocks,
      * then the rest of the page, then a parked arena's free slots (when
      * the heap would take a new page: a lend borrows an arena under the

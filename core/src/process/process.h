@@ -56,6 +56,7 @@ SCR_HIDDEN_ALIAS(proc_heap_usable_size, scr_heap_usable_size);
   X(switch_bytes, (uint64_t)1 << 20, 0, UINT64_MAX, "a thread whose arena must carve fresh memory moves to a parked arena with at least this many committed bytes not in live blocks (0: never)") \
   X(cache_bytes, 16384, 0, (uint64_t)1 << 20, "bytes of one size class a thread's cache keeps (at most 64 blocks)") \
   X(cache_medium, 2, 0, 64, "blocks of one medium class (20-64 KiB) a thread's cache keeps") \
+  X(cache_medium_after, 16, 0, 65535, "mallocs of a medium class a thread that claimed its arena while no other was held (the main thread, as a rule) makes before its cache keeps blocks of that class (0: from the first)") \
   X(cache_max, 65536, 0, 65536, "blocks above this size skip the thread's cache (0: no cache)") \
   X(turns_after, 8, 0, UINT64_MAX, "a thread that has blocked this many times (voluntary context switches) while holding its arena takes turns with others: its cache keeps no block above turns_cache_max (0: never)") \
   X(turns_cache_max, 4096, 0, 65536, "cache_max of a thread that takes turns") \
@@ -143,6 +144,11 @@ typedef struct scr_arena {
   uint64_t snap_sent;               /* remote_sent as of the last publish */
   uintptr_t own_mark;               /* its segments' mark in the segment map (UINTPTR_MAX: none) */
   scr_recycled rc[SCR_CLASS_COUNT]; /* recycled blocks per class (holder) */
+  /* a medium class's list, closed until the holder's cache_medium_after-th
+   * malloc of the class (recycle.c): its cap once open (0: open, or never
+   * to open), and the mallocs that found it closed */
+  uint8_t medium_cap[SCR_CLASS_COUNT - SCR_MEDIUM_FIRST];
+  uint16_t medium_mallocs[SCR_CLASS_COUNT - SCR_MEDIUM_FIRST];
   struct scr_arena *next_all;       /* next on _scr_proc.all (set before publishing) */
   struct scr_arena *next_parked;    /* parked list (under lock) */
 } scr_arena;
@@ -302,8 +308,9 @@ static inline void _scr_arena_tick(scr_arena *a) {
 }
 
 /* recycle.c: the thread's cache of the blocks it frees */
-SCR_INTERNAL void _scr_recycle_init(scr_arena *a);
+SCR_INTERNAL void _scr_recycle_init(scr_arena *a, bool alone);
 SCR_INTERNAL void _scr_recycle_limit(scr_arena *a, uint64_t max_size);
+SCR_INTERNAL void _scr_recycle_medium_malloc(scr_arena *a, unsigned c);
 SCR_INTERNAL void _scr_recycle_flush(scr_arena *a);
 SCR_INTERNAL void _scr_recycle_send_home(scr_arena *a, unsigned c, void *p);
 SCR_INTERNAL void _scr_recycle_send_list_home(scr_arena *a, unsigned c, void *p);

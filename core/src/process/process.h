@@ -213,7 +213,7 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(remote_sent_unowned, "remote frees by threads that hold no arena")      \
   X(turn_takers, "threads found taking turns (blocking often while holding an arena)") \
   X(share_joins, "threads that started on the shared arena")               \
-  X(share_leaves, "threads that left the shared arena for their own (found it taken, ran hot, or exited)") \
+  X(share_leaves, "threads that left the shared arena for their own (found it taken share_contended times in 256 calls, ran hot, or exited)") \
   X(share_collisions, "calls that found the shared arena taken (the thread waited for it, or claimed its own)") \
   X(forks, "forks the allocator went through")
 

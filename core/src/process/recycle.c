@@ -53,9 +53,9 @@
  * class in its cache, and their pages in use.  Python's start reads each
  * module's code into a buffer of the file's size, so almost every buffer
  * is of another medium class: python3 -c pass peaked 0.8 MiB above glibc,
- * 0.3 of it these blocks (30 paired rounds: 13.9 -> 13.6 MiB, 2,108 ->
- * 2,031 faults, the same as with no medium block kept; 8 mallocs: 13.7
- * MiB, 2,055 faults).  Not for every arena: the threaded
+ * 0.3-0.4 of it these blocks (30 paired rounds: 14.0 -> 13.6 MiB, 2,108
+ * -> 2,031 faults, the same as with no medium block kept; opening at the
+ * 8th, another run: 13.9 -> 13.7 MiB, 2,055 faults).  Not for every arena: the threaded
  * stress's threads, each freeing its first blocks of a class into the
  * class's run while the list was closed, emptied the run, which went back
  * and was taken again fresh (max RSS 11.2 -> 11.7 MiB, 3.4k -> 3.7k

@@ -16,9 +16,10 @@
  * Why not leave at the first collision: threads that take turns still
  * meet now and then.  Python's threads allocate without the GIL as they
  * start and end (their thread state), and one of them meeting the thread
- * that runs made it leave, in 1 run out of 2 of bench/proc_py.py 4 9:
- * an arena more, and 11.5-12.4k page faults instead of 9.5-10.0k (glibc
- * 9.1k).  Threads that run at once meet within their first calls.
+ * that runs made it leave, in 5 runs out of 8 of bench/proc_py.py 4 9:
+ * an arena more, and 11.5-12.4k page faults instead of 9.5-10.1k (glibc
+ * 9.1k); waiting, 8 runs out of 8 kept their three arenas (9.3-10.2k).
+ * Threads that run at once meet within their first calls.
  *
  * Why: threads that take turns (Python's under the GIL, workers waiting on
  * a queue) each grow an arena to their own peak when each has one, and

@@ -89,7 +89,9 @@ SCR_API void scr_set_error_handler(scr_error_handler *fn, void *arg);
   X(size_t, limit_bytes, 0, 0, SIZE_MAX,                                        \
     "refuse (ENOMEM) to hold more than this many committed bytes; 0 = no limit")\
   X(unsigned, purge_delay_ms, 0, 0, 3600000,                                    \
-    "keep freed pages committed (reused first, no fault) this long before decommitting them; 0 = at once")
+    "keep freed pages committed (reused first, no fault) this long before decommitting them; 0 = at once") \
+  X(size_t, decommit_batch, 0, 0, SIZE_MAX,                                     \
+    "freed pages past retain_bytes wait (reused first) until this many bytes of them gather or the next purge, then go back in one call; 0 = each run at once")
 
 typedef struct scr_options {
 #define SCR_OPTION_FIELD_(type, name, def, lo, hi, doc) type name;
@@ -120,7 +122,7 @@ SCR_API int scr_options_set(scr_options *opt, const char *name, const char *valu
   X(retained_bytes, "bytes of empty size-class pages kept")                     \
   X(cached_blocks, "freed large blocks kept for reuse")                         \
   X(cached_bytes, "bytes of freed large blocks kept for reuse")                 \
-  X(dirty_bytes, "bytes of freed pages kept committed until the purge (purge_delay_ms)") \
+  X(dirty_bytes, "bytes of freed pages kept committed until the purge (purge_delay_ms) or the batched decommit (decommit_batch)") \
   X(large_allocs, "live blocks above the size classes")                         \
   X(large_bytes, "bytes of live blocks above the size classes")                 \
   X(reserved_bytes, "address space mapped (committed or not)")                  \

@@ -77,7 +77,7 @@ bool _scr_segment_unmap(scr_heap *h, scr_segment *seg) {
   uint64_t committed = seg->kind == SCR_SEG_HUGE ? size
                                                  : PAGE_BYTES * (uint64_t)__builtin_popcountll(seg->committed_free_mask);
   scr_assert(seg->kind == SCR_SEG_HUGE || seg->used_pages == 0);
-  uint64_t dirty = seg->dirty_new | seg->dirty_old;
+  uint64_t dirty = seg->dirty_new | seg->dirty_old, over = seg->dirty_over;
   unlink_segment(h, seg);
   _scr_segmap_clear((uintptr_t)seg, size);
   seg->magic = 0;
@@ -93,6 +93,7 @@ bool _scr_segment_unmap(scr_heap *h, scr_segment *seg) {
   h->reserved -= size;
   h->bytes -= committed;
   h->dirty_pages -= (uint64_t)__builtin_popcountll(dirty);
+  h->over_pages -= (uint64_t)__builtin_popcountll(over);
   return true;
 }
 
@@ -122,6 +123,8 @@ static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigne
   h->dirty_pages -= (uint64_t)__builtin_popcountll(dirty);
   seg->dirty_new &= ~bits;
   seg->dirty_old &= ~bits;
+  h->over_pages -= (uint64_t)__builtin_popcountll(seg->dirty_over & bits);
+  seg->dirty_over &= ~bits;
   seg->used_pages += n;
   h->bytes += PAGE_BYTES * (uint64_t)__builtin_popcountll(fresh);
   h->page_acquires += n;
@@ -219,9 +222,17 @@ static void purge_flush(scr_heap *h, purge_batch *b) {
   b->n = 0; /* ranges past `done` stay committed, for a later trim */
 }
 
+static void over_flush(scr_heap *h);
+
 /* Pages first..first+n-1 of seg go back: the whole segment to the OS if
- * nothing else lives in it, else the run is decommitted.  A failed OS call
- * leaves the pages committed and free, for a later trim to retry. */
+ * nothing else lives in it, else the run is decommitted: at once, or with
+ * decommit_batch, once that many bytes of such runs gather (or at the next
+ * purge pass), in one call.  Why batch: a program that frees a structure
+ * page by page past its budget made one madvise per 64 KiB page (python3
+ * with PYTHONMALLOC=malloc: 285 of its 316), each a TLB shootdown on every
+ * CPU the process runs on; a waiting run is also the first taken again.
+ * A failed OS call leaves the pages committed and free, for a later trim
+ * to retry. */
 void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
   uint64_t bits = _scr_run_mask(first, n);
   for (unsigned i = first; i < first + n; i++) {
@@ -244,6 +255,13 @@ void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, u
     return;
   }
   if (seg->used_pages == 0 && _scr_segment_unmap(h, seg)) return;
+  if (h->opt.decommit_batch > 0 && !lazy_run(h, n)) {
+    seg->dirty_over |= bits;
+    h->over_pages += n;
+    if (h->over_pages * PAGE_BYTES >= h->opt.decommit_batch) over_flush(h);
+    else _scr_segment_purge_tick(h); /* a pass is due within purge_delay_ms / 2 */
+    return;
+  }
   decommit_run(h, seg, first, n);
 }
 
@@ -267,6 +285,20 @@ static void decommit_mask(scr_heap *h, scr_segment *seg, uint64_t m, purge_batch
   }
 }
 
+/* Every run waiting for the batched decommit goes back, in one call. */
+static void over_flush(scr_heap *h) {
+  purge_batch batch;
+  batch.n = 0;
+  for (scr_segment *seg = h->segments; seg && h->over_pages; seg = seg->next) {
+    uint64_t m = seg->dirty_over;
+    if (m == 0) continue;
+    seg->dirty_over = 0;
+    h->over_pages -= (uint64_t)__builtin_popcountll(m);
+    decommit_mask(h, seg, m, &batch);
+  }
+  if (batch.n) purge_flush(h, &batch);
+}
+
 /* The purge pass.  Pages freed while purge_delay_ms > 0 stay committed
  * (dirty), first in dirty_new; each pass decommits dirty_old and moves
  * dirty_new there, so a page goes back between delay/2 and delay after it
@@ -274,7 +306,8 @@ static void decommit_mask(scr_heap *h, scr_segment *seg, uint64_t m, purge_batch
  * in it is unmapped once it has no page younger than that, except the
  * newest such one, which stays mapped (decommitted) for the heap's next
  * growth: a program that fills and empties its heap in rounds would
- * otherwise map and unmap a segment every round.  all: give back every
+ * otherwise map and unmap a segment every round.  Runs waiting for the
+ * batched decommit (dirty_over) go in the same call.  all: give back every
  * committed free page (trim), including those an earlier failure kept,
  * and every empty segment. */
 void _scr_segment_purge(scr_heap *h, bool all) {
@@ -285,7 +318,10 @@ void _scr_segment_purge(scr_heap *h, bool all) {
   for (scr_segment *seg = h->segments; seg; seg = next) { /* newest first */
     next = seg->next;
     if (seg->kind != SCR_SEG_NORMAL) continue;
-    uint64_t old = all ? seg->committed_free_mask : seg->dirty_old;
+    uint64_t over = seg->dirty_over;
+    seg->dirty_over = 0;
+    h->over_pages -= (uint64_t)__builtin_popcountll(over);
+    uint64_t old = all ? seg->committed_free_mask : seg->dirty_old | over;
     h->dirty_pages -= (uint64_t)__builtin_popcountll(old & (seg->dirty_new | seg->dirty_old));
     seg->dirty_new &= ~old;
     seg->dirty_old = seg->dirty_new;
@@ -303,7 +339,7 @@ void _scr_segment_purge(scr_heap *h, bool all) {
  * where pages are taken and freed, so an idle heap purges at its next
  * page-level call (or trim). */
 void _scr_segment_purge_tick(scr_heap *h) {
-  if (h->dirty_pages == 0) {
+  if (h->dirty_pages == 0 && h->over_pages == 0) {
     h->purge_at_ms = 0;
     return;
   }
@@ -314,7 +350,7 @@ void _scr_segment_purge_tick(scr_heap *h) {
   }
   if (now < h->purge_at_ms) return;
   _scr_segment_purge(h, false);
-  h->purge_at_ms = h->dirty_pages ? now + half : 0;
+  h->purge_at_ms = h->dirty_pages ? now + half : 0; /* the pass took every waiting run */
 }
 
 size_t _scr_segment_meta_bytes(const scr_heap *h) {

@@ -35,7 +35,7 @@ void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
   st->retained_bytes = h->retained_pages * SCR_PAGE_SIZE;
   st->cached_blocks = h->cache_count;
   st->cached_bytes = h->cache_bytes;
-  st->dirty_bytes = h->dirty_pages * SCR_PAGE_SIZE;
+  st->dirty_bytes = (h->dirty_pages + h->over_pages) * SCR_PAGE_SIZE;
   st->large_allocs = h->large_live;
   st->large_bytes = h->large_bytes;
   st->reserved_bytes = h->reserved;

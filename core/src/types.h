@@ -105,6 +105,9 @@ typedef struct scr_segment {
   uint64_t dirty_new, dirty_old;/* NORMAL: FREE pages kept committed for purge_delay_ms: freed
                                    since the last purge pass, and before it (the next pass
                                    decommits those); disjoint, both within committed_free_mask */
+  uint64_t dirty_over;          /* NORMAL: FREE pages past retain_bytes waiting for a batched
+                                   decommit (decommit_batch); disjoint from dirty_new and
+                                   dirty_old, within committed_free_mask */
   size_t huge_offset;           /* HUGE: block offset from base */
   size_t huge_size;             /* HUGE: usable bytes of the block */
   uint32_t huge_live;           /* HUGE: 1 live, 0 cached */
@@ -155,6 +158,7 @@ struct _scr_heap_hooks {
  *             first, the empty_count[c] empty (retained) pages last.
  *   retained_pages == sum(empty_count[c] * span of class c)  (in pages)
  *   (retained_pages + dirty_pages) * SCR_PAGE_SIZE <= opt.retain_bytes
+ *   over_pages * SCR_PAGE_SIZE < opt.decommit_batch (or over_pages == 0)
  *   bytes == SCR_PAGE_SIZE * (committed pages, any kind) + sum(huge sizes)
  *   mmaps == number of segments on `segments` */
 struct scr_heap {
@@ -173,6 +177,7 @@ struct scr_heap {
   uint64_t reserved;                     /* mapped bytes */
   uint64_t retained_pages;               /* empty small pages kept */
   uint64_t dirty_pages;                  /* sum of popcount(dirty_new | dirty_old) */
+  uint64_t over_pages;                   /* sum of popcount(dirty_over) */
   uint64_t purge_at_ms;                  /* next purge pass (monotonic ms) */
   uint64_t large_live, large_bytes;      /* live large blocks, their bytes */
   uint64_t decommits, page_acquires, page_releases;

@@ -7,7 +7,7 @@
 
 static bool validate(const scr_heap *h) {
   uint64_t committed = 0, mmaps = 0, reserved = 0, large_live = 0, large_bytes = 0;
-  uint64_t class_pages[SCR_CLASS_COUNT] = {0}, class_live[SCR_CLASS_COUNT] = {0}, dirty = 0;
+  uint64_t class_pages[SCR_CLASS_COUNT] = {0}, class_live[SCR_CLASS_COUNT] = {0}, dirty = 0, over = 0;
   for (const scr_segment *seg = h->segments; seg; seg = seg->next) {
     if (seg->magic != SCR_SEGMENT_MAGIC || seg->heap != h) FAIL("segment %p: bad header", (void *)seg);
     if (_scr_segmap_get(seg) != seg) FAIL("segment %p: not in the segment map", (void *)seg);
@@ -52,8 +52,13 @@ static bool validate(const scr_heap *h) {
         ((seg->dirty_new | seg->dirty_old) & ~seg->committed_free_mask) != 0)
       FAIL("segment %p: dirty masks overlap or hold pages that are not committed and free", (void *)seg);
     if ((seg->committed_free_mask & ~seg->free_mask) != 0) FAIL("segment %p: committed free mask holds used pages", (void *)seg);
+    if ((seg->dirty_over & (seg->dirty_new | seg->dirty_old)) != 0 || (seg->dirty_over & ~seg->committed_free_mask) != 0)
+      FAIL("segment %p: pages waiting for the batched decommit are dirty too, or not committed and free", (void *)seg);
     dirty += (uint64_t)__builtin_popcountll(seg->dirty_new | seg->dirty_old);
+    over += (uint64_t)__builtin_popcountll(seg->dirty_over);
   }
+  if (over != h->over_pages) FAIL("over_pages %llu, counted %llu", (unsigned long long)h->over_pages, (unsigned long long)over);
+  if (over != 0 && over * SCR_PAGE_SIZE >= h->opt.decommit_batch) FAIL("%llu pages wait for a batch of %zu bytes", (unsigned long long)over, h->opt.decommit_batch);
   if (dirty != h->dirty_pages) FAIL("dirty_pages %llu, counted %llu", (unsigned long long)h->dirty_pages, (unsigned long long)dirty);
   if (h->opt.purge_delay_ms == 0 && dirty != 0) FAIL("dirty pages without a purge delay");
   for (const scr_segment *seg = h->avail; seg; seg = seg->avail_next)

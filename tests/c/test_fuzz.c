@@ -44,6 +44,7 @@ static int run(uint64_t seed, unsigned steps, unsigned retain) {
   /* purge passes come due only when the test moves the clock (by 0, 5 or
    * 10 minutes, against a 10-minute delay), so a seed replays exactly */
   o.purge_delay_ms = next() % 2 ? 0 : 600000;
+  o.decommit_batch = next() % 2 ? 0 : (size_t)(1 + next() % 8) << 16; /* 1-8 pages */
   scr_heap *h = scr_heap_new(&o);
   static blk live[MAXLIVE];
   unsigned nlive = 0, fails = 0;

@@ -68,13 +68,14 @@ static void scenario(scr_heap *h, live_t *b) {
 static unsigned reported;
 static void count_reports(int err, const char *msg, void *arg) { (void)err; (void)msg; (void)arg; reported++; }
 
-static void fail_each_call(unsigned purge_delay_ms) {
+static void fail_each_call(unsigned purge_delay_ms, size_t decommit_batch) {
   scr_set_error_handler(count_reports, NULL); /* failed munmaps are reported */
   scr_options o;
   scr_options_init(&o);
   o.retain = 0;
   o.large_cache = 4;
   o.purge_delay_ms = purge_delay_ms;
+  o.decommit_batch = decommit_batch;
   /* warm up (segment map leaves), then count the calls of one run */
   for (int warm = 0; warm < 2; warm++) {
     live_t b[SLOTS] = {{0}};
@@ -136,11 +137,15 @@ static void fail_each_call(unsigned purge_delay_ms) {
   CHECK(failures_seen >= calls - 2);
 }
 
-static void every_os_call_can_fail(void) { fail_each_call(0); }
-static void every_os_call_can_fail_with_a_purge_delay(void) { fail_each_call(1000000); }
+static void every_os_call_can_fail(void) { fail_each_call(0, 0); }
+static void every_os_call_can_fail_with_a_purge_delay(void) { fail_each_call(1000000, 0); }
+/* the batched decommit (one process_madvise for the runs freed past the
+ * budget) failing, or the madvise of each run where it falls back */
+static void every_os_call_can_fail_with_batched_decommits(void) { fail_each_call(0, (size_t)128 << 10); }
 
 int main(void) {
   TEST(every_os_call_can_fail);
   TEST(every_os_call_can_fail_with_a_purge_delay);
+  TEST(every_os_call_can_fail_with_batched_decommits);
   return check_done();
 }

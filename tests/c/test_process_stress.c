@@ -4,6 +4,7 @@
  * while other threads allocate, address-ordered teardown.  Every block
  * carries a cookie (its size and a pattern from its address) checked
  * before it is freed.  Runs in the debug, ASan+UBSan and TSan builds. */
+#include "arena_probe.h"
 #include "check.h"
 #include "scralloc.h"
 #include <pthread.h>
@@ -691,6 +692,41 @@ static void test_keep_share(void) {
   pthread_barrier_destroy(&share_hold);
 }
 
+/* Pages an arena frees past its share of the budget go back in batches
+ * of 256 KiB (the arenas' decommit_batch), one call a batch: 48 blocks of
+ * two pages freed one by one took one madvise each before. */
+enum { BATCH_BLOCKS = 48, BATCH_BLOCK = 100 << 10 };
+static void *batch_freer(void *arg) {
+  struct scr_stats *st = arg;
+  void *mark = scr_malloc(57000); /* its arena is the one with a block of class 57344 */
+  void *p[BATCH_BLOCKS];
+  for (int i = 0; i < BATCH_BLOCKS; i++) {
+    p[i] = scr_malloc(BATCH_BLOCK);
+    memset(p[i], 1, BATCH_BLOCK);
+  }
+  unsigned a = arena_with_live(57344);
+  CHECK(a != UINT32_MAX);
+  scr_arena_stats(a, &st[0]);
+  for (int i = 0; i < BATCH_BLOCKS; i++) scr_free(p[i]);
+  scr_arena_stats(a, &st[1]);
+  scr_free(mark);
+  return NULL;
+}
+
+static void test_pages_past_the_share_go_back_in_batches(void) {
+  struct scr_stats st[2];
+  pthread_t t;
+  pthread_create(&t, NULL, batch_freer, st);
+  pthread_join(t, NULL);
+  uint64_t pages = (st[0].bytes - st[1].bytes) / SCR_PAGE_SIZE, calls = st[1].madvise_calls - st[0].madvise_calls;
+  printf("  %llu pages given back in %llu calls; %llu KiB left dirty\n", (unsigned long long)pages,
+         (unsigned long long)calls, (unsigned long long)(st[1].dirty_bytes >> 10));
+  CHECK(pages >= 32);                /* 6 MiB freed, a share of at most 4 MiB kept */
+  CHECK(calls >= 1);
+  CHECK(calls * 4 <= pages + 8);      /* a call per 4 pages (a purge pass may add one or two) */
+  CHECK(st[1].dirty_bytes <= st[0].dirty_bytes + ((uint64_t)4 << 20) + ((uint64_t)256 << 10));
+}
+
 static void test_trim_to_zero(void) {
   scr_trim();
   struct scr_stats st;
@@ -722,6 +758,7 @@ int main(void) {
   TEST(test_recycling);
   TEST(test_pool);
   TEST(test_keep_share);
+  TEST(test_pages_past_the_share_go_back_in_batches);
 #if defined(__SANITIZE_ADDRESS__)
   TEST(test_kept_block_use_after_free);
 #endif

@@ -324,6 +324,77 @@ static void purge_pass_decommits_in_one_call(void) {
   scr_heap_destroy(h);
 }
 
+/* decommit_batch: runs freed past the budget (retain_bytes 0 here) wait,
+ * committed and counted as dirty, and are the first taken again; once
+ * they add up to the batch they go back in one call, as they do at a
+ * purge pass or a trim. */
+static void pages_past_the_budget_go_back_in_batches(void) {
+  enum { N = 16, SIZE = 70000 }; /* 2-page large blocks, side by side */
+  scr_options o;
+  scr_options_init(&o);
+  o.retain = 0;
+  o.large_cache = 0;
+  o.retain_bytes = 0;
+  o.purge_delay_ms = 100000; /* real time never makes a pass due */
+  o.decommit_batch = 8 * SCR_PAGE_SIZE;
+  scr_heap *h = scr_heap_new(&o);
+  void *keep = scr_heap_malloc(h, 1000);
+  int batched = kernel_batches_decommits();
+  unsigned char *b[N];
+  for (int i = 0; i < N; i++) {
+    b[i] = scr_heap_malloc(h, SIZE);
+    CHECK(b[i] != NULL);
+    memset(b[i], 0xAB, SIZE);
+  }
+  struct scr_stats st0 = stats(h), st;
+  for (int i = 0; i < 6; i += 2) scr_heap_free(h, b[i]); /* 3 runs, a live block between each two */
+  st = stats(h);
+  CHECK_EQ(st.madvise_calls, st0.madvise_calls);
+  CHECK_EQ(st.dirty_bytes, 6 * SCR_PAGE_SIZE);
+  CHECK_EQ(st.bytes, st0.bytes);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  /* a waiting run is taken again before fresh pages, with no call */
+  unsigned char *again = scr_heap_malloc(h, SIZE);
+  CHECK(again == b[0] || again == b[2] || again == b[4]);
+  CHECK_EQ(stats(h).dirty_bytes, 4 * SCR_PAGE_SIZE);
+  CHECK_EQ(stats(h).bytes, st0.bytes);
+  scr_heap_free(h, again);
+  /* the fourth run makes 8 pages: the four go back together */
+  scr_heap_free(h, b[6]);
+  st = stats(h);
+  CHECK_EQ(st.madvise_calls - st0.madvise_calls, batched ? 1u : 4u);
+  CHECK_EQ(st.decommits - st0.decommits, 4);
+  CHECK_EQ(st.dirty_bytes, 0);
+  CHECK_EQ(st0.bytes - st.bytes, 8 * SCR_PAGE_SIZE);
+  for (int i = 0; i < 8; i += 2) CHECK(b[i][0] == 0 && b[i][SIZE - 1] == 0);
+  for (int i = 1; i < 8; i += 2) CHECK(b[i][0] == 0xAB && b[i][SIZE - 1] == 0xAB);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  /* a trim takes a waiting run */
+  scr_heap_free(h, b[8]);
+  CHECK_EQ(stats(h).dirty_bytes, 2 * SCR_PAGE_SIZE);
+  scr_heap_trim(h);
+  CHECK_EQ(stats(h).dirty_bytes, 0);
+  CHECK(b[8][0] == 0);
+  /* so does the purge pass, when one is due */
+  st0 = stats(h);
+  scr_heap_free(h, b[10]);
+  scr_debug_advance_clock(200000);
+  scr_heap_free(h, b[12]); /* the pass runs at this page-level call */
+  st = stats(h);
+  CHECK_EQ(st.dirty_bytes, 0);
+  CHECK_EQ(st.madvise_calls - st0.madvise_calls, batched ? 1u : 2u);
+  CHECK_EQ(st0.bytes - st.bytes, 4 * SCR_PAGE_SIZE);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  for (int i = 1; i < N; i += 2) scr_heap_free(h, b[i]);
+  for (int i = 14; i < N; i += 2) scr_heap_free(h, b[i]);
+  scr_heap_free(h, keep);
+  scr_heap_trim(h);
+  st = stats(h);
+  CHECK_EQ(st.allocs, 0);
+  CHECK_EQ(st.bytes, 0);
+  scr_heap_destroy(h);
+}
+
 /* A small class's first two pages in a heap come from pages never
  * touched, its third from pages still committed; with no untouched page
  * left in any segment, the first takes a committed one too (no mapping). */
@@ -503,6 +574,7 @@ int main(void) {
   TEST(purge_delay_keeps_freed_pages_a_while);
   TEST(purge_delay_respects_the_byte_cap);
   TEST(purge_pass_decommits_in_one_call);
+  TEST(pages_past_the_budget_go_back_in_batches);
   TEST(a_new_class_takes_fresh_pages_first);
   TEST(a_class_takes_fresh_pages_only_at_first);
   TEST(retain_4_keeps_four_pages_per_class);

@@ -63,6 +63,7 @@ local function generate(n, s)
     huge_threshold = one_of { 64 << 10, 128 << 10, 1 << 20, 2 << 20 },
     madv_free_below = one_of { 0, 1 << 20, 1 << 40 },
     purge_delay_ms = one_of { 0, 0, 600000 }, -- passes come due only with "time" ops: seeds replay
+    decommit_batch = one_of { 0, 0, 1 << 17, 1 << 20 },
   }
   for i = 1, n do
     local w, kind = r(WEIGHT), nil

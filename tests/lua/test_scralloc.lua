@@ -58,7 +58,7 @@ local STATS_FIELDS = {
 }
 local CLASS_FIELDS = { "block_size", "live", "pages", "retained" }
 local OPTIONS = { "retain", "retain_bytes", "large_cache", "large_cache_bytes",
-  "huge_threshold", "madv_free_below", "limit_bytes", "purge_delay_ms" }
+  "huge_threshold", "madv_free_below", "limit_bytes", "purge_delay_ms", "decommit_batch" }
 
 -- Every block freed and the heap trimmed: nothing is left.
 local function assert_empty(a, what)

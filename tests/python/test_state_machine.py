@@ -64,11 +64,12 @@ class HeapMachine(RuleBasedStateMachine):
         # 10 minutes: passes come due only when time_passes moves the clock,
         # so the heap (and what is drawn from it) replays exactly
         purge_delay_ms=st.sampled_from([0, 0, 600_000]),
+        decommit_batch=st.sampled_from([0, 0, 128 * 1024, MiB]),
     )
-    def start(self, retain, large_cache, limited, purge_delay_ms):
+    def start(self, retain, large_cache, limited, purge_delay_ms, decommit_batch):
         self.limit = 12 * MiB if limited else 0
         self.a = scralloc.Allocator(retain=retain, large_cache=large_cache, limit_bytes=self.limit,
-                                    purge_delay_ms=purge_delay_ms)
+                                    purge_delay_ms=purge_delay_ms, decommit_batch=decommit_batch)
         self.other = scralloc.Allocator()
         self.foreign = self.other.malloc(100)
         self.live = {}  # addr -> Block

@@ -49,6 +49,7 @@ class Allocator:
         madv_free_below: int = ...,
         limit_bytes: int = ...,
         purge_delay_ms: int = ...,
+        decommit_batch: int = ...,
     ) -> Allocator: ...
     @classmethod
     def from_env(cls, **options: int) -> Allocator: ...

@@ -33,12 +33,19 @@ void _scr_proc_init_slow(void) {
      * pages (one per class at most): every byte kept is multiplied by the
      * number of threads (the churn benchmark with 17 arenas peaked 7 MiB
      * higher with 1 MiB, 14 MiB with 2 MiB and a 10 ms delay, and faulted
-     * more with less).
+     * more with less).  Freed pages past that go back in batches of
+     * 256 KiB (or at the next purge pass), reused first meanwhile: one
+     * process_madvise instead of an madvise per page (python3 with
+     * PYTHONMALLOC=malloc: 344 -> 70 calls; 30 paired rounds against
+     * immediate decommits: 0.979 of the wall there, the churn 0.959, the
+     * threaded stress 0.987, max RSS within 0.2%; 512 KiB did as well
+     * for speed but put the stress's max RSS up 1.7%).
      * The large cache then holds huge mappings only (4 MiB).  What a
      * parked arena keeps goes back through the discard. */
     P->heap_opt.retain = 1;
     P->heap_opt.retain_bytes = (size_t)512 << 10;
     P->heap_opt.purge_delay_ms = 20;
+    P->heap_opt.decommit_batch = (size_t)256 << 10;
     P->heap_opt.large_cache = 8;
     P->heap_opt.large_cache_bytes = (size_t)4 << 20;
     scr_options_from_env(&P->heap_opt);

@@ -224,12 +224,21 @@ static void purge_flush(scr_heap *h, purge_batch *b) {
 
 static void over_flush(scr_heap *h);
 
+/* The runs of seg waiting for the batched decommit, now no longer waiting. */
+static uint64_t over_take(scr_heap *h, scr_segment *seg) {
+  uint64_t m = seg->dirty_over;
+  seg->dirty_over = 0;
+  h->over_pages -= (uint64_t)__builtin_popcountll(m);
+  return m;
+}
+
 /* Pages first..first+n-1 of seg go back: the whole segment to the OS if
  * nothing else lives in it, else the run is decommitted: at once, or with
  * decommit_batch, once that many bytes of such runs gather (or at the next
- * purge pass), in one call.  Why batch: a program that frees a structure
- * page by page past its budget made one madvise per 64 KiB page (python3
- * with PYTHONMALLOC=malloc: 285 of its 316), each a TLB shootdown on every
+ * purge pass), in one call.  Why batch: a program whose frees empty page
+ * after page past its budget made one madvise per 64 KiB page (python3
+ * with PYTHONMALLOC=malloc: 285 of its 316 MADV_DONTNEED calls), each a
+ * TLB shootdown on every
  * CPU the process runs on; a waiting run is also the first taken again.
  * A failed OS call leaves the pages committed and free, for a later trim
  * to retry. */
@@ -290,11 +299,7 @@ static void over_flush(scr_heap *h) {
   purge_batch batch;
   batch.n = 0;
   for (scr_segment *seg = h->segments; seg && h->over_pages; seg = seg->next) {
-    uint64_t m = seg->dirty_over;
-    if (m == 0) continue;
-    seg->dirty_over = 0;
-    h->over_pages -= (uint64_t)__builtin_popcountll(m);
-    decommit_mask(h, seg, m, &batch);
+    if (seg->dirty_over) decommit_mask(h, seg, over_take(h, seg), &batch);
   }
   if (batch.n) purge_flush(h, &batch);
 }
@@ -318,9 +323,7 @@ void _scr_segment_purge(scr_heap *h, bool all) {
   for (scr_segment *seg = h->segments; seg; seg = next) { /* newest first */
     next = seg->next;
     if (seg->kind != SCR_SEG_NORMAL) continue;
-    uint64_t over = seg->dirty_over;
-    seg->dirty_over = 0;
-    h->over_pages -= (uint64_t)__builtin_popcountll(over);
+    uint64_t over = over_take(h, seg);
     uint64_t old = all ? seg->committed_free_mask : seg->dirty_old | over;
     h->dirty_pages -= (uint64_t)__builtin_popcountll(old & (seg->dirty_new | seg->dirty_old));
     seg->dirty_new &= ~old;

@@ -37,8 +37,9 @@ void _scr_proc_init_slow(void) {
      * 256 KiB (or at the next purge pass), reused first meanwhile: one
      * process_madvise instead of an madvise per page (python3 with
      * PYTHONMALLOC=malloc: 344 -> 70 calls; 30 paired rounds against
-     * immediate decommits: 0.979 of the wall there, the churn 0.959, the
-     * threaded stress 0.987, max RSS within 0.2%; 512 KiB did as well
+     * immediate decommits, the churn 20: 0.979 of the wall there, the
+     * churn 0.959, the threaded stress 0.987, max RSS within 0.2%;
+     * 512 KiB did as well
      * for speed but put the stress's max RSS up 1.7%).
      * The large cache then holds huge mappings only (4 MiB).  What a
      * parked arena keeps goes back through the discard. */

@@ -101,6 +101,63 @@ static void test_a_thread_alone(void) {
   CHECK_EQ(r.retained_delta, 0);
 }
 
+/* Heap calls: n blocks of SIZE malloc'd and freed, about 2n calls (all
+ * but the cache's few blocks of the class go through the heap). */
+static void heap_calls(int n) {
+  static void *v[N];
+  for (int i = 0; i < n; i++) v[i] = scr_malloc(SIZE);
+  for (int i = 0; i < n; i++) scr_free(v[i]);
+}
+
+static uint64_t looks(void) {
+  struct scr_process_stats p;
+  scr_process_stats(&p);
+  return p.turn_looks;
+}
+
+struct busy {
+  int rounds_before;   /* rounds of heap calls before it starts to block */
+  uint64_t looks;      /* getrusage calls over those rounds */
+  int rounds_to_find;  /* rounds after its 12 sleeps until it was found (-1: never) */
+};
+
+static void *busy_worker(void *arg) {
+  struct busy *b = arg;
+  scr_free(scr_malloc(16)); /* claims the arena */
+  uint64_t l0 = looks();
+  for (int r = 0; r < b->rounds_before; r++) heap_calls(N);
+  b->looks = looks() - l0;
+  struct scr_process_stats p0, p1;
+  scr_process_stats(&p0);
+  for (int i = 0; i < 12; i++) nanosleep(&(struct timespec){0, 1000000}, NULL);
+  b->rounds_to_find = -1;
+  for (int r = 0; r < 64 && b->rounds_to_find < 0; r++) {
+    heap_calls(N);
+    scr_process_stats(&p1);
+    if (p1.turn_takers != p0.turn_takers) b->rounds_to_find = r + 1;
+  }
+  return NULL;
+}
+
+/* A thread that does not block looks less and less often: each look that
+ * does not find it taking turns doubles the wait for the next, up to
+ * 65,536 heap calls.  100 rounds are some 400,000 heap calls: 400 looks
+ * at one every 1024 calls, 7 over the doubling to 65,536 and 5 after.
+ * Once it starts to block, a look within 65,536 calls (17 rounds) finds
+ * it. */
+static void test_a_busy_thread_looks_less_often(void) {
+  struct busy b = {.rounds_before = 100};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, busy_worker, &b) == 0);
+  pthread_join(t, NULL);
+  fprintf(stderr, "  %llu looks over 100 rounds; found %d rounds after it blocked\n", (unsigned long long)b.looks,
+          b.rounds_to_find);
+  CHECK(b.looks >= 7);
+  CHECK(b.looks <= 16);
+  CHECK(b.rounds_to_find >= 1);
+  CHECK(b.rounds_to_find <= 18);
+}
+
 /* turns_after=0: never. */
 static void test_turns_off(void) {
   CHECK(scr_process_option_set("turns_after", "0") == SCR_OK);
@@ -127,6 +184,7 @@ int main(void) {
   TEST(test_a_thread_that_does_not_block);
   TEST(test_a_thread_that_blocks_takes_turns);
   TEST(test_turns_keep);
+  TEST(test_a_busy_thread_looks_less_often);
   TEST(test_turns_off);
   CHECK(scr_process_validate() == SCR_OK);
   return check_done();

@@ -352,7 +352,7 @@ void _scr_arena_tick_slow(scr_arena *a) {
     a->switch_pending = 0;
     return;
   }
-  if ((a->ops & (SCR_TURNS_CHECK_EVERY - 1)) == 0 && !a->takes_turns) _scr_turns_check(a);
+  if (a->ops >= a->turns_next && !a->takes_turns) _scr_turns_check(a);
   if (a->switch_pending) { /* last: the caller holds another arena after it */
     a->switch_pending = 0;
     proc_switch(a);

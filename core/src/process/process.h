@@ -130,6 +130,8 @@ typedef struct scr_arena {
   uint64_t lend_after;              /* ops before which lend.c does not look again (holder) */
   uint64_t blocks_at_claim;         /* the holder's voluntary context switches at the claim (turns.c) */
   unsigned takes_turns;             /* the holder blocks often: smaller cache (turns.c) */
+  uint64_t turns_next;              /* ops at which turns.c looks again (holder) */
+  uint64_t turns_wait;              /* heap calls between its looks, doubling (holder) */
   uintptr_t pf_from;                /* start of the last range faulted ahead (holder) */
   uint64_t pf_counted;              /* bytes of that range counted in the budget (holder) */
   _Atomic int pf_state;             /* 0 idle, 1 queued, 2 the helper is on it */
@@ -212,6 +214,7 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(holds, "parked arenas whose emptied pages wait for the discard (freed by the only thread holding an arena)") \
   X(remote_sent_unowned, "remote frees by threads that hold no arena")      \
   X(turn_takers, "threads found taking turns (blocking often while holding an arena)") \
+  X(turn_looks, "getrusage calls that counted a thread's context switches") \
   X(share_joins, "threads that started on the shared arena")               \
   X(share_leaves, "threads that left the shared arena for their own (found it taken share_contended times in 256 calls, ran hot, or exited)") \
   X(share_collisions, "calls that found the shared arena taken (the thread waited for it, or claimed its own)") \
@@ -298,7 +301,8 @@ static inline scr_arena *_scr_arena_get(void) {
  * call that asked) and now and then publishes a stats snapshot. */
 SCR_INTERNAL void _scr_arena_tick_slow(scr_arena *a);
 /* turns.c: threads that take turns (block often while holding arenas) */
-#define SCR_TURNS_CHECK_EVERY 1024 /* heap calls between looks at the thread's context switches (a power of 2) */
+#define SCR_TURNS_CHECK_EVERY 1024 /* heap calls before the first look at the thread's context switches */
+#define SCR_TURNS_CHECK_MAX 65536  /* most heap calls between two looks (the wait doubles up to it) */
 SCR_INTERNAL void _scr_turns_on_claim(scr_arena *a);
 SCR_INTERNAL uint64_t _scr_turns_voluntary_switches(void);
 SCR_INTERNAL void _scr_turns_check(scr_arena *a);

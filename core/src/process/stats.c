@@ -108,6 +108,7 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->forks = SCR_PLOAD_(forks);
   o->parked_drains = SCR_PLOAD_(parked_drains);
   o->turn_takers = SCR_PLOAD_(turn_takers);
+  o->turn_looks = SCR_PLOAD_(turn_looks);
   o->share_joins = SCR_PLOAD_(share_joins);
   o->share_leaves = SCR_PLOAD_(share_leaves);
   o->share_collisions = SCR_PLOAD_(share_collisions);
@@ -155,12 +156,12 @@ static void proc_print_stats(void) {
   static const char *const thp[] = {"never", "madvise", "always"};
   int pid = (int)getpid();
   _scr_out_put(&o, "scralloc[%d]: %llu arenas (%llu owned, %llu parked); %llu claims, %llu parks, %llu switches; "
-           "%llu remote frees (%llu pending), %llu pool batches (%llu taken), %llu lends, %llu holds, %llu realloc moves, %llu foreign frees, %llu turn takers, %llu joined the shared arena (%llu left, %llu collisions)\n",
+           "%llu remote frees (%llu pending), %llu pool batches (%llu taken), %llu lends, %llu holds, %llu realloc moves, %llu foreign frees, %llu turn takers (%llu looks), %llu joined the shared arena (%llu left, %llu collisions)\n",
            pid, (unsigned long long)ps.arenas, (unsigned long long)ps.arenas_owned,
            (unsigned long long)ps.arenas_parked, (unsigned long long)ps.claims, (unsigned long long)ps.parks,
            (unsigned long long)ps.switches, (unsigned long long)ps.remote_frees, (unsigned long long)ps.remote_pending,
            (unsigned long long)ps.pool_puts, (unsigned long long)ps.pool_takes, (unsigned long long)ps.lends, (unsigned long long)ps.holds, (unsigned long long)ps.realloc_moves, (unsigned long long)ps.foreign_frees,
-           (unsigned long long)ps.turn_takers, (unsigned long long)ps.share_joins, (unsigned long long)ps.share_leaves, (unsigned long long)ps.share_collisions);
+           (unsigned long long)ps.turn_takers, (unsigned long long)ps.turn_looks, (unsigned long long)ps.share_joins, (unsigned long long)ps.share_leaves, (unsigned long long)ps.share_collisions);
   proc_write_line(&o);
   _scr_out_put(&o, "scralloc[%d]: heap_total %.2f MiB (%.2f MiB dirty), heap_used %.2f MiB, %llu live blocks (%llu large), "
            "%llu mappings, reserved %.2f MiB; syscalls: %llu mmap, %llu munmap, %llu madvise, %llu mremap, %llu failed\n",

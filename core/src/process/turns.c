@@ -19,8 +19,7 @@
  * found as early as before, one that starts later within that many calls,
  * and a busy thread that never blocks looks a few dozen times instead of
  * every 1024 calls (python3 with PYTHONMALLOC=malloc made 9,769 getrusage
- * calls a run, 1.3 ms of its 115: its four threads, each blocking about
- * five times, were never found). */
+ * calls a run, 1.3 ms of its 115, 2,440 by each of its four threads). */
 #include "process.h"
 #include <sys/resource.h>
 

@@ -143,7 +143,7 @@ static void *busy_worker(void *arg) {
 /* A thread that does not block looks less and less often: each look that
  * does not find it taking turns doubles the wait for the next, up to
  * 65,536 heap calls.  100 rounds are some 400,000 heap calls: 400 looks
- * at one every 1024 calls, 7 over the doubling to 65,536 and 5 after.
+ * at one every 1024 calls, 7 over the doubling to 65,536 and 4 after.
  * Once it starts to block, a look within 65,536 calls (17 rounds) finds
  * it. */
 static void test_a_busy_thread_looks_less_often(void) {

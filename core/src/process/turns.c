@@ -45,13 +45,14 @@ void _scr_turns_on_claim(scr_arena *a) {
  * (that look needs no system call, and the wait does not grow). */
 void _scr_turns_check(scr_arena *a) {
   uint64_t after = _scr_proc.opt.turns_after;
-  a->turns_next = a->ops + a->turns_wait;
-  if (after == 0 || atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed) < 2) return;
-  if (_scr_turns_voluntary_switches() - a->blocks_at_claim < after) {
+  if (after != 0 && atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed) >= 2) {
+    if (_scr_turns_voluntary_switches() - a->blocks_at_claim >= after) {
+      a->takes_turns = 1;
+      _scr_recycle_limit(a, _scr_proc.opt.turns_cache_max);
+      SCR_PC_ADD(turn_takers, 1);
+      return;
+    }
     if (a->turns_wait < SCR_TURNS_CHECK_MAX) a->turns_wait *= 2;
-    return;
   }
-  a->takes_turns = 1;
-  _scr_recycle_limit(a, _scr_proc.opt.turns_cache_max);
-  SCR_PC_ADD(turn_takers, 1);
+  a->turns_next = a->ops + a->turns_wait;
 }

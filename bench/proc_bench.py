@@ -16,6 +16,7 @@ tables and to --json.
 """
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -177,6 +178,35 @@ def main():
         q = statistics.quantiles(rs, n=4)
         return f"{statistics.median(rs):.2f} [{q[0]:.2f}-{q[2]:.2f}]"
 
+    def median_ci(rs):
+        """A 95% confidence interval of the median of the paired ratios,
+        without assuming their distribution: the order statistics k and
+        n+1-k, k the largest with P(Binomial(n, 1/2) < k) <= 0.025.  None
+        below 6 rounds (too few for one)."""
+        n = len(rs)
+        if n < 6:
+            return None
+        k, below = 0, 0.0
+        while True:  # below = P(Binomial(n, 1/2) <= k)
+            below += math.comb(n, k) / 2 ** n
+            if below > 0.025:
+                break
+            k += 1
+        k = max(k, 1)
+        return rs[k - 1], rs[n - k]
+
+    def verdict(rs, what):
+        """'met' or 'missed' by the median of the paired ratios, and what
+        the rounds can tell: a difference, or one within their noise."""
+        m = statistics.median(rs)
+        ci = median_ci(rs)
+        word = "met" if m <= 1.0 else "missed"
+        if ci is None:
+            return f"{word}: {what}"
+        lo, hi = ci
+        tell = "below 1" if hi < 1.0 else "above 1" if lo > 1.0 else "spans 1: within the rounds' noise"
+        return f"{word}: {what}; 95% interval of the median {lo:.2f}-{hi:.2f}, {tell}"
+
     def med(ms, key):
         vals = [m[key] for m in ms if key in m]
         return statistics.median(vals) if vals else None
@@ -218,10 +248,9 @@ def main():
                 pr = {k: v for k, v in pr.items() if v}
                 if pr:
                     worst = max(pr, key=lambda k: statistics.median(pr[k]))
-                    wm = statistics.median(pr[worst])
                     print("scralloc wall ratio (paired, median [quartiles] of the rounds' ratios): "
                           + ", ".join(f"{k} {spread(v)}" for k, v in pr.items())
-                          + f"; closest: {worst} ({'met' if wm <= 1.0 else 'missed'}: wall at or below every other's)")
+                          + f"; closest: {worst} ({verdict(pr[worst], 'wall at or below every other')})")
                     paired_summary.setdefault(wname, {})["wall"] = {k: statistics.median(v) for k, v in pr.items()}
             if wname in after_wait:
                 waited = ", ".join(f"{k} {v:.1f}" for k, v in after_wait[wname].items())
@@ -235,7 +264,7 @@ def main():
                 if prss:
                     pm = statistics.median(prss)
                     print(f"scralloc max RSS / glibc (paired): {spread(prss)} "
-                          f"({'met' if pm <= 1.0 else 'missed'}: max RSS at or below glibc's)")
+                          f"({verdict(prss, 'max RSS at or below glibc')})")
                     paired_summary.setdefault(wname, {})["maxrss_mib_glibc"] = pm
         print()
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)

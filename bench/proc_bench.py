@@ -85,6 +85,24 @@ def workloads(bindir, scale):
     ]
 
 
+def median_interval(rs):
+    """A 95% confidence interval of the median of the ratios rs (sorted),
+    without assuming their distribution: the order statistics k and
+    n+1-k, k the largest with P(Binomial(n, 1/2) < k) <= 0.025.  None
+    below 6 values (too few for one)."""
+    n = len(rs)
+    if n < 6:
+        return None
+    k, below = 0, 0.0
+    while True:  # below = P(Binomial(n, 1/2) <= k)
+        below += math.comb(n, k) / 2 ** n
+        if below > 0.025:
+            break
+        k += 1
+    k = max(k, 1)
+    return rs[k - 1], rs[n - k]
+
+
 def run_measured(launcher, argv, env_extra, preload):
     """Run argv through bench/proc_launch.c, which forks and times it and
     reports its wait4 figures: forked from this driver instead, the
@@ -178,28 +196,11 @@ def main():
         q = statistics.quantiles(rs, n=4)
         return f"{statistics.median(rs):.2f} [{q[0]:.2f}-{q[2]:.2f}]"
 
-    def median_ci(rs):
-        """A 95% confidence interval of the median of the paired ratios,
-        without assuming their distribution: the order statistics k and
-        n+1-k, k the largest with P(Binomial(n, 1/2) < k) <= 0.025.  None
-        below 6 rounds (too few for one)."""
-        n = len(rs)
-        if n < 6:
-            return None
-        k, below = 0, 0.0
-        while True:  # below = P(Binomial(n, 1/2) <= k)
-            below += math.comb(n, k) / 2 ** n
-            if below > 0.025:
-                break
-            k += 1
-        k = max(k, 1)
-        return rs[k - 1], rs[n - k]
-
     def verdict(rs, what):
         """'met' or 'missed' by the median of the paired ratios, and what
         the rounds can tell: a difference, or one within their noise."""
         m = statistics.median(rs)
-        ci = median_ci(rs)
+        ci = median_interval(rs)
         word = "met" if m <= 1.0 else "missed"
         if ci is None:
             return f"{word}: {what}"

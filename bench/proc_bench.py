@@ -85,6 +85,10 @@ def workloads(bindir, scale):
     ]
 
 
+WALL_TARGET = "wall at or below every other's"
+RSS_TARGET = "max RSS at or below glibc's"
+
+
 def median_interval(rs):
     """A 95% confidence interval of the median of the ratios rs (sorted),
     without assuming their distribution: the order statistics k and
@@ -94,12 +98,11 @@ def median_interval(rs):
     if n < 6:
         return None
     k, below = 0, 0.0
-    while True:  # below = P(Binomial(n, 1/2) <= k)
+    while True:  # below = P(Binomial(n, 1/2) <= k); n >= 6 makes k >= 1
         below += math.comb(n, k) / 2 ** n
         if below > 0.025:
             break
         k += 1
-    k = max(k, 1)
     return rs[k - 1], rs[n - k]
 
 
@@ -251,7 +254,7 @@ def main():
                     worst = max(pr, key=lambda k: statistics.median(pr[k]))
                     print("scralloc wall ratio (paired, median [quartiles] of the rounds' ratios): "
                           + ", ".join(f"{k} {spread(v)}" for k, v in pr.items())
-                          + f"; closest: {worst} ({verdict(pr[worst], 'wall at or below every other')})")
+                          + f"; closest: {worst} ({verdict(pr[worst], WALL_TARGET)})")
                     paired_summary.setdefault(wname, {})["wall"] = {k: statistics.median(v) for k, v in pr.items()}
             if wname in after_wait:
                 waited = ", ".join(f"{k} {v:.1f}" for k, v in after_wait[wname].items())
@@ -265,7 +268,7 @@ def main():
                 if prss:
                     pm = statistics.median(prss)
                     print(f"scralloc max RSS / glibc (paired): {spread(prss)} "
-                          f"({verdict(prss, 'max RSS at or below glibc')})")
+                          f"({verdict(prss, RSS_TARGET)})")
                     paired_summary.setdefault(wname, {})["maxrss_mib_glibc"] = pm
         print()
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)

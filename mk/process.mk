@@ -39,6 +39,7 @@ test-preload: $(B)/release/libscralloc.so $(B)/debug/libscralloc.so $(B)/release
 	SCR_PRELOAD_QUICK=1 tests/preload/run.sh $(B)/debug/libscralloc.so
 	tests/preload/replay_check.sh $(B)/debug/libscralloc.so $(B)/release/bench
 	$(PYTHON) tests/preload/launch_check.py $(B)/release/bench $(B)/release/libscralloc.so
+	$(PYTHON) tests/preload/bench_stats_check.py $(B)/release/bench $(B)/release/libscralloc.so
 
 # Workloads linked against nothing but libc: each allocator is LD_PRELOADed.
 PROC_BENCH_BIN := $(B)/release/bench/proc_xthread $(B)/release/bench/proc_churn $(B)/release/bench/proc_pairs \

@@ -1,5 +1,5 @@
 /* The thread's cache (core/src/process/recycle.c) and its options:
- * cache_bytes, cache_medium, cache_max; which blocks it keeps (a parked
+ * cache_bytes, cache_medium, cache_max, cache_grow; which blocks it keeps (a parked
  * arena's, the segment map's marks).  A process of its own, so that
  * which arenas exist is known: the main thread's arena 0 and the arenas
  * of the threads each test starts. */
@@ -129,6 +129,48 @@ static void test_cache_max_sends_big_blocks_home(void) {
   unsigned arena = check_one_free(1);
   CHECK(scr_process_option_set("cache_max", "65536") == SCR_OK);
   CHECK_EQ(check_one_free(0), arena);
+}
+
+/* A full list of a class of 4 KiB or more grows by a block at each
+ * further free while the arena's grown bytes stay within its share of
+ * cache_grow (the budget over the threads holding arenas: here the main
+ * thread and the test's thread); trim, like a park, takes the caps back
+ * to their bases, so the next round grows again.  Blocks of 8000 bytes
+ * (class 8192, base cap 2); the counts are the process's cache_grows. */
+enum { GROW_N = 24 };
+static void *grow_rounds(void *arg) {
+  uint64_t *grows = arg;
+  for (int round = 0; round < 2; round++) {
+    void *p[GROW_N];
+    for (int i = 0; i < GROW_N; i++) {
+      p[i] = scr_malloc(8000);
+      memset(p[i], i, 8000);
+    }
+    struct scr_process_stats s0, s1;
+    scr_process_stats(&s0);
+    for (int i = 0; i < GROW_N; i++) scr_free(p[i]);
+    scr_process_stats(&s1);
+    grows[round] = s1.cache_grows - s0.cache_grows;
+    scr_trim();
+  }
+  return NULL;
+}
+static void check_grows(const char *budget, uint64_t want) {
+  CHECK(scr_process_option_set("cache_grow", budget) == SCR_OK);
+  uint64_t grows[2] = {99, 99};
+  run_thread(grow_rounds, grows);
+  CHECK_EQ(grows[0], want);
+  CHECK_EQ(grows[1], want);
+}
+static void test_full_big_lists_grow_within_the_budget(void) {
+  CHECK_EQ(scr_process_option_get("cache_grow"), (uint64_t)2 << 20);
+  struct scr_process_stats ps;
+  scr_process_stats(&ps);
+  CHECK_EQ(ps.arenas_owned, 1); /* the main thread's; the test's thread makes 2 */
+  check_grows("2M", GROW_N - 2);  /* a share of 1 MiB: every block past the base cap */
+  check_grows("64K", 4);          /* a share of 32 KiB: four blocks of 8 KiB */
+  check_grows("0", 0);            /* fixed caps */
+  CHECK(scr_process_option_set("cache_grow", "2M") == SCR_OK);
 }
 
 /* Other arenas' blocks past a full list go to the pool in batches of half
@@ -318,6 +360,7 @@ int main(void) {
   TEST(test_the_first_arenas_medium_lists_open_late);
   TEST(test_a_kept_block_keeps_its_page);
   TEST(test_cache_max_sends_big_blocks_home);
+  TEST(test_full_big_lists_grow_within_the_budget);
   TEST(test_short_lists_leave_long_batches);
   TEST(test_a_parked_arenas_blocks_are_kept_while_others_run);
   TEST(test_segment_map_marks);

@@ -97,6 +97,12 @@ static __attribute__((noinline)) void proc_free_slow(void *p, scr_segment *seg, 
   uintptr_t idx = 0;
   unsigned tag = seg ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
   scr_arena *o = h ? proc_arena_of_heap(h) : NULL;
+  /* A full list that may grow (recycle.c) keeps p: the thread's own
+   * block, or a block of an arena that is not parked (those the fast
+   * path keeps). */
+  if (a != NULL && o != NULL && tag < SCR_CLASS_COUNT && a->rc[tag].room == 0 && (o == a || !_scr_arena_parked(o)) &&
+      _scr_recycle_grow(a, tag) && _scr_recycle_put(a, seg, idx, tag, p))
+    return;
   /* Another arena's block and a full list of its class: the list's older
    * half leaves (pool.c) and p stays.  The arena's own block goes to its
    * heap, as before, so that frees in address order (scr_free_many) stay

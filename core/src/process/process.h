@@ -58,6 +58,7 @@ SCR_HIDDEN_ALIAS(proc_heap_usable_size, scr_heap_usable_size);
   X(cache_medium, 2, 0, 64, "blocks of one medium class (20-64 KiB) a thread's cache keeps") \
   X(cache_medium_after, 16, 0, 65535, "mallocs of a medium class a thread that claimed its arena while no other was held (the main thread, as a rule) makes before its cache keeps blocks of that class (0: from the first)") \
   X(cache_max, 65536, 0, 65536, "blocks above this size skip the thread's cache (0: no cache)") \
+  X(cache_grow, (uint64_t)2 << 20, 0, (uint64_t)1 << 30, "bytes by which the caps of the threads' cache lists of blocks of 4 KiB and more may grow together, a block at a time when a full list is freed into; each thread's share is this over the threads holding arenas (0: the caps stay as cache_bytes and cache_medium set them)") \
   X(turns_after, 8, 0, UINT64_MAX, "a thread that has blocked this many times (voluntary context switches) while holding its arena takes turns with others: its cache keeps no block above turns_cache_max (0: never)") \
   X(turns_cache_max, 4096, 0, 65536, "cache_max of a thread that takes turns") \
   X(turns_keep, 0, 0, UINT64_MAX, "empty pages a thread that takes turns keeps committed, at most (0: its share, as any thread)") \
@@ -145,6 +146,7 @@ typedef struct scr_arena {
   uint64_t snap_drained;            /* remote_drained as of the last publish */
   uint64_t snap_sent;               /* remote_sent as of the last publish */
   uintptr_t own_mark;               /* its segments' mark in the segment map (UINTPTR_MAX: none) */
+  uint64_t cache_grown;             /* bytes its lists' caps grew past their base (recycle.c) (holder) */
   scr_recycled rc[SCR_CLASS_COUNT]; /* recycled blocks per class (holder) */
   /* a medium class's list, closed until the holder's cache_medium_after-th
    * malloc of the class (recycle.c): its cap once open (0: open, or never
@@ -212,6 +214,7 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(pool_takes, "batches threads with an empty cache list took from the pool") \
   X(lends, "cache lists filled with a parked arena's free slots")             \
   X(holds, "parked arenas whose emptied pages wait for the discard (freed by the only thread holding an arena)") \
+  X(cache_grows, "blocks by which threads' full cache lists of 4 KiB and larger blocks grew") \
   X(remote_sent_unowned, "remote frees by threads that hold no arena")      \
   X(turn_takers, "threads found taking turns (blocking often while holding an arena)") \
   X(turn_looks, "getrusage calls that counted a thread's context switches") \
@@ -316,6 +319,7 @@ SCR_INTERNAL void _scr_recycle_init(scr_arena *a, bool alone);
 SCR_INTERNAL void _scr_recycle_limit(scr_arena *a, uint64_t max_size);
 SCR_INTERNAL void _scr_recycle_medium_malloc(scr_arena *a, unsigned c);
 SCR_INTERNAL void _scr_recycle_flush(scr_arena *a);
+SCR_INTERNAL bool _scr_recycle_grow(scr_arena *a, unsigned c);
 SCR_INTERNAL void _scr_recycle_send_home(scr_arena *a, unsigned c, void *p);
 SCR_INTERNAL void _scr_recycle_send_list_home(scr_arena *a, unsigned c, void *p);
 SCR_INTERNAL void _scr_recycle_account(const scr_arena *a, struct scr_stats *st, struct scr_stats *lent);

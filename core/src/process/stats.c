@@ -95,6 +95,7 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->pool_takes = SCR_PLOAD_(pool_takes);
   o->lends = SCR_PLOAD_(lends);
   o->holds = SCR_PLOAD_(holds);
+  o->cache_grows = SCR_PLOAD_(cache_grows);
   o->foreign_frees = SCR_PLOAD_(foreign_frees);
   o->realloc_moves = SCR_PLOAD_(realloc_moves);
   o->discards = SCR_PLOAD_(discards);
@@ -156,11 +157,11 @@ static void proc_print_stats(void) {
   static const char *const thp[] = {"never", "madvise", "always"};
   int pid = (int)getpid();
   _scr_out_put(&o, "scralloc[%d]: %llu arenas (%llu owned, %llu parked); %llu claims, %llu parks, %llu switches; "
-           "%llu remote frees (%llu pending), %llu pool batches (%llu taken), %llu lends, %llu holds, %llu realloc moves, %llu foreign frees, %llu turn takers (%llu looks), %llu joined the shared arena (%llu left, %llu collisions)\n",
+           "%llu remote frees (%llu pending), %llu pool batches (%llu taken), %llu lends, %llu holds, %llu cache grows, %llu realloc moves, %llu foreign frees, %llu turn takers (%llu looks), %llu joined the shared arena (%llu left, %llu collisions)\n",
            pid, (unsigned long long)ps.arenas, (unsigned long long)ps.arenas_owned,
            (unsigned long long)ps.arenas_parked, (unsigned long long)ps.claims, (unsigned long long)ps.parks,
            (unsigned long long)ps.switches, (unsigned long long)ps.remote_frees, (unsigned long long)ps.remote_pending,
-           (unsigned long long)ps.pool_puts, (unsigned long long)ps.pool_takes, (unsigned long long)ps.lends, (unsigned long long)ps.holds, (unsigned long long)ps.realloc_moves, (unsigned long long)ps.foreign_frees,
+           (unsigned long long)ps.pool_puts, (unsigned long long)ps.pool_takes, (unsigned long long)ps.lends, (unsigned long long)ps.holds, (unsigned long long)ps.cache_grows, (unsigned long long)ps.realloc_moves, (unsigned long long)ps.foreign_frees,
            (unsigned long long)ps.turn_takers, (unsigned long long)ps.turn_looks, (unsigned long long)ps.share_joins, (unsigned long long)ps.share_leaves, (unsigned long long)ps.share_collisions);
   proc_write_line(&o);
   _scr_out_put(&o, "scralloc[%d]: heap_total %.2f MiB (%.2f MiB dirty), heap_used %.2f MiB, %llu live blocks (%llu large), "

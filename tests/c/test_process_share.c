@@ -242,6 +242,37 @@ static void test_free_many_on_the_shared_arena(void) {
   CHECK(scr_process_option_set("share_hot", "4096") == SCR_OK);
 }
 
+/* ---- the shared arena's cache lists keep their caps ---- */
+
+/* A member frees 24 blocks of 8000 bytes (class 8192, base cap 2): the
+ * shared arena's list does not grow (recycle.c: its threads take turns),
+ * where a thread's own arena's would (test_process_cache). */
+static uint64_t grows_on_shared = 99;
+static int member_during_frees;
+static void *big_frees_member(void *arg) {
+  (void)arg;
+  void *p[24];
+  for (int i = 0; i < 24; i++) {
+    p[i] = scr_malloc(8000);
+    memset(p[i], i, 8000);
+  }
+  uint64_t g0 = pstats().cache_grows;
+  for (int i = 0; i < 24; i++) scr_free(p[i]);
+  grows_on_shared = pstats().cache_grows - g0;
+  member_during_frees = pstats().share_joins > pstats().share_leaves;
+  return NULL;
+}
+
+static void test_the_shared_arenas_lists_do_not_grow(void) {
+  CHECK(scr_process_option_set("share_hot", "1000000000") == SCR_OK); /* stays a member */
+  pthread_t t;
+  pthread_create(&t, NULL, big_frees_member, NULL);
+  pthread_join(t, NULL);
+  CHECK(member_during_frees);
+  CHECK_EQ(grows_on_shared, 0);
+  CHECK(scr_process_option_set("share_hot", "4096") == SCR_OK);
+}
+
 /* ---- every entry point works on the shared arena ---- */
 
 static int entry_points_ok;
@@ -390,6 +421,7 @@ int main(int argc, char **argv) {
   TEST(test_threads_running_at_once_leave);
   TEST(test_a_thread_that_finds_the_shared_arena_taken_waits);
   TEST(test_free_many_on_the_shared_arena);
+  TEST(test_the_shared_arenas_lists_do_not_grow);
   TEST(test_entry_points_on_the_shared_arena);
   TEST(test_fork_while_threads_share);
   TEST(test_share_off);

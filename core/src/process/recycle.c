@@ -136,11 +136,14 @@ static void recycle_empty_list(scr_arena *a, unsigned c, uint32_t max) {
  * shared by the threads holding arenas, bounds what all lists of all
  * threads keep past their bases, so a program of many threads keeps
  * about what one would.  The caps go back to their bases at park, trim
- * and when the thread is found taking turns. */
+ * and when the thread is found taking turns; the shared arena's never
+ * grow (its threads take turns: share.c), so that Python's threads, which
+ * stay on it, do not keep a burst's blocks while another thread runs. */
 bool _scr_recycle_grow(scr_arena *a, unsigned c) {
   scr_recycled *r = &a->rc[c];
   uint64_t size = _scr_class_sizes[c], budget = _scr_proc.opt.cache_grow;
-  if ((int)c < SCR_GROW_FIRST || r->max == 0 || r->max >= SCR_RECYCLE_CLASS_MAX || budget == 0) return false;
+  if ((int)c < SCR_GROW_FIRST || r->max == 0 || r->max >= SCR_RECYCLE_CLASS_MAX || budget == 0 || a->shared)
+    return false;
   unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
   if (a->cache_grown + size > budget / (held > 1 ? held : 1)) return false;
   r->max++;

@@ -60,14 +60,8 @@ void *_scr_lend_refill_slow(scr_arena *a, unsigned c) {
   for (scr_page *pg = h->queue[c]; pg && k < want; pg = pg->next) {
     while (pg->free && k < want) {
       void *p = _scr_page_alloc(h, pg);
-      if (first == NULL) {
-        first = p;
-      } else {
-        *(void **)p = r->head;
-        SCR_POISON(p, _scr_class_sizes[c]);
-        r->head = p;
-        r->room--;
-      }
+      if (first == NULL) first = p;
+      else _scr_recycle_push(r, c, p);
       k++;
     }
   }

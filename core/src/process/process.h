@@ -355,6 +355,14 @@ static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark, con
   return h->owner != NULL &&
          (h == a->heap || !_scr_proc_alone(a) || !atomic_load_explicit(&h->owner_parked, memory_order_relaxed));
 }
+/* Push block p of class c on list r (linked through its first word; ASan
+ * builds poison the rest). */
+static inline void _scr_recycle_push(scr_recycled *r, unsigned c, void *p) {
+  *(void **)p = r->head;
+  SCR_POISON(p, _scr_class_sizes[c]); /* ASan: a use after free is caught */
+  r->head = p;
+  r->room--;
+}
 /* Keep p, a block on page idx of seg with tag `tag` that a's holder frees
  * and may keep (_scr_recycle_may_keep), for a's next malloc of its class:
  * 1, or 0 when it is not kept (p is not a block of a size class, or the
@@ -367,10 +375,7 @@ static inline int _scr_recycle_put(scr_arena *a, const scr_segment *seg, uintptr
 #if SCR_DEBUG > 0
   if (_scr_recycle_refused(r, seg, idx, c, p)) return 1;
 #endif
-  *(void **)p = r->head;
-  SCR_POISON(p, _scr_class_sizes[c]); /* ASan: a use after free is caught */
-  r->head = p;
-  r->room--;
+  _scr_recycle_push(r, c, p);
   return 1;
 }
 /* A kept block of class c, or NULL. */

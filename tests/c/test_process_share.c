@@ -232,14 +232,19 @@ static void *free_many_member(void *arg) {
   return NULL;
 }
 
-static void test_free_many_on_the_shared_arena(void) {
-  CHECK(scr_process_option_set("share_hot", "1000000000") == SCR_OK); /* stays a member */
+/* fn in a thread that stays on the shared arena however busy it runs. */
+static void run_as_member(void *(*fn)(void *)) {
+  CHECK(scr_process_option_set("share_hot", "1000000000") == SCR_OK);
   pthread_t t;
-  pthread_create(&t, NULL, free_many_member, NULL);
+  pthread_create(&t, NULL, fn, NULL);
   pthread_join(t, NULL);
+  CHECK(scr_process_option_set("share_hot", "4096") == SCR_OK);
+}
+
+static void test_free_many_on_the_shared_arena(void) {
+  run_as_member(free_many_member);
   CHECK_EQ(joins_in_free_many, 1);
   CHECK(ascending_after_free_many > 20000 * 9 / 10);
-  CHECK(scr_process_option_set("share_hot", "4096") == SCR_OK);
 }
 
 /* ---- the shared arena's cache lists keep their caps ---- */
@@ -264,13 +269,9 @@ static void *big_frees_member(void *arg) {
 }
 
 static void test_the_shared_arenas_lists_do_not_grow(void) {
-  CHECK(scr_process_option_set("share_hot", "1000000000") == SCR_OK); /* stays a member */
-  pthread_t t;
-  pthread_create(&t, NULL, big_frees_member, NULL);
-  pthread_join(t, NULL);
+  run_as_member(big_frees_member);
   CHECK(member_during_frees);
   CHECK_EQ(grows_on_shared, 0);
-  CHECK(scr_process_option_set("share_hot", "4096") == SCR_OK);
 }
 
 /* ---- every entry point works on the shared arena ---- */

@@ -64,10 +64,6 @@ _Static_assert(SCR_GROW_FIRST < SCR_CLASS_COUNT, "the first class whose list may
  * faults, 40 paired rounds).  A program that allocates a medium class
  * over and over opens its list within its first calls. */
 
-/* Under the process lock, when a thread takes the arena (its lists are
- * empty then): the caps as the options say now.  alone: no other arena is
- * held; its medium lists stay closed until their class's
- * cache_medium_after-th malloc. */
 /* List c's cap as the options set it (its base: what a grown cap goes
  * back to). */
 static uint32_t recycle_base_max(unsigned c) {
@@ -79,8 +75,13 @@ static uint32_t recycle_base_max(unsigned c) {
   return (uint32_t)max;
 }
 
+/* Under the process lock, when a thread takes the arena (its lists are
+ * empty then): the caps as the options say now.  alone: no other arena is
+ * held; its medium lists stay closed until their class's
+ * cache_medium_after-th malloc. */
 void _scr_recycle_init(scr_arena *a, bool alone) {
   const scr_proc_options *o = &_scr_proc.opt;
+  scr_assert(_scr_class_sizes[SCR_GROW_FIRST] == 4096);
   a->cache_grown = 0;
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     uint32_t max = recycle_base_max(c);
@@ -142,7 +143,7 @@ static void recycle_empty_list(scr_arena *a, unsigned c, uint32_t max) {
 bool _scr_recycle_grow(scr_arena *a, unsigned c) {
   scr_recycled *r = &a->rc[c];
   uint64_t size = _scr_class_sizes[c], budget = _scr_proc.opt.cache_grow;
-  if ((int)c < SCR_GROW_FIRST || r->max == 0 || r->max >= SCR_RECYCLE_CLASS_MAX || budget == 0 || a->shared)
+  if (c < SCR_GROW_FIRST || r->max == 0 || r->max >= SCR_RECYCLE_CLASS_MAX || budget == 0 || a->shared)
     return false;
   unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
   if (a->cache_grown + size > budget / (held > 1 ? held : 1)) return false;

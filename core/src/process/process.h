@@ -147,7 +147,11 @@ typedef struct scr_arena {
   uint64_t snap_sent;               /* remote_sent as of the last publish */
   uintptr_t own_mark;               /* its segments' mark in the segment map (UINTPTR_MAX: none) */
   uint64_t cache_grown;             /* bytes its lists' caps grew past their base (recycle.c) (holder) */
-  scr_recycled rc[SCR_CLASS_COUNT]; /* recycled blocks per class (holder) */
+  /* Recycled blocks per class (holder).  On a line boundary, so that no
+   * list's 16 bytes straddle two lines: the malloc and free fast paths
+   * touch one line per call (the seventeenth session's layout put every
+   * fourth class's head and count on two). */
+  _Alignas(64) scr_recycled rc[SCR_CLASS_COUNT];
   /* a medium class's list, closed until the holder's cache_medium_after-th
    * malloc of the class (recycle.c): its cap once open (0: open, or never
    * to open), and the mallocs that found it closed */

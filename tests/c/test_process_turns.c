@@ -1,6 +1,7 @@
 /* Threads that take turns (core/src/process/turns.c): a thread that has
  * blocked turns_after times while holding its arena keeps no block above
- * turns_cache_max in its cache (and at most turns_keep of empty pages).
+ * turns_cache_max in its cache (and at most turns_keep of empty pages),
+ * and its cache lists do not grow.
  * A process of its own: the main thread's arena and one thread at a time;
  * a thread holding the only arena takes turns with nobody. */
 #include "arena_probe.h"
@@ -21,6 +22,7 @@ struct run {
   long turn_takers;           /* process count after the allocations, less before */
   long retained_delta;        /* the arena's retained pages of class 8192 across one free */
   uint64_t kept_after_frees;  /* retained and dirty bytes once N blocks were freed */
+  long grows;                 /* cache_grows across a burst of frees of 4 KiB blocks */
 };
 
 static void *worker(void *arg) {
@@ -45,6 +47,15 @@ static void *worker(void *arg) {
   scr_free(p);
   scr_arena_stats(arena, &s1);
   r->retained_delta = (long)s1.classes[c].retained - (long)s0.classes[c].retained;
+  /* the list of 4 KiB blocks (4 kept by default) past a burst of 24 frees:
+   * grown by 20 (recycle.c), unless the thread takes turns */
+  void *b[24];
+  for (int i = 0; i < 24; i++) b[i] = memset(scr_malloc(4000), 5, 4000);
+  struct scr_process_stats g0, g1;
+  scr_process_stats(&g0);
+  for (int i = 0; i < 24; i++) scr_free(b[i]);
+  scr_process_stats(&g1);
+  r->grows = (long)(g1.cache_grows - g0.cache_grows);
   /* the empty pages kept */
   for (int i = 0; i < N; i++) scr_free(v[i]);
   scr_free(scr_malloc(8000)); /* a heap call: the arena publishes (and the keep share is applied) */
@@ -67,6 +78,7 @@ static void test_a_thread_that_does_not_block(void) {
   struct run r = run_worker(0);
   CHECK_EQ(r.turn_takers, 0);
   CHECK_EQ(r.retained_delta, 0); /* the block stayed in the cache, its page in use */
+  CHECK_EQ(r.grows, 20);
   fprintf(stderr, "  kept %llu KiB\n", (unsigned long long)(r.kept_after_frees >> 10));
   CHECK(r.kept_after_frees > ((uint64_t)1 << 20));
 }
@@ -78,6 +90,7 @@ static void test_a_thread_that_blocks_takes_turns(void) {
   struct run r = run_worker(12);
   CHECK_EQ(r.turn_takers, 1);
   CHECK_EQ(r.retained_delta, 1);
+  CHECK_EQ(r.grows, 0); /* a turn taker's lists keep their caps */
   CHECK(r.kept_after_frees > ((uint64_t)1 << 20));
 }
 

@@ -98,8 +98,8 @@ static __attribute__((noinline)) void proc_free_slow(void *p, scr_segment *seg, 
   unsigned tag = seg ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
   scr_arena *o = h ? proc_arena_of_heap(h) : NULL;
   /* A full list that may grow (recycle.c) keeps p: the thread's own
-   * block, or a block of an arena that is not parked (those the fast
-   * path keeps). */
+   * block, or a block of an arena that is not parked (a parked arena's
+   * blocks past a full list go home, as in the pool's overflow). */
   if (a != NULL && o != NULL && tag < SCR_CLASS_COUNT && a->rc[tag].room == 0 && (o == a || !_scr_arena_parked(o)) &&
       _scr_recycle_grow(a, tag) && _scr_recycle_put(a, seg, idx, tag, p))
     return;

@@ -136,14 +136,16 @@ static void recycle_empty_list(scr_arena *a, unsigned c, uint32_t max) {
  * A list grows only as far as its thread's runs need, and the budget,
  * shared by the threads holding arenas, bounds what all lists of all
  * threads keep past their bases, so a program of many threads keeps
- * about what one would.  The caps go back to their bases at park, trim
- * and when the thread is found taking turns; the shared arena's never
- * grow (its threads take turns: share.c), so that Python's threads, which
- * stay on it, do not keep a burst's blocks while another thread runs. */
+ * about what one would.  The caps go back to their bases at park and
+ * trim.  Lists of threads that take turns do not grow: the shared
+ * arena's (share.c) and a turn taker's (turns.c, whose caps go back to
+ * their bases when it is found), so that Python's threads do not keep a
+ * burst's blocks while another thread runs. */
 bool _scr_recycle_grow(scr_arena *a, unsigned c) {
   scr_recycled *r = &a->rc[c];
   uint64_t size = _scr_class_sizes[c], budget = _scr_proc.opt.cache_grow;
-  if (c < SCR_GROW_FIRST || r->max == 0 || r->max >= SCR_RECYCLE_CLASS_MAX || budget == 0 || a->shared)
+  if (c < SCR_GROW_FIRST || r->max == 0 || r->max >= SCR_RECYCLE_CLASS_MAX || budget == 0 || a->shared ||
+      a->takes_turns)
     return false;
   unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
   if (a->cache_grown + size > budget / (held > 1 ? held : 1)) return false;
@@ -155,10 +157,14 @@ bool _scr_recycle_grow(scr_arena *a, unsigned c) {
 }
 
 /* The holder's lists of classes above max_size go back and stay empty
- * (until the next claim). */
+ * (until the next claim); a grown cap of a smaller class goes back to its
+ * base. */
 void _scr_recycle_limit(scr_arena *a, uint64_t max_size) {
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
-    if (_scr_class_sizes[c] <= max_size) continue;
+    if (_scr_class_sizes[c] <= max_size) {
+      if (a->rc[c].max > recycle_base_max(c)) recycle_empty_list(a, c, a->rc[c].max);
+      continue;
+    }
     recycle_empty_list(a, c, 0);
     if (c >= SCR_MEDIUM_FIRST) a->medium_cap[c - SCR_MEDIUM_FIRST] = 0; /* a closed list stays closed */
   }

@@ -71,8 +71,12 @@ SCR_HIDDEN_ALIAS(proc_heap_usable_size, scr_heap_usable_size);
   X(stats_fd, 2, 0, 1 << 20, "file descriptor the exit report goes to (stderr by default)") \
   X(verbose, 0, 0, 1, "report frees of memory scralloc does not own")
 
+/* Atomic: scr_process_option_set changes them under the process lock
+ * while other threads read them without it (plain reads and writes of
+ * them are atomic, seq_cst: a mov on x86 for a read; every read is on a
+ * slow path).  Found by tests/c/test_process_fuzz.c under TSan. */
 typedef struct scr_proc_options {
-#define SCR_PROC_OPT_FIELD_(name, def, lo, hi, doc) uint64_t name;
+#define SCR_PROC_OPT_FIELD_(name, def, lo, hi, doc) _Atomic uint64_t name;
   SCR_PROC_OPTIONS(SCR_PROC_OPT_FIELD_)
 #undef SCR_PROC_OPT_FIELD_
 } scr_proc_options;

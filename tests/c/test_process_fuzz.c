@@ -5,7 +5,9 @@
  * pages, the retain budget), then runs a churn of threads that malloc,
  * calloc, aligned_alloc, realloc and free, hand blocks to each other
  * through a shared array, leave blocks behind when they exit, sleep (so
- * that they block, as turn takers do), and free sets with scr_free_many,
+ * that they block, as turn takers do), realloc to zero bytes, and free
+ * sets with scr_free_many (now and then one of 16,384 blocks, which it
+ * frees in address order),
  * while the main thread changes options, trims, takes statistics and runs
  * the validator.  Every block carries a cookie (its size, a pattern from
  * its address) checked before it is freed or reallocated; calloc's blocks
@@ -13,8 +15,9 @@
  * every block is freed and trimmed: no live block may remain.
  *
  * Runs in the debug (validators), ASan+UBSan and TSan builds.
- * SCR_FUZZ_SEED replays one round's seed; SCR_FUZZ_ROUNDS and
- * SCR_FUZZ_OPS (operations per thread) run it longer.  A failing round
+ * SCR_FUZZ_SEED replays one round's seed; SCR_FUZZ_ROUNDS, SCR_FUZZ_OPS
+ * (operations per thread) and SCR_FUZZ_FIRST (the first round's seed)
+ * run it longer or elsewhere.  A failing round
  * prints its seed and options. */
 #include "check.h"
 #include "scralloc.h"
@@ -142,7 +145,7 @@ static void *resize(void *p, uint64_t *s) {
 
 /* ---- one round ---- */
 
-enum { SLOTS = 256, LOCAL = 48, MANY = 24 };
+enum { SLOTS = 256, LOCAL = 48, MANY = 24, BIG_SET = 16384 };
 static _Atomic(void *) slots[SLOTS];
 static unsigned ops_per_thread = 1500;
 
@@ -174,17 +177,34 @@ static void *worker(void *arg) {
       local[k] = atomic_exchange(&slots[next(&s) % SLOTS], NULL);
       break;
     case 11: case 12:
-      if (local[k]) local[k] = resize(local[k], &s);
-      break;
-    case 13: { /* a set freed at once */
-      void *set[MANY];
-      size_t n = 0;
-      for (unsigned j = 0; j < MANY; j++) {
-        void *p = make(&s);
-        if (p) set[n++] = p;
+      if (local[k] && next(&s) % 16 == 0) { /* to zero bytes: freed, as free() */
+        cookie_check(local[k]);
+        void *q = scr_realloc(local[k], 0);
+        local[k] = NULL;
+        if (q != NULL) scr_free(q); /* a minimal block instead is allowed too */
+      } else if (local[k]) {
+        local[k] = resize(local[k], &s);
       }
-      for (size_t j = 0; j < n; j++) cookie_check(set[j]);
-      scr_free_many(set, n);
+      break;
+    case 13: { /* a set freed at once; now and then one big enough to be freed in address order */
+      static void *big_set[BIG_SET];
+      static _Atomic int big_set_busy;
+      void *set[MANY], **v = set;
+      size_t want = MANY, n = 0;
+      if (next(&s) % 256 == 0 && !atomic_exchange(&big_set_busy, 1)) v = big_set, want = BIG_SET;
+      for (size_t j = 0; j < want; j++) {
+        void *p;
+        if (want == MANY) {
+          p = make(&s);
+        } else { /* small blocks: many to a page, so that the order shows */
+          size_t m = COOKIE_MIN + next(&s) % 200;
+          if ((p = scr_malloc(m)) != NULL) cookie_write(p, m);
+        }
+        if (p) v[n++] = p;
+      }
+      for (size_t j = 0; j < n; j++) cookie_check(v[j]);
+      scr_free_many(v, n);
+      if (v == big_set) atomic_store(&big_set_busy, 0);
       break;
     }
     case 14:
@@ -370,6 +390,7 @@ static void test_random_rounds(void) {
 int main(void) {
   const char *v;
   if ((v = getenv("SCR_FUZZ_SEED")) != NULL) first_seed = strtoull(v, NULL, 10), replay = 1;
+  else if ((v = getenv("SCR_FUZZ_FIRST")) != NULL) first_seed = strtoull(v, NULL, 10);
   if ((v = getenv("SCR_FUZZ_ROUNDS")) != NULL && atoi(v) > 0) rounds = (unsigned)atoi(v);
   if ((v = getenv("SCR_FUZZ_OPS")) != NULL && atoi(v) > 0) ops_per_thread = (unsigned)atoi(v);
   scr_free(scr_malloc(1)); /* the main thread's arena exists before the first fork */

@@ -8,8 +8,9 @@
  * that they block, as turn takers do), realloc to zero bytes, and free
  * sets with scr_free_many (now and then one of 16,384 blocks, which it
  * frees in address order),
- * while the main thread changes options, trims, takes statistics and runs
- * the validator.  Every block carries a cookie (its size, a pattern from
+ * while the main thread changes options, trims, takes statistics, runs
+ * the validator and forks (the child frees blocks the parent's threads
+ * made, allocates, starts a thread).  Every block carries a cookie (its size, a pattern from
  * its address) checked before it is freed or reallocated; calloc's blocks
  * must read as zero and aligned blocks be aligned.  At the round's end
  * every block is freed and trimmed: no live block may remain.
@@ -148,6 +149,8 @@ static void *resize(void *p, uint64_t *s) {
 enum { SLOTS = 256, LOCAL = 48, MANY = 24, BIG_SET = 16384 };
 static _Atomic(void *) slots[SLOTS];
 static unsigned ops_per_thread = 1500;
+static unsigned forks_done;
+enum { ROUND_LIMIT_S = 120 }; /* a round takes about a second, ten under TSan */
 
 typedef struct {
   uint64_t seed;
@@ -273,6 +276,61 @@ static void set_random_option(uint64_t *s, char *log, size_t len) {
   }
 }
 
+#if defined(__SANITIZE_THREAD__)
+/* A child forked while a worker had finished but was not yet joined
+ * inherits it, and TSan would call that a leaked thread at the child's
+ * exit; the parent joins every worker. */
+const char *__tsan_default_options(void);
+__attribute__((visibility("default"))) const char *__tsan_default_options(void) { return "report_thread_leaks=0"; }
+#endif
+
+static void *fork_child_thread(void *arg) {
+  uint64_t s = (uintptr_t)arg;
+  for (int i = 0; i < 200; i++) drop(make(&s));
+  return NULL;
+}
+
+/* fork while the workers run (the helper threads may be discarding or
+ * prefaulting): the child, alone, checks and frees blocks the parent's
+ * threads left in the shared array, allocates, starts a thread, trims and
+ * validates; it exits 0 when all held. */
+static void fork_while_running(uint64_t *s) {
+  uint64_t seed = next(s) | 1;
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    alarm(ROUND_LIMIT_S);
+    uint64_t cs = seed;
+    for (unsigned i = 0; i < SLOTS; i += 3) drop(atomic_exchange(&slots[i], NULL));
+    void *mine[64];
+    for (int i = 0; i < 64; i++) mine[i] = make(&cs);
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+    /* TSan ends a child of a threaded process that starts a thread; in
+     * ASan's, the thread's start may wait forever on a lock of ASan's own
+     * allocator that a parent's thread held at the fork. */
+    int started = 1;
+    fork_child_thread((void *)(uintptr_t)(seed + 1));
+#else
+    pthread_t t;
+    int started = pthread_create(&t, NULL, fork_child_thread, (void *)(uintptr_t)(seed + 1)) == 0;
+#endif
+    for (int i = 0; i < 64; i++) drop(mine[i]);
+#if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+    if (started) pthread_join(t, NULL);
+#endif
+    scr_trim();
+    int ok = atomic_load(&bad_cookies) == 0 && atomic_load(&bad_zero) == 0 && atomic_load(&bad_align) == 0 &&
+             atomic_load(&failed_allocs) == 0 && started && scr_process_validate() == SCR_OK;
+    _exit(ok ? 0 : 1);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    fprintf(stderr, "  a child forked while the workers ran failed (status %d)\n", status);
+    atomic_fetch_add(&bad_cookies, 1);
+  }
+  forks_done++;
+}
+
 /* The round in the calling (child) process: 0 when every check held. */
 static int round_body(uint64_t seed) {
   uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
@@ -306,6 +364,9 @@ static int round_body(uint64_t seed) {
       }
       case 3:
         if (scr_process_validate() != SCR_OK) atomic_fetch_add(&bad_cookies, 1);
+        break;
+      case 4:
+        if (next(&s) % 4 == 0) fork_while_running(&s);
         break;
       default: usleep(200); break;
       }
@@ -342,12 +403,12 @@ static int round_body(uint64_t seed) {
   if (getenv("SCR_FUZZ_VERBOSE"))
     printf("  seed %llu:%s\n    %llu claims, %llu parks, %llu switches, %llu lends, %llu pool takes, %llu cache grows, "
            "%llu remote frees, %llu discards, %llu prefaults, %llu turn takers, %llu joined the shared arena, %llu "
-           "realloc moves\n",
+           "realloc moves, %u forks\n",
            (unsigned long long)seed, opts, (unsigned long long)ps.claims, (unsigned long long)ps.parks,
            (unsigned long long)ps.switches, (unsigned long long)ps.lends, (unsigned long long)ps.pool_takes,
            (unsigned long long)ps.cache_grows, (unsigned long long)ps.remote_frees, (unsigned long long)ps.discards,
            (unsigned long long)ps.prefaults, (unsigned long long)ps.turn_takers, (unsigned long long)ps.share_joins,
-           (unsigned long long)ps.realloc_moves);
+           (unsigned long long)ps.realloc_moves, forks_done);
   return ok ? 0 : 1;
 }
 
@@ -357,6 +418,7 @@ static int run_round(uint64_t seed) {
   fflush(NULL);
   pid_t pid = fork();
   if (pid == 0) {
+    alarm(ROUND_LIMIT_S); /* a hang fails the round, naming its seed */
     int r = round_body(seed);
     fflush(NULL);
     _exit(r);

@@ -46,6 +46,29 @@ if ! grep -qE "^scralloc\[[0-9]+\]: .* [1-9][0-9]* joined the shared arena" "$tm
   echo "FAIL python-workload: no thread joined the shared arena"; tail -n 5 "$tmp/stats"; fail=1
 fi
 run python-workload-pymalloc-off env PYTHONMALLOC=malloc "$py" "$here/py_workload.py"
+# The same workload with PYTHONMALLOC=malloc under drawn option sets (as
+# tests/c/test_process_fuzz.c draws them): seeds 1-4, or SCR_PRELOAD_SEED.
+draw_options() {
+  RANDOM=$1
+  local draws=(
+    "SHARE 0 1" "SHARE_HOT 256 4096" "SHARE_CONTENDED 1 8 256" "CACHE_BYTES 0 1024 16384 65536"
+    "CACHE_MEDIUM 0 2 8" "CACHE_MAX 0 4096 65536" "CACHE_GROW 0 64K 2M" "TURNS_AFTER 0 1 8"
+    "LEND 0 1" "SWITCH_BYTES 0 64K 1M" "DISCARD 0 1 poison" "DISCARD_DELAY_MS 0 1 20"
+    "PREFAULT 0 1 2" "PREFAULT_AFTER 0 64K" "HUGEPAGE_AFTER 0 1M" "RETAIN_BUDGET 0 1M 4M"
+    "RETAIN_BYTES 0 64K 1M" "PURGE_DELAY_MS 0 20" "DECOMMIT_BATCH 0 256K")
+  local i d words
+  for i in 1 2 3 4 5 6 7 8; do
+    d=${draws[RANDOM % ${#draws[@]}]}
+    read -ra words <<<"$d"
+    printf 'SCRALLOC_%s=%s ' "${words[0]}" "${words[1 + RANDOM % (${#words[@]} - 1)]}"
+  done
+}
+for seed in ${SCR_PRELOAD_SEED:-1 2 3 4}; do
+  opts=$(draw_options "$seed")
+  # shellcheck disable=SC2086  # the words are NAME=VALUE pairs
+  run "python-workload-options-$seed ($opts)" env $opts PYTHONMALLOC=malloc "$py" "$here/py_workload.py"
+  [ -n "${SCR_PRELOAD_QUICK:-}" ] && [ "$seed" -ge 2 ] && break
+done
 if [ -z "${SCR_PRELOAD_QUICK:-}" ] && "$py" -c 'import test.libregrtest' 2>/dev/null; then
   run python-stdlib-tests "$py" -m test -q --timeout 300 test_list test_dict test_set test_bytes test_unicode \
     test_re test_json test_thread test_queue test_collections test_struct test_array test_deque

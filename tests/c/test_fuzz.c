@@ -1,8 +1,12 @@
 /* Seeded random walks of heap operations against a model: every live
  * block's bytes, no overlap, alignment, counters equal to the model, bad
  * frees classified, and zero mmaps/bytes after trimming an empty heap.
- * SCR_FUZZ_STEPS and SCR_FUZZ_SEED (environment) run it longer or replay
- * a failure; a failure prints the seed and step. */
+ * Each walk draws the heap's options (byte caps, thresholds, MADV_FREE,
+ * a limit in a quarter of them) and now and then makes one of the next
+ * OS calls fail: an allocation may then fail (a limit too), but must
+ * leave the heap as it was, and everything must come back once the OS
+ * recovers.  SCR_FUZZ_STEPS and SCR_FUZZ_SEED (environment) run it
+ * longer or replay a failure; a failure prints the seed and step. */
 #include "check.h"
 #include "scralloc.h"
 #include <stdint.h>
@@ -45,7 +49,23 @@ static int run(uint64_t seed, unsigned steps, unsigned retain) {
    * 10 minutes, against a 10-minute delay), so a seed replays exactly */
   o.purge_delay_ms = next() % 2 ? 0 : 600000;
   o.decommit_batch = next() % 2 ? 0 : (size_t)(1 + next() % 8) << 16; /* 1-8 pages */
+  /* the byte caps and thresholds drawn too (the first seeds' draws above
+   * stay as they were, so an old seed replays its first steps) */
+  static const size_t retain_bytes[] = {0, 64 << 10, 512 << 10, 8 << 20};
+  static const size_t cache_bytes[] = {0, 1 << 20, 16 << 20};
+  static const size_t huge_at[] = {SCR_SMALL_MAX, 256 << 10, 1 << 20, 2 << 20};
+  static const size_t madv_free[] = {0, 64 << 10, 1 << 20};
+  o.retain_bytes = retain_bytes[next() % 4];
+  o.large_cache_bytes = cache_bytes[next() % 3];
+  o.huge_threshold = huge_at[next() % 4];
+  o.madv_free_below = madv_free[next() % 3];
+  o.limit_bytes = next() % 4 ? 0 : (size_t)(16 + next() % 48) << 20; /* a quarter of the runs: 16-63 MiB */
   scr_heap *h = scr_heap_new(&o);
+  /* An injected OS failure (scr_debug_fail_os_call) is armed until the
+   * process has made os_fail_at OS calls; while it is, or under a limit,
+   * an allocation may fail (and must leave the heap as it was). */
+  unsigned long os_fail_at = 0;
+#define MAY_FAIL() (o.limit_bytes != 0 || (os_fail_at != 0 && scr_debug_os_calls() + 1 >= os_fail_at))
   static blk live[MAXLIVE];
   unsigned nlive = 0, fails = 0;
   uint8_t *freed[16] = {0};
@@ -60,7 +80,10 @@ static int run(uint64_t seed, unsigned steps, unsigned retain) {
       if (kind == 0) b.p = scr_heap_malloc(h, n);
       else if (kind == 1) b.p = scr_heap_calloc(h, 1, n);
       else { align = (size_t)1 << (next() % 22); b.p = scr_heap_aligned_alloc(h, align, n); }
-      if (!b.p) FAILED("allocation failed");
+      if (!b.p) {
+        if (MAY_FAIL()) continue;
+        FAILED("allocation failed");
+      }
       if (kind == 1) for (size_t i = 0; i < n; i++) if (b.p[i]) FAILED("calloc not zero");
       if (align && ((uintptr_t)b.p & (align - 1))) FAILED("misaligned");
       if ((uintptr_t)b.p % SCR_MIN_ALIGN) FAILED("below minimum alignment");
@@ -84,7 +107,12 @@ static int run(uint64_t seed, unsigned steps, unsigned retain) {
       if (n == 0) n = 1;
       used -= scr_heap_usable_size(h, live[i].p);
       void *q;
-      if (scr_heap_realloc_checked(h, live[i].p, n, &q) != SCR_OK || !q) FAILED("realloc failed");
+      if (scr_heap_realloc_checked(h, live[i].p, n, &q) != SCR_OK || !q) {
+        if (!MAY_FAIL()) FAILED("realloc failed");
+        used += scr_heap_usable_size(h, live[i].p); /* the block stands as it was */
+        if (!check_block(&live[i])) FAILED("a failed realloc changed the block");
+        continue;
+      }
       size_t keep = n < live[i].n ? n : live[i].n;
       live[i].p = q;
       live[i].n = keep;
@@ -102,6 +130,10 @@ static int run(uint64_t seed, unsigned steps, unsigned retain) {
       scr_heap_trim(h);
     } else if (op < 92) {
       scr_debug_advance_clock((next() % 3) * 300000); /* purge passes come due */
+    } else if (op < 93) { /* one of the next few OS calls fails */
+      unsigned long n = 1 + next() % 4;
+      os_fail_at = scr_debug_os_calls() + n;
+      scr_debug_fail_os_call(n);
     } else {
       if (scr_heap_validate(h) != SCR_OK) FAILED("validator");
       /* no overlap: sort-free O(n^2) on a small set */
@@ -119,6 +151,8 @@ static int run(uint64_t seed, unsigned steps, unsigned retain) {
   }
   {
     unsigned step = steps;
+    scr_debug_fail_os_call(0); /* the OS recovers: everything must come back */
+    os_fail_at = 0;
     for (unsigned i = 0; i < nlive; i++) {
       if (!check_block(&live[i])) FAILED("block contents changed at the end");
       scr_heap_free(h, live[i].p);
@@ -130,7 +164,9 @@ static int run(uint64_t seed, unsigned steps, unsigned retain) {
     if (st.allocs || st.mmaps || st.bytes) FAILED("trim of an empty heap left memory");
   }
 out:
+  scr_debug_fail_os_call(0);
   scr_heap_destroy(h);
+#undef MAY_FAIL
   return fails == 0;
 }
 
@@ -139,13 +175,30 @@ static unsigned long env_num(const char *name, unsigned long def) {
   return v ? strtoul(v, NULL, 10) : def;
 }
 
+/* Reports of the injected OS failures (a munmap kept for a later trim)
+ * are counted, not printed; any other report is a failure. */
+static unsigned long os_failure_reports, other_reports;
+static void count_reports(int err, const char *msg, void *arg) {
+  (void)arg;
+  if (err == SCR_ENOMEM) {
+    os_failure_reports++;
+  } else {
+    other_reports++;
+    fprintf(stderr, "  report: %s\n", msg);
+  }
+}
+
 static void random_walks(void) {
+  scr_set_error_handler(count_reports, NULL);
   unsigned steps = (unsigned)env_num("SCR_FUZZ_STEPS", 2000);
   unsigned long seed = env_num("SCR_FUZZ_SEED", 0);
   unsigned long seeds = seed ? 1 : env_num("SCR_FUZZ_SEEDS", 4);
   for (unsigned long s = 0; s < seeds; s++)
     for (unsigned retain = 0; retain <= 2; retain += 2)
       CHECK(run(seed ? seed : s + 1, steps, retain));
+  scr_set_error_handler(NULL, NULL);
+  CHECK_EQ(other_reports, 0);
+  printf("  %lu reports of injected OS failures\n", os_failure_reports);
 }
 
 int main(void) {

@@ -39,6 +39,16 @@ static int check_block(const blk *b) {
 }
 static void fill(blk *b) { for (size_t i = 0; i < b->n; i++) b->p[i] = (uint8_t)(b->tag + i); }
 
+/* Could n more bytes take the heap past its limit?  (A block takes its
+ * size rounded up to pages, and maybe a page of metadata or a run's
+ * rounding besides.) */
+static int near_limit(const scr_heap *h, const scr_options *o, size_t n) {
+  if (o->limit_bytes == 0) return 0;
+  struct scr_stats st;
+  scr_heap_stats(h, &st);
+  return st.bytes + n + 4 * SCR_PAGE_SIZE > o->limit_bytes;
+}
+
 static int run(uint64_t seed, unsigned steps, unsigned retain) {
   rng = seed * 0x9E3779B97F4A7C15ull + 1;
   scr_options o;
@@ -61,17 +71,21 @@ static int run(uint64_t seed, unsigned steps, unsigned retain) {
   o.madv_free_below = madv_free[next() % 3];
   o.limit_bytes = next() % 4 ? 0 : (size_t)(16 + next() % 48) << 20; /* a quarter of the runs: 16-63 MiB */
   scr_heap *h = scr_heap_new(&o);
-  /* An injected OS failure (scr_debug_fail_os_call) is armed until the
-   * process has made os_fail_at OS calls; while it is, or under a limit,
-   * an allocation may fail (and must leave the heap as it was). */
-  unsigned long os_fail_at = 0;
-#define MAY_FAIL() (o.limit_bytes != 0 || (os_fail_at != 0 && scr_debug_os_calls() + 1 >= os_fail_at))
+  /* An injected OS failure (scr_debug_fail_os_call) lands on the
+   * process's os_fail_at-th OS call.  An allocation may fail (and must
+   * leave the heap as it was) under a limit, or when that call was made
+   * within the step; once it has been, the OS has recovered. */
+  unsigned long os_fail_at = 0, calls_before = 0;
+#define MAY_FAIL(n) \
+  (near_limit(h, &o, (n)) || (os_fail_at != 0 && calls_before < os_fail_at && scr_debug_os_calls() >= os_fail_at))
   static blk live[MAXLIVE];
   unsigned nlive = 0, fails = 0;
   uint8_t *freed[16] = {0};
   uint64_t used = 0;
 #define FAILED(what) do { fprintf(stderr, "  fuzz seed=%llu retain=%u step=%u: %s\n", (unsigned long long)seed, retain, step, what); fails++; goto out; } while (0)
   for (unsigned step = 0; step < steps; step++) {
+    if (os_fail_at != 0 && scr_debug_os_calls() >= os_fail_at) os_fail_at = 0; /* it landed */
+    calls_before = scr_debug_os_calls();
     unsigned op = (unsigned)(next() % 100);
     if (op < 35 && nlive < MAXLIVE) {                  /* malloc / calloc / aligned */
       size_t n = pick_size(), align = 0;
@@ -81,7 +95,7 @@ static int run(uint64_t seed, unsigned steps, unsigned retain) {
       else if (kind == 1) b.p = scr_heap_calloc(h, 1, n);
       else { align = (size_t)1 << (next() % 22); b.p = scr_heap_aligned_alloc(h, align, n); }
       if (!b.p) {
-        if (MAY_FAIL()) continue;
+        if (MAY_FAIL(n + align)) continue;
         FAILED("allocation failed");
       }
       if (kind == 1) for (size_t i = 0; i < n; i++) if (b.p[i]) FAILED("calloc not zero");
@@ -108,7 +122,7 @@ static int run(uint64_t seed, unsigned steps, unsigned retain) {
       used -= scr_heap_usable_size(h, live[i].p);
       void *q;
       if (scr_heap_realloc_checked(h, live[i].p, n, &q) != SCR_OK || !q) {
-        if (!MAY_FAIL()) FAILED("realloc failed");
+        if (!MAY_FAIL(n)) FAILED("realloc failed");
         used += scr_heap_usable_size(h, live[i].p); /* the block stands as it was */
         if (!check_block(&live[i])) FAILED("a failed realloc changed the block");
         continue;
@@ -148,6 +162,7 @@ static int run(uint64_t seed, unsigned steps, unsigned retain) {
     scr_heap_stats(h, &st);
     if (st.allocs != nlive) FAILED("allocs differs from the model");
     if (st.heap_used != used) FAILED("heap_used differs from the model");
+    if (o.limit_bytes && st.bytes > o.limit_bytes) FAILED("committed bytes past the limit");
   }
   {
     unsigned step = steps;

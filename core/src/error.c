@@ -4,8 +4,15 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-static scr_error_handler *error_handler;
-static void *error_arg;
+/* Atomic: a thread may report (the discard helper's failed munmap, a
+ * bad free) while another sets the handler.  The pair is two loads: a
+ * report racing a change may pair the new function with the old
+ * argument, so programs set it before their threads start. */
+typedef struct {
+  _Atomic(scr_error_handler *) fn;
+  _Atomic(void *) arg;
+} error_handler_t;
+static error_handler_t error_handler;
 
 const char *scr_strerror(int err) {
   switch (err) {
@@ -17,8 +24,8 @@ const char *scr_strerror(int err) {
 }
 
 void scr_set_error_handler(scr_error_handler *fn, void *arg) {
-  error_handler = fn;
-  error_arg = arg;
+  atomic_store_explicit(&error_handler.arg, arg, memory_order_relaxed);
+  atomic_store_explicit(&error_handler.fn, fn, memory_order_release);
 }
 
 void _scr_report(int err, const char *fmt, ...) {
@@ -27,8 +34,9 @@ void _scr_report(int err, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (error_handler) {
-    error_handler(err, msg, error_arg);
+  scr_error_handler *fn = atomic_load_explicit(&error_handler.fn, memory_order_acquire);
+  if (fn) {
+    fn(err, msg, atomic_load_explicit(&error_handler.arg, memory_order_relaxed));
   } else if (SCR_DEBUG > 0) {
     fprintf(stderr, "scralloc: %s (%s)\n", msg, scr_strerror(err));
   }
@@ -40,8 +48,9 @@ void _scr_report(int err, const char *fmt, ...) {
 void _scr_report_env(const char *name, const char *value) {
   char msg[256];
   snprintf(msg, sizeof msg, "ignoring %s=%s (not a valid value)", name, value);
-  if (error_handler) {
-    error_handler(SCR_EINVAL, msg, error_arg);
+  scr_error_handler *fn = atomic_load_explicit(&error_handler.fn, memory_order_acquire);
+  if (fn) {
+    fn(SCR_EINVAL, msg, atomic_load_explicit(&error_handler.arg, memory_order_relaxed));
     return;
   }
   char line[300];

@@ -65,8 +65,8 @@ SCR_API const char *scr_strerror(int err);
  * a call that cannot return an error code (an unchecked free of a bad
  * pointer in a debug build, a failed munmap).  Default: print to stderr
  * in debug builds, nothing in release builds.  Safe to call while other
- * threads run, but a report racing the change may pair the new function
- * with the old argument: set it before starting threads. */
+ * threads run, but a report racing the change may pair the old function
+ * with the new argument: set it before starting threads. */
 typedef void scr_error_handler(int err, const char *msg, void *arg);
 SCR_API void scr_set_error_handler(scr_error_handler *fn, void *arg);
 

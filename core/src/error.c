@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 /* Atomic: a thread may report (the discard helper's failed munmap, a
- * bad free) while another sets the handler.  The pair is two loads: a
- * report racing a change may pair the new function with the old
- * argument, so programs set it before their threads start. */
+ * bad free) while another sets the handler.  The function is stored last
+ * and loaded first (release, acquire), so a report that sees a new
+ * function sees its argument; one racing the change may still pair the
+ * old function with the new argument, so programs set it before their
+ * threads start. */
 typedef struct {
   _Atomic(scr_error_handler *) fn;
   _Atomic(void *) arg;

@@ -1,25 +1,25 @@
-/* Seeded random runs of the process allocator with its policies mixed:
- * each round, in a child process of its own, draws a set of options (the
+/* Seeded random runs of the process allocator with its policies mixed.
+ * Each round, in a child process of its own, draws a set of options (the
  * shared arena or not, cache sizes and growth, lending and switching,
  * turn takers, discards with short delays and poison, prefaults, huge
  * pages, the retain budget), then runs a churn of threads that malloc,
- * calloc, aligned_alloc, realloc and free, hand blocks to each other
- * through a shared array, leave blocks behind when they exit, sleep (so
- * that they block, as turn takers do), realloc to zero bytes, and free
- * sets with scr_free_many (now and then one of 16,384 blocks, which it
- * frees in address order),
- * while the main thread changes options, trims, takes statistics, runs
- * the validator and forks (the child frees blocks the parent's threads
- * made, allocates, starts a thread).  Every block carries a cookie (its size, a pattern from
- * its address) checked before it is freed or reallocated; calloc's blocks
- * must read as zero and aligned blocks be aligned.  At the round's end
- * every block is freed and trimmed: no live block may remain.
+ * calloc, aligned_alloc, realloc (sometimes to zero bytes) and free, hand
+ * blocks to each other through a shared array, leave blocks behind when
+ * they exit, sleep (so that they block, as turn takers do), and free sets
+ * with scr_free_many (now and then one of 16,384 blocks, which it frees in
+ * address order), while the main thread changes options, trims, takes
+ * statistics, runs the validator and forks (the child frees blocks the
+ * parent's threads made, allocates, starts a thread).  Every block
+ * carries a cookie (its size, a pattern from its address) checked before
+ * it is freed or reallocated; calloc's blocks must read as zero and
+ * aligned blocks be aligned.  At the round's end every block is freed
+ * and trimmed: no live block may remain.
  *
  * Runs in the debug (validators), ASan+UBSan and TSan builds.
  * SCR_FUZZ_SEED replays one round's seed; SCR_FUZZ_ROUNDS, SCR_FUZZ_OPS
  * (operations per thread) and SCR_FUZZ_FIRST (the first round's seed)
- * run it longer or elsewhere.  A failing round
- * prints its seed and options. */
+ * run it longer or elsewhere; SCR_FUZZ_VERBOSE=1 prints each round's
+ * options and counters.  A failing round prints its seed and options. */
 #include "check.h"
 #include "scralloc.h"
 #include <pthread.h>
@@ -48,6 +48,7 @@ static uint64_t next(uint64_t *s) { /* xorshift64* */
  * checking against what was written. */
 enum { COOKIE_MIN = 24 };
 static _Atomic unsigned long bad_cookies, bad_zero, bad_align, bad_usable, failed_allocs;
+static _Atomic unsigned long bad_calls; /* a refused option, an empty JSON, a validator's no, a failed fork child */
 
 static uint8_t pattern_of(uintptr_t a) { return (uint8_t)((a >> 4) ^ (a >> 12) ^ 0x5A); }
 
@@ -268,7 +269,7 @@ static void set_random_option(uint64_t *s, char *log, size_t len) {
   const char *v = d->values[next(s) % nvalues(d)];
   if (scr_process_option_set(d->name, v) != SCR_OK) {
     fprintf(stderr, "  option %s=%s refused\n", d->name, v);
-    atomic_fetch_add(&bad_cookies, 1);
+    atomic_fetch_add(&bad_calls, 1);
   }
   if (log) {
     size_t used = strlen(log);
@@ -326,7 +327,7 @@ static void fork_while_running(uint64_t *s) {
   int status = 0;
   if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     fprintf(stderr, "  a child forked while the workers ran failed (status %d)\n", status);
-    atomic_fetch_add(&bad_cookies, 1);
+    atomic_fetch_add(&bad_calls, 1);
   }
   forks_done++;
 }
@@ -359,11 +360,11 @@ static int round_body(uint64_t seed) {
         scr_stats(&st);
         scr_process_stats(&ps);
         char json[8192];
-        if (scr_process_stats_json(json, sizeof json) == 0) atomic_fetch_add(&bad_cookies, 1);
+        if (scr_process_stats_json(json, sizeof json) == 0) atomic_fetch_add(&bad_calls, 1);
         break;
       }
       case 3:
-        if (scr_process_validate() != SCR_OK) atomic_fetch_add(&bad_cookies, 1);
+        if (scr_process_validate() != SCR_OK) atomic_fetch_add(&bad_calls, 1);
         break;
       case 4:
         if (next(&s) % 4 == 0) fork_while_running(&s);
@@ -388,16 +389,17 @@ static int round_body(uint64_t seed) {
   struct scr_process_stats ps;
   scr_process_stats(&ps);
   int ok = atomic_load(&bad_cookies) == 0 && atomic_load(&bad_zero) == 0 && atomic_load(&bad_align) == 0 &&
-           atomic_load(&bad_usable) == 0 && atomic_load(&failed_allocs) == 0 && st.allocs == 0 &&
+           atomic_load(&bad_usable) == 0 && atomic_load(&failed_allocs) == 0 && atomic_load(&bad_calls) == 0 &&
+           st.allocs == 0 &&
            st.large_allocs == 0 && ps.remote_pending == 0 && ps.foreign_frees == 0 &&
            scr_process_validate() == SCR_OK;
   if (!ok)
     fprintf(stderr,
             "  round seed %llu:%s\n  threads %u (%u at once), sleepy %u: bad cookies %lu, not zero %lu, "
-            "misaligned %lu, short %lu, failed allocs %lu; left %llu blocks (%llu large), %llu remote pending, "
-            "%llu foreign frees\n",
+            "misaligned %lu, short %lu, failed allocs %lu, failed calls %lu; left %llu blocks (%llu large), %llu "
+            "remote pending, %llu foreign frees\n",
             (unsigned long long)seed, opts, total, alive, sleepy, atomic_load(&bad_cookies), atomic_load(&bad_zero),
-            atomic_load(&bad_align), atomic_load(&bad_usable), atomic_load(&failed_allocs),
+            atomic_load(&bad_align), atomic_load(&bad_usable), atomic_load(&failed_allocs), atomic_load(&bad_calls),
             (unsigned long long)st.allocs, (unsigned long long)st.large_allocs,
             (unsigned long long)ps.remote_pending, (unsigned long long)ps.foreign_frees);
   if (getenv("SCR_FUZZ_VERBOSE"))

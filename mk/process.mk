@@ -5,12 +5,18 @@
 
 PROC_TESTS := $(patsubst tests/c/%.c,%,$(wildcard tests/c/test_process_*.c))
 $(foreach t,$(PROC_TESTS),$(eval $(call ctest,tsan,$(t),$(TSAN_FLAGS))))
+# The fuzz test also against the release build (-O2, no validators): the
+# lock-free paths as they ship.
+$(eval $(call ctest,release,test_process_fuzz,$(REL_FLAGS)))
 
 TEST_STEPS  += test-process
 BENCH_STEPS += bench-process bench-pairs bench-replay
-.PHONY: test-process test-process-tsan test-preload bench-process bench-pairs bench-replay
+.PHONY: test-process test-process-tsan test-process-release test-preload bench-process bench-pairs bench-replay
 
-test-process: test-process-tsan test-preload
+test-process: test-process-tsan test-process-release test-preload
+
+test-process-release: $(B)/release/tests/test_process_fuzz
+	@echo "== release test_process_fuzz"; SCR_FUZZ_ROUNDS=24 $(B)/release/tests/test_process_fuzz
 
 test-process-tsan: $(foreach t,$(PROC_TESTS),$(B)/tsan/tests/$(t))
 	@set -e; for t in $(PROC_TESTS); do \

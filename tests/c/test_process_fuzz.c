@@ -361,6 +361,9 @@ static int round_body(uint64_t seed) {
         scr_process_stats(&ps);
         char json[8192];
         if (scr_process_stats_json(json, sizeof json) == 0) atomic_fetch_add(&bad_calls, 1);
+        for (unsigned i = 0; i < ps.arenas; i++) /* each arena's snapshot, while its holder runs */
+          if (scr_arena_stats(i, &st) != SCR_OK) atomic_fetch_add(&bad_calls, 1);
+        if (scr_process_option_get("cache_bytes") == UINT64_MAX) atomic_fetch_add(&bad_calls, 1);
         break;
       }
       case 3:

@@ -26,6 +26,9 @@ test-process-tsan: $(foreach t,$(PROC_TESTS),$(B)/tsan/tests/$(t))
 $(B)/release/tests/override_check: tests/preload/override_check.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -O1 -Wall -Wextra $(WERROR) -o $@ $< -ldl
+$(B)/release/tests/thread_exit_check: tests/preload/thread_exit_check.c core/include/scralloc.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O1 -Wall -Wextra $(WERROR) -Icore/include -pthread -o $@ $< -ldl
 
 # python3's malloc calls recorded (a tracer for LD_PRELOAD) and replayed
 # under each allocator on the same interleavings of its threads.
@@ -38,9 +41,11 @@ $(B)/release/bench/malloc_replay: bench/malloc_replay.c bench/malloc_trace.h
 	$(CC) -std=gnu11 -O2 -Wall -Wextra $(WERROR) -pthread -o $@ $<
 
 test-preload: $(B)/release/libscralloc.so $(B)/debug/libscralloc.so $(B)/release/tests/override_check $(REPLAY_BIN) \
-  $(B)/release/bench/proc_launch
+  $(B)/release/bench/proc_launch $(B)/release/tests/thread_exit_check
 	LD_PRELOAD=$(B)/release/libscralloc.so $(B)/release/tests/override_check
 	LD_PRELOAD=$(B)/debug/libscralloc.so $(B)/release/tests/override_check
+	LD_PRELOAD=$(B)/release/libscralloc.so $(B)/release/tests/thread_exit_check
+	LD_PRELOAD=$(B)/debug/libscralloc.so $(B)/release/tests/thread_exit_check
 	tests/preload/run.sh $(B)/release/libscralloc.so
 	SCR_PRELOAD_QUICK=1 tests/preload/run.sh $(B)/debug/libscralloc.so
 	tests/preload/replay_check.sh $(B)/debug/libscralloc.so $(B)/release/bench

@@ -23,10 +23,10 @@ test-process-tsan: $(foreach t,$(PROC_TESTS),$(B)/tsan/tests/$(t))
 	  echo "== tsan $$t"; TSAN_OPTIONS="halt_on_error=1 exitcode=66" $(B)/tsan/tests/$$t; \
 	done
 
-$(B)/release/tests/override_check: tests/preload/override_check.c
+$(B)/release/tests/override_check: tests/preload/override_check.c tests/preload/preload_check.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -O1 -Wall -Wextra $(WERROR) -o $@ $< -ldl
-$(B)/release/tests/thread_exit_check: tests/preload/thread_exit_check.c core/include/scralloc.h
+$(B)/release/tests/thread_exit_check: tests/preload/thread_exit_check.c tests/preload/preload_check.h core/include/scralloc.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -O1 -Wall -Wextra $(WERROR) -Icore/include -pthread -o $@ $< -ldl
 

@@ -2,6 +2,7 @@
  * nothing but libc and runs with LD_PRELOAD=libscralloc.so.  Prints
  * "N passed, N failed"; exits 0 when all hold. */
 #define _GNU_SOURCE
+#include "preload_check.h"
 #include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
@@ -11,15 +12,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int passed, failed;
-#define CHECK(c)                                                           \
-  do {                                                                     \
-    if (c) passed++;                                                       \
-    else {                                                                 \
-      failed++;                                                            \
-      fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);         \
-    }                                                                      \
-  } while (0)
 
 static int aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
@@ -99,6 +91,5 @@ int main(void) {
   fr(&local); /* not scralloc's: ignored, no crash */
   CHECK(malloc_usable_size(&local) == 0);
 
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return preload_check_done();
 }

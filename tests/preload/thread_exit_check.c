@@ -8,6 +8,7 @@
  *     no hang.
  * Prints "N passed, N failed"; exits 0 when all hold. */
 #define _GNU_SOURCE
+#include "preload_check.h"
 #include "scralloc.h" /* the structs only: the functions are looked up in the preloaded library */
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -20,15 +21,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static int passed, failed;
-#define CHECK(c)                                                           \
-  do {                                                                     \
-    if (c) passed++;                                                       \
-    else {                                                                 \
-      failed++;                                                            \
-      fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);         \
-    }                                                                      \
-  } while (0)
 
 /* ---- mallocs in a thread's key destructors ---- */
 
@@ -136,6 +128,5 @@ static void exits(void) {
 int main(void) {
   destructors_allocate();
   exits();
-  printf("%d passed, %d failed\n", passed, failed);
-  return failed ? 1 : 0;
+  return preload_check_done();
 }

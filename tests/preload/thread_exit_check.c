@@ -67,7 +67,7 @@ static void destructors_allocate(void) {
   if (pstats) {
     pstats(&ps);
     CHECK(ps.arenas >= 1 && ps.arenas <= 8);
-    CHECK(ps.parks >= 500); /* the threads' arenas were parked (and claimed again) */
+    CHECK(ps.parks >= 300); /* at least one park a round: the threads' own arenas or the shared one they left */
   }
 }
 

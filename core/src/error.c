@@ -10,11 +10,8 @@
  * function sees its argument; one racing the change may still pair the
  * old function with the new argument, so programs set it before their
  * threads start. */
-typedef struct {
-  _Atomic(scr_error_handler *) fn;
-  _Atomic(void *) arg;
-} error_handler_t;
-static error_handler_t error_handler;
+static _Atomic(scr_error_handler *) error_fn;
+static _Atomic(void *) error_arg;
 
 const char *scr_strerror(int err) {
   switch (err) {
@@ -26,8 +23,8 @@ const char *scr_strerror(int err) {
 }
 
 void scr_set_error_handler(scr_error_handler *fn, void *arg) {
-  atomic_store_explicit(&error_handler.arg, arg, memory_order_relaxed);
-  atomic_store_explicit(&error_handler.fn, fn, memory_order_release);
+  atomic_store_explicit(&error_arg, arg, memory_order_relaxed);
+  atomic_store_explicit(&error_fn, fn, memory_order_release);
 }
 
 void _scr_report(int err, const char *fmt, ...) {
@@ -36,9 +33,9 @@ void _scr_report(int err, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  scr_error_handler *fn = atomic_load_explicit(&error_handler.fn, memory_order_acquire);
+  scr_error_handler *fn = atomic_load_explicit(&error_fn, memory_order_acquire);
   if (fn) {
-    fn(err, msg, atomic_load_explicit(&error_handler.arg, memory_order_relaxed));
+    fn(err, msg, atomic_load_explicit(&error_arg, memory_order_relaxed));
   } else if (SCR_DEBUG > 0) {
     fprintf(stderr, "scralloc: %s (%s)\n", msg, scr_strerror(err));
   }
@@ -50,9 +47,9 @@ void _scr_report(int err, const char *fmt, ...) {
 void _scr_report_env(const char *name, const char *value) {
   char msg[256];
   snprintf(msg, sizeof msg, "ignoring %s=%s (not a valid value)", name, value);
-  scr_error_handler *fn = atomic_load_explicit(&error_handler.fn, memory_order_acquire);
+  scr_error_handler *fn = atomic_load_explicit(&error_fn, memory_order_acquire);
   if (fn) {
-    fn(SCR_EINVAL, msg, atomic_load_explicit(&error_handler.arg, memory_order_relaxed));
+    fn(SCR_EINVAL, msg, atomic_load_explicit(&error_arg, memory_order_relaxed));
     return;
   }
   char line[300];

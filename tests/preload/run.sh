@@ -47,7 +47,8 @@ if ! grep -qE "^scralloc\[[0-9]+\]: .* [1-9][0-9]* joined the shared arena" "$tm
 fi
 run python-workload-pymalloc-off env PYTHONMALLOC=malloc "$py" "$here/py_workload.py"
 # The same workload with PYTHONMALLOC=malloc under drawn option sets (as
-# tests/c/test_process_fuzz.c draws them): seeds 1-4, or SCR_PRELOAD_SEED.
+# tests/c/test_process_fuzz.c draws them): seeds 1-4, or SCR_PRELOAD_SEED;
+# the first two of them with SCR_PRELOAD_QUICK.
 draw_options() {
   RANDOM=$1
   local draws=(
@@ -63,11 +64,13 @@ draw_options() {
     printf 'SCRALLOC_%s=%s ' "${words[0]}" "${words[1 + RANDOM % (${#words[@]} - 1)]}"
   done
 }
+drawn=0
 for seed in ${SCR_PRELOAD_SEED:-1 2 3 4}; do
+  if [ -n "${SCR_PRELOAD_QUICK:-}" ] && [ $drawn -ge 2 ]; then break; fi
+  drawn=$((drawn + 1))
   opts=$(draw_options "$seed")
   # shellcheck disable=SC2086  # the words are NAME=VALUE pairs
   run "python-workload-options-$seed ($opts)" env $opts PYTHONMALLOC=malloc "$py" "$here/py_workload.py"
-  [ -n "${SCR_PRELOAD_QUICK:-}" ] && [ "$seed" -ge 2 ] && break
 done
 if [ -z "${SCR_PRELOAD_QUICK:-}" ] && "$py" -c 'import test.libregrtest' 2>/dev/null; then
   run python-stdlib-tests "$py" -m test -q --timeout 300 test_list test_dict test_set test_bytes test_unicode \

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +26,7 @@
 /* ---- mallocs in a thread's key destructors ---- */
 
 static pthread_key_t key;
-static int bad_late; /* written by exiting threads; read after their joins */
+static _Atomic int bad_late; /* written by exiting threads, two at a time; read after their joins */
 
 static void late_destructor(void *v) {
   for (int i = 0; i < 100; i++) {

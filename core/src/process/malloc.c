@@ -83,11 +83,12 @@ void *scr_aligned_alloc(size_t alignment, size_t n) {
  * scr_heap the program made itself). */
 static inline scr_arena *proc_arena_of_heap(scr_heap *h) { return (scr_arena *)_scr_heap_owner(h); }
 
-/* Everything free does beyond the thread's cache (NULL included); seg is
- * p's segment (NULL: none) and a the caller's arena, as the fast path
- * found them. */
-static __attribute__((noinline)) void proc_free_slow(void *p, scr_segment *seg, scr_arena *a) {
+/* Everything free does beyond the thread's cache (NULL included); e is
+ * p's segment map entry (0: none) and a the caller's arena, as the fast
+ * path found them. */
+static __attribute__((noinline)) void proc_free_slow(void *p, uintptr_t e, scr_arena *a) {
   if (p == NULL) return;
+  scr_segment *seg = _scr_segmap_seg(e);
   if (a == NULL && seg != NULL && _scr_share_wanted() && _scr_share_enter() != NULL) {
     scr_free(p);
     _scr_share_leave();
@@ -96,6 +97,11 @@ static __attribute__((noinline)) void proc_free_slow(void *p, scr_segment *seg, 
   scr_heap *h = seg ? seg->heap : NULL;
   uintptr_t idx = 0;
   unsigned tag = seg ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
+  /* What the fast path's test leaves to this side: an unmarked heap, a
+   * foreign block while the caller is alone. */
+  if (a != NULL && seg != NULL && !_scr_recycle_may_keep_fast(a, _scr_segmap_mark(e)) &&
+      _scr_recycle_may_keep(a, _scr_segmap_mark(e), seg) && _scr_recycle_put(a, seg, idx, tag, p))
+    return;
   scr_arena *o = h ? proc_arena_of_heap(h) : NULL;
   /* A full list that may grow (recycle.c) keeps p: the thread's own
    * block, or a block of an arena that is not parked (a parked arena's
@@ -135,10 +141,10 @@ __attribute__((aligned(64))) void scr_free(void *p) {
   if (SCR_LIKELY(seg != NULL && a != NULL)) {
     uintptr_t idx;
     unsigned tag = _scr_block_tag(seg, p, &idx);
-    if (SCR_LIKELY(_scr_recycle_may_keep(a, _scr_segmap_mark(e), seg) && _scr_recycle_put(a, seg, idx, tag, p)))
+    if (SCR_LIKELY(_scr_recycle_may_keep_fast(a, _scr_segmap_mark(e)) && _scr_recycle_put(a, seg, idx, tag, p)))
       return;
   }
-  proc_free_slow(p, seg, a);
+  proc_free_slow(p, e, a);
 }
 
 size_t scr_usable_size(const void *p) {

@@ -363,6 +363,17 @@ static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark, con
   return h->owner != NULL &&
          (h == a->heap || !_scr_proc_alone(a) || !atomic_load_explicit(&h->owner_parked, memory_order_relaxed));
 }
+/* The free fast path's part of _scr_recycle_may_keep: a's own block, or
+ * another arena's while another thread holds an arena, without a branch
+ * on which of the two: where threads hand blocks to each other the two
+ * alternate at random, and the branch that told them apart mispredicted
+ * on about every foreign free.  A false here sends the free to the slow
+ * side, which asks _scr_recycle_may_keep (an unmarked heap, a parked
+ * owner while the caller is alone).  True implies _scr_recycle_may_keep. */
+static inline bool _scr_recycle_may_keep_fast(const scr_arena *a, uintptr_t mark) {
+  unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
+  return (mark == a->own_mark) | ((mark != 0) & (held > 1));
+}
 /* Push block p of class c on list r (linked through its first word; ASan
  * builds poison the rest). */
 static inline void _scr_recycle_push(scr_recycled *r, unsigned c, void *p) {

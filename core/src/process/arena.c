@@ -92,7 +92,8 @@ static scr_arena *proc_arena_new(void) {
   a->hooks.arg = a;
   /* Its segments' mark in the segment map: id + 1 while that fits (0,
    * unmarked, is every other heap's), else none, and own_mark then
-   * matches no entry (its frees take the general check, as others'). */
+   * matches no entry (past 4 Mi arenas: their blocks skip the threads'
+   * caches and go to their heaps, malloc.c's slow side). */
   uintptr_t mark = (uintptr_t)a->id + 1 <= SCR_SEGMAP_MARK_MASK ? (uintptr_t)a->id + 1 : 0;
   a->own_mark = mark != 0 ? mark : UINTPTR_MAX;
   _scr_heap_set_owner(h, a, mark);

@@ -97,11 +97,6 @@ static __attribute__((noinline)) void proc_free_slow(void *p, uintptr_t e, scr_a
   scr_heap *h = seg ? seg->heap : NULL;
   uintptr_t idx = 0;
   unsigned tag = seg ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
-  /* What the fast path's test leaves to this side: an unmarked heap, a
-   * foreign block while the caller is alone. */
-  if (a != NULL && seg != NULL && !_scr_recycle_may_keep_fast(a, _scr_segmap_mark(e)) &&
-      _scr_recycle_may_keep(a, _scr_segmap_mark(e), seg) && _scr_recycle_put(a, seg, idx, tag, p))
-    return;
   scr_arena *o = h ? proc_arena_of_heap(h) : NULL;
   /* A full list that may grow (recycle.c) keeps p: the thread's own
    * block, or a block of an arena that is not parked (a parked arena's
@@ -141,7 +136,7 @@ __attribute__((aligned(64))) void scr_free(void *p) {
   if (SCR_LIKELY(seg != NULL && a != NULL)) {
     uintptr_t idx;
     unsigned tag = _scr_block_tag(seg, p, &idx);
-    if (SCR_LIKELY(_scr_recycle_may_keep_fast(a, _scr_segmap_mark(e)) && _scr_recycle_put(a, seg, idx, tag, p)))
+    if (SCR_LIKELY(_scr_recycle_may_keep(a, _scr_segmap_mark(e)) && _scr_recycle_put(a, seg, idx, tag, p)))
       return;
   }
   proc_free_slow(p, e, a);

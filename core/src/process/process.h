@@ -344,33 +344,26 @@ static inline unsigned _scr_block_tag(const scr_segment *seg, const void *p, uin
   *idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
   return seg->page_tag[*idx];
 }
-/* Whether a's holder may keep a block it frees whose segment (seg) has
- * the mark `mark` in the segment map (internal.h): a's own, or another
- * arena's, unless that arena is parked and no other thread holds an
- * arena (recycle.c says why).  Not a heap the program made (no owner).
+/* Whether a's holder may keep a block it frees whose segment has the
+ * mark `mark` in the segment map (internal.h): a's own, or another
+ * arena's while another thread holds an arena (recycle.c says why).  Not
+ * a heap the program made (unmarked), and not another arena's while the
+ * caller is alone: that arena is then parked (or borrowed by a helper,
+ * or a claim or park is under way), and its blocks go home so that its
+ * pages can go back.  (The test before read the owner's parked flag
+ * there, and kept a borrowed arena's blocks; home is right for them too.)
  * The marks tell arenas' blocks from others without reading the segment
  * or its heap, which for another thread's block are lines that thread
  * may have written since.  The threaded stress (a quarter of its frees
  * are other threads' blocks), paired rounds against the build before:
  * with these marks and the keeping of parked arenas' blocks, 0.95-0.99x
  * the wall over four runs of 150-200 rounds; the keeping alone
- * 0.97-1.00x (four runs); marks for the caller's own blocks only 1.00x. */
-static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark, const scr_segment *seg) {
-  if (SCR_LIKELY(mark == a->own_mark)) return true;
-  if (SCR_LIKELY(mark != 0)) /* another arena's */
-    return !_scr_proc_alone(a) || !atomic_load_explicit(&seg->heap->owner_parked, memory_order_relaxed);
-  const scr_heap *h = seg->heap; /* unmarked: a heap the program made, or an arena past the marks */
-  return h->owner != NULL &&
-         (h == a->heap || !_scr_proc_alone(a) || !atomic_load_explicit(&h->owner_parked, memory_order_relaxed));
-}
-/* The free fast path's part of _scr_recycle_may_keep: a's own block, or
- * another arena's while another thread holds an arena, without a branch
- * on which of the two: where threads hand blocks to each other the two
- * alternate at random, and the branch that told them apart mispredicted
- * on about every foreign free.  A false here sends the free to the slow
- * side, which asks _scr_recycle_may_keep (an unmarked heap, a parked
- * owner while the caller is alone).  True implies _scr_recycle_may_keep. */
-static inline bool _scr_recycle_may_keep_fast(const scr_arena *a, uintptr_t mark) {
+ * 0.97-1.00x (four runs); marks for the caller's own blocks only 1.00x.
+ * It is computed without a branch on own or foreign: where threads hand
+ * blocks to each other the two alternate at random, and the branch that
+ * told them apart mispredicted on about every foreign free (the stress
+ * with 2 threads on 2 CPUs: 0.92x the wall, 21 paired rounds). */
+static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark) {
   unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
   return (mark == a->own_mark) | ((mark != 0) & (held > 1));
 }

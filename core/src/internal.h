@@ -64,16 +64,13 @@ SCR_INTERNAL const char *_scr_env_option(const char *name, char *env, size_t len
 
 /* size_class.c */
 SCR_INTERNAL extern const uint32_t _scr_class_sizes[SCR_CLASS_COUNT];
-/* The class of a request n <= SCR_SMALL_MAX (size_class.c: three tables;
- * every class up to 1 KiB is a multiple of 16, up to 16 KiB of 128, above
- * of 4096). */
-SCR_INTERNAL extern const uint8_t _scr_class_by_16[65];
-SCR_INTERNAL extern const uint8_t _scr_class_by_128[129];
-SCR_INTERNAL extern const uint8_t _scr_class_by_4096[17];
+/* The class of a request n <= SCR_SMALL_MAX (size_class.c: one table,
+ * by 16-byte step up to 16 KiB, then by 4 KiB). */
+#define SCR_CLASS_BY4K_BASE (16384 / 16 + 1 - 16384 / 4096 - 1) /* entry of (n + 4095) >> 12 */
+#define SCR_CLASS_INDEX_LEN (SCR_CLASS_BY4K_BASE + SCR_SMALL_MAX / 4096 + 1)
+SCR_INTERNAL extern const uint8_t _scr_class_index[SCR_CLASS_INDEX_LEN];
 static inline unsigned _scr_class_of(size_t n) {
-  if (SCR_LIKELY(n <= 1024)) return _scr_class_by_16[(n + 15) >> 4];
-  if (SCR_LIKELY(n <= 16384)) return _scr_class_by_128[(n + 127) >> 7];
-  return _scr_class_by_4096[(n + 4095) >> 12];
+  return _scr_class_index[SCR_LIKELY(n <= 16384) ? (n + 15) >> 4 : SCR_CLASS_BY4K_BASE + ((n + 4095) >> 12)];
 }
 /* What a realloc from a block of `usable` bytes to n allocates: n, but a
  * block that grows into the medium classes gets the largest one, so that

@@ -32,27 +32,39 @@ _Static_assert(SCR_MEDIUM_MIN == 20480, "SCR_MEDIUM_FIRST is the class of 20 KiB
 /* The class of every request, by table (internal.h: _scr_class_of): a
  * lookup, where computing it took a branch on n <= 64 that mispredicts
  * on every other call of a program whose sizes straddle 64 B.  Requests
- * up to 1 KiB by 16-byte step, up to 16 KiB by 128-byte step (every class
- * in 1-16 KiB is a multiple of 128), larger ones by 4 KiB step (every
- * medium class is a multiple of 4 KiB); test_size_classes checks every n. */
-const uint8_t _scr_class_by_16[65] = {
-    0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 12, 12, 13,
-    13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15, 16, 16, 16, 16, 16, 16, 16,
-    16, 17, 17, 17, 17, 17, 17, 17, 17, 18, 18, 18, 18, 18, 18, 18, 18, 19,
-    19, 19, 19, 19, 19, 19, 19,
+ * up to 16 KiB by 16-byte step, one entry each (1 KiB of table; every
+ * class up to 16 KiB is a multiple of 16), then one entry per 4 KiB up to
+ * 64 KiB (every medium class is a multiple of 4 KiB).  Two tables, by 16
+ * up to 1 KiB and by 128 up to 16 KiB, took a branch between them that
+ * mispredicts where sizes straddle 1 KiB: bench/proc_pairs.c's medium mix
+ * (128 B-4 KiB) took 17.3 ns a pair that way and 14.2 with one table, its
+ * stress mix 13.4 and 12.4 (nine alternating runs, pinned).
+ * BY16(prev, size, c): the requests in (prev, size] are of class c, for
+ * sizes up to 16 KiB; BY4K the same above.  test_size_classes checks
+ * every n. */
+#define BY16(prev, size, c) [(prev) / 16 + 1 ... (size) / 16] = (c)
+#define BY4K(prev, size, c) [SCR_CLASS_BY4K_BASE + (prev) / 4096 + 1 ... SCR_CLASS_BY4K_BASE + (size) / 4096] = (c)
+const uint8_t _scr_class_index[SCR_CLASS_INDEX_LEN] = {
+    BY16(0, 16, 0), BY16(16, 32, 1), BY16(32, 48, 2), BY16(48, 64, 3),
+    BY16(64, 80, 4), BY16(80, 96, 5), BY16(96, 112, 6), BY16(112, 128, 7),
+    BY16(128, 160, 8), BY16(160, 192, 9), BY16(192, 224, 10),
+    BY16(224, 256, 11), BY16(256, 320, 12), BY16(320, 384, 13),
+    BY16(384, 448, 14), BY16(448, 512, 15), BY16(512, 640, 16),
+    BY16(640, 768, 17), BY16(768, 896, 18), BY16(896, 1024, 19),
+    BY16(1024, 1152, 20), BY16(1152, 1280, 21), BY16(1280, 1408, 22),
+    BY16(1408, 1536, 23), BY16(1536, 1664, 24), BY16(1664, 1792, 25),
+    BY16(1792, 1920, 26), BY16(1920, 2048, 27), BY16(2048, 2304, 28),
+    BY16(2304, 2560, 29), BY16(2560, 2816, 30), BY16(2816, 3072, 31),
+    BY16(3072, 3328, 32), BY16(3328, 3584, 33), BY16(3584, 3840, 34),
+    BY16(3840, 4096, 35), BY16(4096, 5120, 36), BY16(5120, 6144, 37),
+    BY16(6144, 7168, 38), BY16(7168, 8192, 39), BY16(8192, 10240, 40),
+    BY16(10240, 12288, 41), BY16(12288, 14336, 42), BY16(14336, 16384, 43),
+    BY4K(16384, 20480, 44), BY4K(20480, 24576, 45), BY4K(24576, 28672, 46),
+    BY4K(28672, 32768, 47), BY4K(32768, 40960, 48), BY4K(40960, 49152, 49),
+    BY4K(49152, 57344, 50), BY4K(57344, 65536, 51),
 };
-const uint8_t _scr_class_by_128[129] = {
-    0, 0, 0, 0, 0, 0, 0, 0, 0, 20, 21, 22, 23, 24, 25, 26, 27, 28, 28, 29, 29,
-    30, 30, 31, 31, 32, 32, 33, 33, 34, 34, 35, 35, 36, 36, 36, 36, 36, 36,
-    36, 36, 37, 37, 37, 37, 37, 37, 37, 37, 38, 38, 38, 38, 38, 38, 38, 38,
-    39, 39, 39, 39, 39, 39, 39, 39, 40, 40, 40, 40, 40, 40, 40, 40, 40, 40,
-    40, 40, 40, 40, 40, 40, 41, 41, 41, 41, 41, 41, 41, 41, 41, 41, 41, 41,
-    41, 41, 41, 41, 42, 42, 42, 42, 42, 42, 42, 42, 42, 42, 42, 42, 42, 42,
-    42, 42, 43, 43, 43, 43, 43, 43, 43, 43, 43, 43, 43, 43, 43, 43, 43, 43,
-};
-const uint8_t _scr_class_by_4096[17] = {
-    0, 0, 0, 0, 0, 44, 45, 46, 47, 48, 48, 49, 49, 50, 50, 51, 51,
-};
+#undef BY16
+#undef BY4K
 
 size_t scr_class_size(unsigned cls) {
   return cls < SCR_CLASS_COUNT ? _scr_class_sizes[cls] : 0;

@@ -350,6 +350,35 @@ static void test_segment_map_marks(void) {
   scr_heap_destroy(own);
 }
 
+/* scr_free of a block of a heap the program made (unmarked in the
+ * segment map) is a foreign free, whoever else holds an arena: the block
+ * stays the heap's and no thread's cache keeps it (the free fast path
+ * keeps another arena's blocks while another thread holds an arena, by
+ * their marks). */
+static void test_a_program_heaps_block_is_not_kept(void) {
+  pthread_t t;
+  atomic_store(&sleeper_state, 0);
+  pthread_create(&t, NULL, sleeper, NULL);
+  while (atomic_load(&sleeper_state) != 1) sched_yield();
+  scr_heap *own = scr_heap_new(NULL);
+  void *q = scr_heap_malloc(own, 100);
+  struct scr_process_stats p0, p1;
+  scr_process_stats(&p0);
+  CHECK_EQ(p0.arenas_owned, 2);
+  scr_free(q); /* counted, reported in debug builds, and ignored */
+  scr_process_stats(&p1);
+  CHECK_EQ(p1.foreign_frees - p0.foreign_frees, 1);
+  void *r = scr_malloc(100);
+  CHECK(r != q);
+  scr_free(r);
+  atomic_store(&sleeper_state, 2);
+  pthread_join(t, NULL);
+  CHECK_EQ(scr_heap_usable_size(own, q), 112);
+  scr_heap_free(own, q);
+  CHECK_EQ(scr_heap_validate(own), SCR_OK);
+  scr_heap_destroy(own);
+}
+
 int main(void) {
   /* each thread on an arena of its own (share.c's shared arena: test_process_share) */
   scr_process_option_set("share", "0");
@@ -364,5 +393,6 @@ int main(void) {
   TEST(test_short_lists_leave_long_batches);
   TEST(test_a_parked_arenas_blocks_are_kept_while_others_run);
   TEST(test_segment_map_marks);
+  TEST(test_a_program_heaps_block_is_not_kept);
   return check_done();
 }

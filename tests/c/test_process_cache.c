@@ -7,6 +7,7 @@
 #include "check.h"
 #include "internal.h" /* the segment map's marks */
 #include "scralloc.h"
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -267,6 +268,51 @@ static void test_short_lists_leave_long_batches(void) {
   CHECK(scr_process_validate() == SCR_OK);
 }
 
+/* ---- calloc and aligned_alloc ---- */
+
+/* calloc takes the block the thread's cache kept last, as malloc would,
+ * and zeroes the bytes asked for; an overflowing count * size is ENOMEM. */
+static void test_calloc_takes_a_kept_block_zeroed(void) {
+  static const size_t sizes[] = {24, 100, 1000, 3000, 9000};
+  for (unsigned i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    size_t n = sizes[i];
+    unsigned char *p = scr_malloc(n);
+    memset(p, 0xAB, n);
+    scr_free(p);
+    unsigned char *q = scr_calloc(n / 4, 4);
+    CHECK(q == p);
+    size_t nonzero = 0;
+    for (size_t k = 0; k < n; k++) nonzero += q[k] != 0;
+    CHECK_EQ(nonzero, 0);
+    scr_free(q);
+  }
+  errno = 0;
+  CHECK(scr_calloc(SIZE_MAX / 2, 3) == NULL);
+  CHECK_EQ(errno, ENOMEM);
+}
+
+/* So does aligned_alloc with an alignment every block has (16 and less);
+ * a larger one takes the heap's path, and one that is not a power of two
+ * is EINVAL. */
+static void test_small_alignments_take_a_kept_block(void) {
+  for (size_t align = 1; align <= 16; align *= 2) {
+    void *p = scr_malloc(200);
+    scr_free(p);
+    void *q = scr_aligned_alloc(align, 200);
+    CHECK(q == p);
+    scr_free(q);
+  }
+  void *r = scr_aligned_alloc(256, 200);
+  CHECK(r != NULL && (uintptr_t)r % 256 == 0);
+  scr_free(r);
+  errno = 0;
+  CHECK(scr_aligned_alloc(24, 200) == NULL);
+  CHECK_EQ(errno, EINVAL);
+  errno = 0;
+  CHECK(scr_aligned_alloc(0, 200) == NULL);
+  CHECK_EQ(errno, EINVAL);
+}
+
 /* ---- blocks of a parked arena ---- */
 
 /* A finished thread's blocks that the main thread frees: kept in its
@@ -391,6 +437,8 @@ int main(void) {
   TEST(test_cache_max_sends_big_blocks_home);
   TEST(test_full_big_lists_grow_within_the_budget);
   TEST(test_short_lists_leave_long_batches);
+  TEST(test_calloc_takes_a_kept_block_zeroed);
+  TEST(test_small_alignments_take_a_kept_block);
   TEST(test_a_parked_arenas_blocks_are_kept_while_others_run);
   TEST(test_segment_map_marks);
   TEST(test_a_program_heaps_block_is_not_kept);

@@ -62,8 +62,17 @@ __attribute__((aligned(64))) void *scr_malloc(size_t n) {
 }
 
 void *scr_calloc(size_t count, size_t size) {
-  SCR_SHARE_RETURN(SCR_UNLIKELY(_scr_tl_arena == NULL), scr_calloc(count, size));
-  scr_arena *a = _scr_arena_get();
+  /* A block of the thread's cache, zeroed, as malloc's fast path would
+   * give (the heap's path below, where that list is empty, skips the
+   * memset for a block carved from a fresh page). */
+  scr_arena *a = _scr_tl_arena;
+  size_t n;
+  if (SCR_LIKELY(a != NULL) && !__builtin_mul_overflow(count, size, &n) && n <= SCR_SMALL_MAX) {
+    void *p = _scr_recycle_take(a, _scr_class_of(n));
+    if (p != NULL) return memset(p, 0, n);
+  }
+  SCR_SHARE_RETURN(SCR_UNLIKELY(a == NULL), scr_calloc(count, size));
+  a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   void *p = proc_heap_calloc(a->heap, count, size);
   _scr_arena_tick(a);
@@ -71,6 +80,9 @@ void *scr_calloc(size_t count, size_t size) {
 }
 
 void *scr_aligned_alloc(size_t alignment, size_t n) {
+  /* Every block is aligned to SCR_MIN_ALIGN: a smaller alignment (a power
+   * of two; the heap's path reports others) is malloc's, cache included. */
+  if (alignment != 0 && (alignment & (alignment - 1)) == 0 && alignment <= SCR_MIN_ALIGN) return scr_malloc(n);
   SCR_SHARE_RETURN(SCR_UNLIKELY(_scr_tl_arena == NULL), scr_aligned_alloc(alignment, n));
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;

@@ -327,6 +327,8 @@ SCR_INTERNAL void _scr_recycle_init(scr_arena *a, bool alone);
 SCR_INTERNAL void _scr_recycle_limit(scr_arena *a, uint64_t max_size);
 SCR_INTERNAL void _scr_recycle_medium_malloc(scr_arena *a, unsigned c);
 SCR_INTERNAL void _scr_recycle_flush(scr_arena *a);
+#define SCR_GROW_FIRST 35 /* the class of 4 KiB: lists from here on may grow (_scr_recycle_grow) */
+_Static_assert(SCR_GROW_FIRST < SCR_CLASS_COUNT, "the first class whose list may grow");
 SCR_INTERNAL bool _scr_recycle_grow(scr_arena *a, unsigned c);
 SCR_INTERNAL void _scr_recycle_send_home(scr_arena *a, unsigned c, void *p);
 SCR_INTERNAL void _scr_recycle_send_list_home(scr_arena *a, unsigned c, void *p);

@@ -37,8 +37,6 @@
 #include <string.h>
 
 #define SCR_RECYCLE_CLASS_MAX 64
-#define SCR_GROW_FIRST 35 /* the class of 4 KiB: lists from here on may grow (_scr_recycle_grow) */
-_Static_assert(SCR_GROW_FIRST < SCR_CLASS_COUNT, "the first class whose list may grow");
 /* cache_medium, 2: a thread's frees and mallocs of medium blocks come in
  * runs, and each one past the cap goes back to its run, whose emptying
  * the arena's cap on kept pages may decommit for the next malloc to

@@ -17,7 +17,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from proc_bench import find_allocators  # noqa: E402  (the same peers, found the same way)
 
-MIXES = ["64", "small", "medium", "page", "large", "stress"]
+MIXES = ["64", "small", "medium", "page", "large", "stress", "runs"]
 
 
 def main():

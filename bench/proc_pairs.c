@@ -11,7 +11,12 @@
  *   page    4-16 KiB
  *   large   16-64 KiB
  *   stress  the threaded stress's mix (85% 16-127 B, 14% 128 B-4 KiB,
- *           1% 4-64 KiB) */
+ *           1% 4-64 KiB)
+ *   runs    16-127 B in runs: 1,000 mallocs, then their 1,000 frees in
+ *           the order they were made, over and over (a program building
+ *           and dropping a container of small objects: Python's dicts
+ *           with PYTHONMALLOC=malloc), past any thread cache's list */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +32,7 @@ static uint64_t next(uint64_t *s) {
 
 static size_t draw(const char *mix, uint64_t *s) {
   if (strcmp(mix, "64") == 0) return 64;
-  if (strcmp(mix, "small") == 0) return 16 + next(s) % 112;
+  if (strcmp(mix, "small") == 0 || strcmp(mix, "runs") == 0) return 16 + next(s) % 112;
   if (strcmp(mix, "medium") == 0) return 128 + next(s) % 3968;
   if (strcmp(mix, "page") == 0) return 4096 + next(s) % 12288;
   if (strcmp(mix, "large") == 0) return 16384 + next(s) % 49152;
@@ -37,18 +42,64 @@ static size_t draw(const char *mix, uint64_t *s) {
   return 4096 + next(s) % 60000;
 }
 
+/* Each step frees a random one of 32 live blocks and mallocs the next
+ * size in its place.  Bad cookies are added to *bad. */
+static void run_slots(const size_t *sizes, const unsigned *slots, long steps, unsigned long *bad) {
+  unsigned char *live[32] = {0};
+  for (long i = 0; i < steps; i++) {
+    unsigned char *q = live[slots[i]];
+    if (q) {
+      size_t m;
+      memcpy(&m, q, sizeof m);
+      *bad += q[m - 1] != (unsigned char)m;
+      free(q);
+    }
+    size_t n = sizes[i];
+    unsigned char *p = malloc(n);
+    if (!p) abort();
+    memcpy(p, &n, sizeof n);
+    p[n - 1] = (unsigned char)n;
+    live[slots[i]] = p;
+  }
+  for (int k = 0; k < 32; k++) free(live[k]);
+}
+
+/* RUN mallocs, then their frees in the order they were made, until the
+ * steps (a multiple of RUN) are done. */
+enum { RUN = 1000 };
+static void run_runs(const size_t *sizes, long steps, unsigned long *bad) {
+  static unsigned char *run[RUN];
+  for (long i = 0; i < steps; i += RUN) {
+    for (int k = 0; k < RUN; k++) {
+      size_t n = sizes[i + k];
+      unsigned char *p = run[k] = malloc(n);
+      if (!p) abort();
+      memcpy(p, &n, sizeof n);
+      p[n - 1] = (unsigned char)n;
+    }
+    for (int k = 0; k < RUN; k++) {
+      size_t m;
+      memcpy(&m, run[k], sizeof m);
+      *bad += run[k][m - 1] != (unsigned char)m;
+      free(run[k]);
+    }
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: proc_pairs 64|small|medium|page|large|stress STEPS\n");
+    fprintf(stderr, "usage: proc_pairs 64|small|medium|page|large|stress|runs STEPS\n");
     return 2;
   }
   const char *mix = argv[1];
   long steps = atol(argv[2]);
-  static const char *const mixes[] = {"64", "small", "medium", "page", "large", "stress"};
+  static const char *const mixes[] = {"64", "small", "medium", "page", "large", "stress", "runs"};
   int known = 0;
   for (unsigned k = 0; k < sizeof mixes / sizeof *mixes; k++) known |= strcmp(mix, mixes[k]) == 0;
+  bool runs = strcmp(mix, "runs") == 0;
+  if (runs) steps -= steps % RUN;
   if (!known || steps < 1) {
-    fprintf(stderr, "proc_pairs: unknown mix '%s' or no steps\n", mix);
+    fprintf(stderr, "proc_pairs: unknown mix '%s' or too few steps\n", mix);
     return 2;
   }
   uint64_t s = 88172645463325252ull;
@@ -57,27 +108,12 @@ int main(int argc, char **argv) {
   unsigned *slots = malloc((size_t)steps * sizeof *slots);
   if (!sizes || !slots) return 1;
   for (long i = 0; i < steps; i++) sizes[i] = draw(mix, &s), slots[i] = (unsigned)(next(&s) % 32);
-  unsigned char *live[32] = {0};
   unsigned long bad = 0;
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (long i = 0; i < steps; i++) {
-    unsigned char *q = live[slots[i]];
-    if (q) {
-      size_t m;
-      memcpy(&m, q, sizeof m);
-      bad += q[m - 1] != (unsigned char)m;
-      free(q);
-    }
-    size_t n = sizes[i];
-    unsigned char *p = malloc(n);
-    if (!p) return 1;
-    memcpy(p, &n, sizeof n);
-    p[n - 1] = (unsigned char)n;
-    live[slots[i]] = p;
-  }
+  if (runs) run_runs(sizes, steps, &bad);
+  else run_slots(sizes, slots, steps, &bad);
   clock_gettime(CLOCK_MONOTONIC, &t1);
-  for (int k = 0; k < 32; k++) free(live[k]);
   free(sizes);
   free(slots);
   if (bad) {

@@ -66,7 +66,9 @@ SCR_INTERNAL const char *_scr_env_option(const char *name, char *env, size_t len
 SCR_INTERNAL extern const uint32_t _scr_class_sizes[SCR_CLASS_COUNT];
 /* The class of a request n <= SCR_SMALL_MAX (size_class.c: one table,
  * by 16-byte step up to 16 KiB, then by 4 KiB). */
-#define SCR_CLASS_BY4K_BASE (16384 / 16 + 1 - 16384 / 4096 - 1) /* entry of (n + 4095) >> 12 */
+/* The 4 KiB steps' entries follow the 1,025 of the 16-byte steps (n up to
+ * 16 KiB); (n + 4095) >> 12 is 16384 / 4096 + 1 for the first of them. */
+#define SCR_CLASS_BY4K_BASE (16384 / 16 + 1 - (16384 / 4096 + 1))
 #define SCR_CLASS_INDEX_LEN (SCR_CLASS_BY4K_BASE + SCR_SMALL_MAX / 4096 + 1)
 SCR_INTERNAL extern const uint8_t _scr_class_index[SCR_CLASS_INDEX_LEN];
 static inline unsigned _scr_class_of(size_t n) {

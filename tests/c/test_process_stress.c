@@ -459,6 +459,49 @@ static void test_pool(void) {
   for (int i = 0; i < 6; i++) scr_free(scr_malloc(POOL_SIZE)); /* the six kept ones */
 }
 
+/* A thread whose own page could still carve blocks of the class takes the
+ * pool's batch first (malloc.c: the slow side's common case carves only
+ * while the pool holds none of the class): fresh memory waits while other
+ * arenas' freed blocks are there. */
+static pthread_barrier_t carve_step;
+static void *carver(void *arg) {
+  void **got = arg;
+  got[0] = scr_malloc(POOL_SIZE); /* its arena and a page of the class, with room to carve */
+  pthread_barrier_wait(&carve_step); /* main fills the pool */
+  pthread_barrier_wait(&carve_step);
+  got[1] = scr_malloc(POOL_SIZE); /* its list is empty */
+  return NULL;
+}
+static void test_the_pool_before_carving(void) {
+  scr_trim();
+  void *got[2], *owned[POOL_OWNED];
+  pthread_t c, t;
+  pthread_barrier_init(&carve_step, NULL, 2);
+  pthread_barrier_init(&pool_hold, NULL, 2);
+  pthread_create(&c, NULL, carver, got);
+  pthread_barrier_wait(&carve_step);
+  pthread_create(&t, NULL, pool_owner, owned);
+  pthread_barrier_wait(&pool_hold);
+  for (int i = 0; i < POOL_OWNED; i++) scr_free(owned[i]);
+  struct scr_process_stats p0, p1;
+  scr_process_stats(&p0);
+  pthread_barrier_wait(&carve_step);
+  pthread_join(c, NULL);
+  scr_process_stats(&p1);
+  CHECK_EQ(p1.pool_takes - p0.pool_takes, 1);
+  unsigned pooled = 0;
+  for (int i = 0; i < POOL_OWNED; i++) pooled += got[1] == owned[i];
+  CHECK_EQ(pooled, 1);
+  pthread_barrier_wait(&pool_hold);
+  pthread_join(t, NULL);
+  pthread_barrier_destroy(&pool_hold);
+  pthread_barrier_destroy(&carve_step);
+  scr_free(got[0]);
+  scr_free(got[1]);
+  scr_trim(); /* the rest of the pool goes home */
+  CHECK(scr_process_validate() == SCR_OK);
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 /* ASan builds poison the blocks a thread keeps: a use after free of one is
  * reported (in a child, which ASan ends). */
@@ -757,6 +800,7 @@ int main(void) {
   TEST(test_free_many);
   TEST(test_recycling);
   TEST(test_pool);
+  TEST(test_the_pool_before_carving);
   TEST(test_keep_share);
   TEST(test_pages_past_the_share_go_back_in_batches);
 #if defined(__SANITIZE_ADDRESS__)

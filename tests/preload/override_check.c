@@ -91,5 +91,32 @@ int main(void) {
   fr(&local); /* not scralloc's: ignored, no crash */
   CHECK(malloc_usable_size(&local) == 0);
 
+  /* glibc's statistics calls report scralloc's figures */
+  struct mallinfo2 m0 = mallinfo2();
+  char *big = malloc((size_t)1 << 20);
+  memset(big, 7, (size_t)1 << 20);
+  struct mallinfo2 m1 = mallinfo2();
+  CHECK(m1.uordblks >= m0.uordblks + ((size_t)1 << 20));
+  CHECK(m1.arena >= m1.uordblks && m1.fordblks == m1.arena - m1.uordblks);
+  CHECK(m1.hblks >= 1 && m1.hblkhd >= ((size_t)1 << 20));
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  struct mallinfo mi = mallinfo();
+#pragma GCC diagnostic pop
+  CHECK(mi.uordblks >= (1 << 20) && (size_t)mi.arena == m1.arena);
+  free(big);
+  /* malloc_stats prints scralloc's report on stderr */
+  FILE *tmp = tmpfile();
+  int saved = dup(STDERR_FILENO);
+  CHECK(tmp != NULL && saved >= 0 && dup2(fileno(tmp), STDERR_FILENO) == STDERR_FILENO);
+  malloc_stats();
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  char report[4096] = {0};
+  rewind(tmp);
+  size_t got = fread(report, 1, sizeof report - 1, tmp);
+  fclose(tmp);
+  CHECK(got > 0 && strstr(report, "scralloc[") != NULL && strstr(report, "arena 0:") != NULL);
+
   return preload_check_done();
 }

@@ -6,8 +6,10 @@
 
 #if SCR_OVERRIDE
 #include <errno.h>
+#include <limits.h>
 #include <malloc.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* C23 / newer glibc; declared here for older headers. */
@@ -17,6 +19,7 @@ void free_aligned_sized(void *p, size_t alignment, size_t n);
 #define SCR_EXPORT __attribute__((visibility("default")))
 
 static inline int proc_is_pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
+static inline int proc_int(size_t v) { return v > INT_MAX ? INT_MAX : (int)v; }
 
 SCR_EXPORT void *malloc(size_t n) { return _scr_proc_malloc(n); }
 SCR_EXPORT void free(void *p) { _scr_proc_free(p); }
@@ -90,5 +93,44 @@ SCR_EXPORT void free_aligned_sized(void *p, size_t alignment, size_t n) {
   (void)alignment;
   (void)n;
   _scr_proc_free(p);
+}
+
+/* glibc's statistics calls report scralloc's figures (scr_stats), so
+ * that a program printing them under LD_PRELOAD does not read glibc's
+ * idle arenas.  mallinfo2's fields as glibc fills them, where scralloc
+ * has a counterpart: arena, the bytes held for blocks (heap_total);
+ * uordblks, the bytes of live blocks (heap_used); fordblks, the rest of
+ * arena; hblks and hblkhd, the live blocks above the size classes and
+ * their bytes (also in arena and uordblks).  The counts of free chunks
+ * (ordblks, smblks), the fastbin figures and keepcost have none: 0. */
+SCR_EXPORT struct mallinfo2 mallinfo2(void) {
+  struct scr_stats st;
+  scr_stats(&st);
+  struct mallinfo2 m;
+  memset(&m, 0, sizeof m);
+  m.arena = st.heap_total;
+  m.uordblks = st.heap_used;
+  m.fordblks = st.heap_total > st.heap_used ? st.heap_total - st.heap_used : 0;
+  m.hblks = st.large_allocs;
+  m.hblkhd = st.large_bytes;
+  return m;
+}
+/* The same in int fields (glibc's older call), clamped to INT_MAX. */
+SCR_EXPORT struct mallinfo mallinfo(void) {
+  struct mallinfo2 m2 = mallinfo2();
+  struct mallinfo m;
+  memset(&m, 0, sizeof m);
+  m.arena = proc_int(m2.arena);
+  m.uordblks = proc_int(m2.uordblks);
+  m.fordblks = proc_int(m2.fordblks);
+  m.hblks = proc_int(m2.hblks);
+  m.hblkhd = proc_int(m2.hblkhd);
+  return m;
+}
+/* scralloc's report on stderr, a line for each arena included (what
+ * SCRALLOC_STATS=2 prints at exit). */
+SCR_EXPORT void malloc_stats(void) {
+  _scr_proc_init();
+  _scr_proc_report(STDERR_FILENO, true);
 }
 #endif /* SCR_OVERRIDE */

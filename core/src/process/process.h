@@ -424,6 +424,8 @@ static inline void *_scr_pool_refill(scr_arena *a, unsigned c) {
   return _scr_pool_refill_slow(a, c);
 }
 SCR_INTERNAL void _scr_pool_flush(scr_arena *a);
+/* stats.c: the text report (SCRALLOC_STATS at exit, malloc_stats) */
+SCR_INTERNAL void _scr_proc_report(int fd, bool per_arena);
 SCR_INTERNAL void _scr_pool_account(struct scr_stats *lent);
 SCR_INTERNAL void _scr_pool_lock_all(void);
 SCR_INTERNAL void _scr_pool_unlock_all(void);

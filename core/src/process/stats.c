@@ -138,16 +138,18 @@ size_t scr_process_stats_json(char *buf, size_t len) {
 
 /* ---- SCRALLOC_STATS=1: a report on stderr at exit ---- */
 
-static void proc_write_line(_scr_out *o) {
+static void proc_write_line(_scr_out *o, int fd) {
   size_t n = o->pos < o->len ? o->pos : o->len - 1;
-  ssize_t w = write((int)_scr_proc.opt.stats_fd, o->buf, n);
+  ssize_t w = write(fd, o->buf, n);
   (void)w;
   o->pos = 0;
 }
 
 static double proc_mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
-static void proc_print_stats(void) {
+/* The report, on fd; per_arena: a line for each arena too.  The exit
+ * report's (SCRALLOC_STATS) and malloc_stats()'s (override.c). */
+void _scr_proc_report(int fd, bool per_arena) {
   char buf[512];
   _scr_out o = {buf, sizeof buf, 0};
   struct scr_stats st;
@@ -163,7 +165,7 @@ static void proc_print_stats(void) {
            (unsigned long long)ps.switches, (unsigned long long)ps.remote_frees, (unsigned long long)ps.remote_pending,
            (unsigned long long)ps.pool_puts, (unsigned long long)ps.pool_takes, (unsigned long long)ps.lends, (unsigned long long)ps.holds, (unsigned long long)ps.cache_grows, (unsigned long long)ps.realloc_moves, (unsigned long long)ps.foreign_frees,
            (unsigned long long)ps.turn_takers, (unsigned long long)ps.turn_looks, (unsigned long long)ps.share_joins, (unsigned long long)ps.share_leaves, (unsigned long long)ps.share_collisions);
-  proc_write_line(&o);
+  proc_write_line(&o, fd);
   _scr_out_put(&o, "scralloc[%d]: heap_total %.2f MiB (%.2f MiB dirty), heap_used %.2f MiB, %llu live blocks (%llu large), "
            "%llu mappings, reserved %.2f MiB; syscalls: %llu mmap, %llu munmap, %llu madvise, %llu mremap, %llu failed\n",
            pid, proc_mib(st.heap_total), proc_mib(st.dirty_bytes), proc_mib(st.heap_used), (unsigned long long)st.allocs,
@@ -171,7 +173,7 @@ static void proc_print_stats(void) {
            (unsigned long long)st.mmap_calls, (unsigned long long)st.munmap_calls,
            (unsigned long long)st.madvise_calls, (unsigned long long)st.mremap_calls,
            (unsigned long long)st.os_failures);
-  proc_write_line(&o);
+  proc_write_line(&o, fd);
   _scr_out_put(&o, "scralloc[%d]: %llu discards (%.2f MiB returned, delay %llu ms, %llu doublings); "
            "%llu prefaults (%.2f MiB, %llu skipped); %llu huge-page regions (THP %s); %llu dontdump segments\n",
            pid, (unsigned long long)ps.discards, proc_mib(ps.discard_bytes),
@@ -179,8 +181,8 @@ static void proc_print_stats(void) {
            (unsigned long long)ps.prefaults, proc_mib(ps.prefault_bytes),
            (unsigned long long)ps.prefault_skipped, (unsigned long long)ps.huge_regions,
            thp[ps.thp_mode < 3 ? ps.thp_mode : 0], (unsigned long long)ps.dontdump_segments);
-  proc_write_line(&o);
-  if (_scr_proc.opt.stats < 2) return;
+  proc_write_line(&o, fd);
+  if (!per_arena) return;
   for (unsigned i = 0; i < ps.arenas; i++) {
     struct scr_stats as;
     if (scr_arena_stats(i, &as) != SCR_OK) continue;
@@ -188,10 +190,11 @@ static void proc_print_stats(void) {
              "%llu mappings, %llu retained pages, %.2f MiB dirty\n",
              pid, i, proc_mib(as.heap_total), proc_mib(as.heap_used), (unsigned long long)as.allocs,
              (unsigned long long)as.mmaps, (unsigned long long)as.retained_pages, proc_mib(as.dirty_bytes));
-    proc_write_line(&o);
+    proc_write_line(&o, fd);
   }
 }
 
 __attribute__((destructor)) static void proc_stats_at_exit(void) {
-  if (atomic_load_explicit(&_scr_proc.inited, memory_order_acquire) && _scr_proc.opt.stats) proc_print_stats();
+  if (atomic_load_explicit(&_scr_proc.inited, memory_order_acquire) && _scr_proc.opt.stats)
+    _scr_proc_report((int)_scr_proc.opt.stats_fd, _scr_proc.opt.stats >= 2);
 }

@@ -56,7 +56,7 @@ static __attribute__((noinline)) void *proc_malloc_slow(scr_arena *a, size_t n) 
     scr_page *pg = a->heap->queue[c];
     if (SCR_LIKELY(c < SCR_MEDIUM_FIRST && pg != NULL) &&
         (pg->free != NULL ||
-         (pg->capacity < pg->reserved && atomic_load_explicit(&_scr_pool[c].c.n, memory_order_relaxed) == 0))) {
+         (pg->capacity < pg->reserved && _scr_pool_empty(c)))) {
       void *p = _scr_page_alloc(a->heap, pg);
       _scr_arena_tick(a);
       return p;
@@ -142,8 +142,10 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
   if (a != NULL && o != NULL && o != a && tag < SCR_CLASS_COUNT && a->rc[tag].room == 0 &&
       !_scr_arena_parked(o) && _scr_pool_overflow(a, tag) && _scr_recycle_put(a, seg, idx, tag, p))
     return;
-  /* (The thread's cache refused p on the fast path already: a full list,
-   * a parked owner, no size class.) */
+  /* (The thread's cache refused p on the fast path already: a full list
+   * of a class whose list may grow, or a block not marked as the
+   * thread's own (proc_free_slow took the rest); another arena's block
+   * while the caller is alone; no size class.) */
   if (SCR_LIKELY(a != NULL && a->heap == h)) {
     if (tag < SCR_CLASS_COUNT) _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
     else proc_heap_free(h, p);

@@ -417,10 +417,14 @@ typedef struct { _Alignas(64) scr_pool_class c; } scr_pool_line; /* no two class
 SCR_INTERNAL extern scr_pool_line _scr_pool[SCR_CLASS_COUNT];
 SCR_INTERNAL bool _scr_pool_overflow(scr_arena *a, unsigned c);
 SCR_INTERNAL void *_scr_pool_refill_slow(scr_arena *a, unsigned c);
-/* A block of a pooled batch of class c for a's empty list, or NULL; the
- * peek is inline because every carve of fresh memory passes here. */
+/* The pool holds no batch of class c (a peek without the lock, inline:
+ * every carve of fresh memory asks). */
+static inline bool _scr_pool_empty(unsigned c) {
+  return atomic_load_explicit(&_scr_pool[c].c.n, memory_order_relaxed) == 0;
+}
+/* A block of a pooled batch of class c for a's empty list, or NULL. */
 static inline void *_scr_pool_refill(scr_arena *a, unsigned c) {
-  if (atomic_load_explicit(&_scr_pool[c].c.n, memory_order_relaxed) == 0) return NULL;
+  if (_scr_pool_empty(c)) return NULL;
   return _scr_pool_refill_slow(a, c);
 }
 SCR_INTERNAL void _scr_pool_flush(scr_arena *a);

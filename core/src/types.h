@@ -123,9 +123,12 @@ typedef struct scr_segment {
 
 /* Page tags: the size class of a SMALL page or a RUN_TAIL page,
  * SCR_TAG_OTHER for anything else (FREE, a LARGE block's pages, the
- * header page, a HUGE segment). */
-#define SCR_TAG_OTHER 0xFF
-_Static_assert(SCR_CLASS_COUNT < SCR_TAG_OTHER, "class indices must not collide with the tag");
+ * header page, a HUGE segment).  OTHER is the class count, the one past
+ * the last class, so that an array indexed by tag needs a single entry
+ * more than one by class (the process allocator's free fast path indexes
+ * its lists by tag without testing it: process.h). */
+#define SCR_TAG_OTHER SCR_CLASS_COUNT
+_Static_assert(SCR_TAG_OTHER <= 0xFF, "a tag is one byte");
 static inline uint8_t scr_page_tag_of(const scr_page *pg) {
   if (pg->kind == SCR_PAGE_SMALL || pg->kind == SCR_PAGE_RUN_TAIL) return pg->cls;
   return SCR_TAG_OTHER;

@@ -425,6 +425,26 @@ static void test_a_program_heaps_block_is_not_kept(void) {
   scr_heap_destroy(own);
 }
 
+/* A block of no size class (a large block in a segment of the arena's, a
+ * huge one in a segment of its own: page tag OTHER) goes to its heap at
+ * once: the free fast path looks its list up by the tag without testing
+ * it, and the list of tag OTHER never has room (with room, such a block
+ * stayed there, live for the heap, and was never handed out again). */
+static void test_blocks_of_no_class_go_home(void) {
+  static const size_t sizes[] = {200000, (size_t)3 << 20};
+  for (unsigned k = 0; k < 2; k++) {
+    void *p = scr_malloc(sizes[k]);
+    CHECK(p != NULL);
+    memset(p, 5, sizes[k]);
+    struct scr_stats s0, s1;
+    CHECK(scr_arena_stats(0, &s0) == SCR_OK);
+    scr_free(p);
+    CHECK(scr_arena_stats(0, &s1) == SCR_OK);
+    CHECK_EQ((long)s1.allocs - (long)s0.allocs, -1);
+    CHECK(s0.heap_used - s1.heap_used >= sizes[k]);
+  }
+}
+
 int main(void) {
   /* each thread on an arena of its own (share.c's shared arena: test_process_share) */
   scr_process_option_set("share", "0");
@@ -442,5 +462,6 @@ int main(void) {
   TEST(test_a_parked_arenas_blocks_are_kept_while_others_run);
   TEST(test_segment_map_marks);
   TEST(test_a_program_heaps_block_is_not_kept);
+  TEST(test_blocks_of_no_class_go_home);
   return check_done();
 }

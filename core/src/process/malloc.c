@@ -46,21 +46,21 @@ static __attribute__((noinline)) void *proc_malloc_general(scr_arena *a, size_t 
   return p;
 }
 
-/* The slow side's common case first, with few registers (as free's,
- * below): a block of the arena's own page of a class below the medium
- * ones, a free slot, or carved when the pool holds none of the class
- * (proc_malloc_general takes the same block). */
-static __attribute__((noinline)) void *proc_malloc_slow(scr_arena *a, size_t n) {
-  if (SCR_LIKELY(a != NULL && n <= SCR_SMALL_MAX)) {
-    unsigned c = _scr_class_of(n);
-    scr_page *pg = a->heap->queue[c];
-    if (SCR_LIKELY(c < SCR_MEDIUM_FIRST && pg != NULL) &&
-        (pg->free != NULL ||
-         (pg->capacity < pg->reserved && _scr_pool_empty(c)))) {
-      void *p = _scr_page_alloc(a->heap, pg);
-      _scr_arena_tick(a);
-      return p;
-    }
+/* The slow side of a small request of class c by a's holder, whose list
+ * of the class was empty: the common case first, with few registers (as
+ * free's, below), a block of the arena's own page of a class below the
+ * medium ones, a free slot, or carved when the pool holds none of the
+ * class (proc_malloc_general takes the same block).  The fast path hands
+ * over the class it looked up rather than the size, so the class is not
+ * looked up twice (a program that mallocs runs of blocks longer than a
+ * list comes here for every other malloc). */
+static __attribute__((noinline)) void *proc_malloc_slow(scr_arena *a, unsigned c, size_t n) {
+  scr_page *pg = a->heap->queue[c];
+  if (SCR_LIKELY(c < SCR_MEDIUM_FIRST && pg != NULL) &&
+      (pg->free != NULL || (pg->capacity < pg->reserved && _scr_pool_empty(c)))) {
+    void *p = _scr_page_alloc(a->heap, pg);
+    _scr_arena_tick(a);
+    return p;
   }
   return proc_malloc_general(a, n);
 }
@@ -74,10 +74,12 @@ static __attribute__((noinline)) void *proc_malloc_slow(scr_arena *a, size_t n) 
 __attribute__((aligned(64))) void *scr_malloc(size_t n) {
   scr_arena *a = _scr_tl_arena;
   if (SCR_LIKELY(a != NULL && n <= SCR_SMALL_MAX)) {
-    void *p = _scr_recycle_take(a, _scr_class_of(n));
+    unsigned c = _scr_class_of(n);
+    void *p = _scr_recycle_take(a, c);
     if (SCR_LIKELY(p != NULL)) return p; /* no tick: the heap did not change */
+    return proc_malloc_slow(a, c, n);
   }
-  return proc_malloc_slow(a, n);
+  return proc_malloc_general(a, n);
 }
 
 void *scr_calloc(size_t count, size_t size) {
@@ -144,7 +146,7 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
     return;
   /* (The thread's cache refused p on the fast path already: a full list
    * of a class whose list may grow, or a block not marked as the
-   * thread's own (proc_free_slow took the rest); another arena's block
+   * thread's own (proc_free_refused took the rest); another arena's block
    * while the caller is alone; no size class.) */
   if (SCR_LIKELY(a != NULL && a->heap == h)) {
     if (tag < SCR_CLASS_COUNT) _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
@@ -159,23 +161,20 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
   _scr_remote_push(o, p);
 }
 
-/* The slow side's common case first, with few registers: the thread's
- * own block of a class whose list never grows, which the fast path
- * refused because the list is full, goes to its page.  A program that
- * frees runs of blocks longer than a list (Python's containers: half its
- * frees came here) took proc_free_general's checks for each: a run of
+/* The slow side of a free the thread's cache refused, with what the fast
+ * path found (p's segment map entry e, the caller's arena a, p's page
+ * index idx in its segment and the page's tag): the common case first,
+ * with few registers, the thread's own block of a class whose list never
+ * grows, refused because the list is full, goes to its page.  A program
+ * that frees runs of blocks longer than a list (Python's containers: half
+ * its frees came here) took proc_free_general's checks for each: a run of
  * 2,000 blocks of 48 B took 139 instructions a free (cachegrind), twice
  * tcmalloc's. */
-static __attribute__((noinline)) void proc_free_slow(void *p, uintptr_t e, scr_arena *a) {
-  scr_segment *seg = _scr_segmap_seg(e);
-  if (SCR_LIKELY(seg != NULL && a != NULL && _scr_segmap_mark(e) == a->own_mark)) {
-    uintptr_t idx;
-    unsigned tag = _scr_block_tag(seg, p, &idx);
-    if (SCR_LIKELY(tag < SCR_GROW_FIRST)) {
-      _scr_small_free(a->heap, _scr_class_page(seg, idx, tag), p);
-      _scr_arena_tick(a);
-      return;
-    }
+static __attribute__((noinline)) void proc_free_refused(void *p, uintptr_t e, scr_arena *a, uintptr_t idx, unsigned tag) {
+  if (SCR_LIKELY(_scr_segmap_mark(e) == a->own_mark && tag < SCR_GROW_FIRST)) {
+    _scr_small_free(a->heap, _scr_class_page(_scr_segmap_seg(e), idx, tag), p);
+    _scr_arena_tick(a);
+    return;
   }
   proc_free_general(p, e, a);
 }
@@ -192,8 +191,9 @@ __attribute__((aligned(64))) void scr_free(void *p) {
     unsigned tag = _scr_block_tag(seg, p, &idx);
     if (SCR_LIKELY(_scr_recycle_may_keep(a, _scr_segmap_mark(e)) && _scr_recycle_put(a, seg, idx, tag, p)))
       return;
+    return proc_free_refused(p, e, a, idx, tag);
   }
-  proc_free_slow(p, e, a);
+  proc_free_general(p, e, a);
 }
 
 size_t scr_usable_size(const void *p) {

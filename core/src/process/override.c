@@ -21,10 +21,14 @@ void free_aligned_sized(void *p, size_t alignment, size_t n);
 static inline int proc_is_pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 static inline int proc_int(size_t v) { return v > INT_MAX ? INT_MAX : (int)v; }
 
-SCR_EXPORT void *malloc(size_t n) { return _scr_proc_malloc(n); }
-SCR_EXPORT void free(void *p) { _scr_proc_free(p); }
-SCR_EXPORT void *calloc(size_t count, size_t size) { return _scr_proc_calloc(count, size); }
-SCR_EXPORT void *realloc(void *p, size_t n) { return _scr_proc_realloc(p, n); }
+/* The four most called are other names of the entry points' code, not
+ * calls of it: a wrapper costs a jump a call (or, where the compiler
+ * inlines the entry point, a second copy of its fast path to keep in the
+ * instruction cache and aligned). */
+SCR_EXPORT void *malloc(size_t n) __attribute__((alias("scr_malloc")));
+SCR_EXPORT void free(void *p) __attribute__((alias("scr_free")));
+SCR_EXPORT void *calloc(size_t count, size_t size) __attribute__((alias("scr_calloc")));
+SCR_EXPORT void *realloc(void *p, size_t n) __attribute__((alias("scr_realloc")));
 
 SCR_EXPORT void *reallocarray(void *p, size_t count, size_t size) {
   size_t n;

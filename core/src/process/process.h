@@ -155,7 +155,10 @@ typedef struct scr_arena {
    * list's 16 bytes straddle two lines: the malloc and free fast paths
    * touch one line per call (the seventeenth session's layout put every
    * fourth class's head and count on two). */
-  _Alignas(64) scr_recycled rc[SCR_CLASS_COUNT];
+  _Alignas(64) scr_recycled rc[SCR_CLASS_COUNT + 1];
+  /* rc[SCR_TAG_OTHER]: always empty and full (room 0), so that a free
+   * looks a block's list up by its page's tag without testing the tag
+   * first: a block of no size class finds no room there */
   /* a medium class's list, closed until the holder's cache_medium_after-th
    * malloc of the class (recycle.c): its cap once open (0: open, or never
    * to open), and the mallocs that found it closed */
@@ -367,7 +370,12 @@ static inline unsigned _scr_block_tag(const scr_segment *seg, const void *p, uin
  * with 2 threads on 2 CPUs: 0.92x the wall, 21 paired rounds). */
 static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark) {
   unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
-  return (mark == a->own_mark) | ((mark != 0) & (held > 1));
+  bool keep = (mark == a->own_mark) | ((mark != 0) & (held > 1));
+  /* The empty asm makes the compiler compute keep as written: left to
+   * itself, it turned the or into two branches again when the code
+   * around changed (the twenty-first session's list of tag OTHER). */
+  __asm__("" : "+r"(keep));
+  return keep;
 }
 /* Push block p of class c on list r (linked through its first word; ASan
  * builds poison the rest). */
@@ -379,12 +387,12 @@ static inline void _scr_recycle_push(scr_recycled *r, unsigned c, void *p) {
 }
 /* Keep p, a block on page idx of seg with tag `tag` that a's holder frees
  * and may keep (_scr_recycle_may_keep), for a's next malloc of its class:
- * 1, or 0 when it is not kept (p is not a block of a size class, or the
- * list is full). */
+ * 1, or 0 when it is not kept (p is not a block of a size class: its
+ * tag's list has no room; or the list is full). */
 static inline int _scr_recycle_put(scr_arena *a, const scr_segment *seg, uintptr_t idx, unsigned tag, void *p) {
   unsigned c = tag;
-  if (c >= SCR_CLASS_COUNT) return 0;
-  scr_recycled *r = &a->rc[c];
+  scr_assert(c <= SCR_TAG_OTHER);
+  scr_recycled *r = &a->rc[c]; /* SCR_TAG_OTHER's has no room */
   if (r->room == 0) return 0;
 #if SCR_DEBUG > 0
   if (_scr_recycle_refused(r, seg, idx, c, p)) return 1;

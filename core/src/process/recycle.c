@@ -93,6 +93,7 @@ void _scr_recycle_init(scr_arena *a, bool alone) {
     a->rc[c].max = (uint32_t)max;
     a->rc[c].room = (uint32_t)max;
   }
+  a->rc[SCR_TAG_OTHER] = (scr_recycled){.head = NULL, .room = 0, .max = 0}; /* never takes a block */
 }
 
 /* The holder mallocs a block of medium class c whose list is closed (the

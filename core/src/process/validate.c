@@ -4,7 +4,8 @@
  *   length(all) == narenas, ids 0 .. narenas-1 each once
  *   every arena on parked is PARKED (its parked flag set), length == nparked
  *   nowned == arenas OWNED;  nowned + nparked <= narenas (the rest are
- *   DISCARDING: borrowed by the helper or a freeing thread) */
+ *   DISCARDING: borrowed by the helper or a freeing thread)
+ *   every arena's list of tag SCR_TAG_OTHER is empty with no room */
 #include "process.h"
 
 /* Under _scr_proc.lock.  true when consistent; reports what is not. */
@@ -28,6 +29,10 @@ bool _scr_proc_validate_locked(void) {
     if (a->state == SCR_ARENA_OWNED) owned++;
     else if (a->state != SCR_ARENA_PARKED && a->state != SCR_ARENA_DISCARDING) {
       _scr_report(SCR_EINVAL, "arena %u in state %u", a->id, a->state);
+      return false;
+    }
+    if (a->rc[SCR_TAG_OTHER].head != NULL || a->rc[SCR_TAG_OTHER].room != 0) {
+      _scr_report(SCR_EINVAL, "arena %u: the list of blocks of no size class is not empty and full", a->id);
       return false;
     }
     if (_scr_heap_owner(a->heap) != a) {

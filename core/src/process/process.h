@@ -154,11 +154,11 @@ typedef struct scr_arena {
   /* Recycled blocks per class (holder).  On a line boundary, so that no
    * list's 16 bytes straddle two lines: the malloc and free fast paths
    * touch one line per call (the seventeenth session's layout put every
-   * fourth class's head and count on two). */
+   * fourth class's head and count on two).  One list more, for tag
+   * SCR_TAG_OTHER, always empty and full (room 0): a free looks a
+   * block's list up by its page's tag without testing the tag first, and
+   * a block of no size class finds no room there. */
   _Alignas(64) scr_recycled rc[SCR_CLASS_COUNT + 1];
-  /* rc[SCR_TAG_OTHER]: always empty and full (room 0), so that a free
-   * looks a block's list up by its page's tag without testing the tag
-   * first: a block of no size class finds no room there */
   /* a medium class's list, closed until the holder's cache_medium_after-th
    * malloc of the class (recycle.c): its cap once open (0: open, or never
    * to open), and the mallocs that found it closed */

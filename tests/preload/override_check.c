@@ -15,6 +15,16 @@
 
 static int aligned(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
+/* glibc's own names of the family, public symbols of libc.so.6 (not in
+ * its headers) */
+void *__libc_malloc(size_t n);
+void __libc_free(void *p);
+void *__libc_calloc(size_t count, size_t size);
+void *__libc_realloc(void *p, size_t n);
+void *__libc_memalign(size_t alignment, size_t n);
+void *__libc_valloc(size_t n);
+void *__libc_pvalloc(size_t n);
+
 /* Called through volatile pointers and sizes: the calls below are meant
  * to fail, which the compiler would otherwise warn about. */
 static void *(*volatile ra)(void *, size_t, size_t) = reallocarray;
@@ -91,6 +101,41 @@ int main(void) {
   fr(&local); /* not scralloc's: ignored, no crash */
   CHECK(malloc_usable_size(&local) == 0);
 
+  /* glibc's own names are scralloc's code: their blocks are scralloc's,
+   * and a block they free is the next malloc's of its class (the thread's
+   * cache hands back the block freed last).  cfree (glibc before 2.26)
+   * too, found by name: new programs cannot link to it. */
+  void *g = __libc_malloc(200);
+  CHECK(g != NULL && usable && usable(g) >= 200);
+  __libc_free(g);
+  void *g2 = malloc(200);
+  CHECK(g2 == g);
+  free(g2);
+  char *gc = __libc_calloc(50, 4);
+  int gzero = gc != NULL && usable && usable(gc) >= 200;
+  for (int i = 0; gc && i < 200; i++) gzero &= gc[i] == 0;
+  CHECK(gzero);
+  memcpy(gc, "xyz", 4);
+  gc = __libc_realloc(gc, 50000);
+  CHECK(gc != NULL && usable && usable(gc) >= 50000 && memcmp(gc, "xyz", 4) == 0);
+  free(gc);
+  void *ga = __libc_memalign(4096, 100);
+  CHECK(ga && aligned(ga, 4096) && usable && usable(ga) >= 100);
+  free(ga);
+  ga = __libc_valloc(100);
+  CHECK(ga && aligned(ga, (size_t)ps) && usable && usable(ga) >= 100);
+  free(ga);
+  ga = __libc_pvalloc(100);
+  CHECK(ga && aligned(ga, (size_t)ps) && usable && usable(ga) >= (size_t)ps);
+  free(ga);
+  void (*cf)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "cfree");
+  CHECK(cf != NULL);
+  void *c1 = malloc(300);
+  if (cf) cf(c1);
+  void *c2 = malloc(300);
+  CHECK(c2 == c1);
+  free(c2);
+
   /* glibc's statistics calls report scralloc's figures */
   struct mallinfo2 m0 = mallinfo2();
   char *big = malloc((size_t)1 << 20);
@@ -117,6 +162,21 @@ int main(void) {
   size_t got = fread(report, 1, sizeof report - 1, tmp);
   fclose(tmp);
   CHECK(got > 0 && strstr(report, "scralloc[") != NULL && strstr(report, "arena 0:") != NULL);
+  /* malloc_info writes scralloc's figures as XML; options must be 0 */
+  char *held = malloc(5000); /* a live block of class 5120 in arena 0 */
+  memset(held, 1, 5000);
+  tmp = tmpfile();
+  CHECK(tmp != NULL && malloc_info(0, tmp) == 0);
+  char xml[65536] = {0};
+  rewind(tmp);
+  got = fread(xml, 1, sizeof xml - 1, tmp);
+  fclose(tmp);
+  CHECK(got > 0 && strncmp(xml, "<malloc version=\"scralloc-1\">", 29) == 0);
+  CHECK(strstr(xml, "<heap nr=\"0\">") != NULL && strstr(xml, "<class size=\"5120\" live=\"") != NULL);
+  CHECK(strstr(xml, "<system type=\"current\" size=\"") != NULL && strstr(xml, "</malloc>\n") != NULL);
+  free(held);
+  errno = 0;
+  CHECK(malloc_info(1, stdout) == -1 && errno == EINVAL);
 
   return preload_check_done();
 }

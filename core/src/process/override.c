@@ -84,6 +84,27 @@ SCR_EXPORT void *pvalloc(size_t n) {
   return _scr_proc_aligned_alloc(ps, n ? (n + ps - 1) & ~(ps - 1) : ps);
 }
 
+/* glibc's own names of the family (public symbols of libc.so.6, which a
+ * program or library may call to reach "the real malloc"), and cfree,
+ * which binaries built against glibc before 2.26 still call: the same
+ * code, so that no block of scralloc's reaches glibc's free (which would
+ * abort on it) and no block of glibc's is made where scralloc's was
+ * meant. */
+void *__libc_malloc(size_t n);
+void __libc_free(void *p);
+void *__libc_calloc(size_t count, size_t size);
+void *__libc_realloc(void *p, size_t n);
+void cfree(void *p);
+SCR_EXPORT void *__libc_malloc(size_t n) __attribute__((alias("scr_malloc")));
+SCR_EXPORT void __libc_free(void *p) __attribute__((alias("scr_free")));
+SCR_EXPORT void *__libc_calloc(size_t count, size_t size) __attribute__((alias("scr_calloc")));
+SCR_EXPORT void *__libc_realloc(void *p, size_t n) __attribute__((alias("scr_realloc")));
+/* (copy: the attributes <malloc.h> gives the targets) */
+SCR_EXPORT __typeof(memalign) __libc_memalign __attribute__((alias("memalign"), copy(memalign)));
+SCR_EXPORT __typeof(valloc) __libc_valloc __attribute__((alias("valloc"), copy(valloc)));
+SCR_EXPORT __typeof(pvalloc) __libc_pvalloc __attribute__((alias("pvalloc"), copy(pvalloc)));
+SCR_EXPORT void cfree(void *p) __attribute__((alias("scr_free")));
+
 SCR_EXPORT size_t malloc_usable_size(void *p) { return _scr_proc_usable_size(p); }
 SCR_EXPORT int malloc_trim(size_t pad) {
   (void)pad;
@@ -136,5 +157,57 @@ SCR_EXPORT struct mallinfo mallinfo(void) {
 SCR_EXPORT void malloc_stats(void) {
   _scr_proc_init();
   _scr_proc_report(STDERR_FILENO, true);
+}
+
+/* One <heap> or the process's totals of malloc_info: scr_stats figures
+ * under glibc's element names where the meaning is the same (system
+ * current: bytes held for blocks; aspace total: address space mapped;
+ * total mmap: blocks above the size classes), scralloc's own otherwise. */
+static void proc_info_totals(FILE *fp, const struct scr_stats *st) {
+  fprintf(fp, "<total type=\"used\" count=\"%llu\" size=\"%llu\"/>\n", (unsigned long long)st->allocs,
+          (unsigned long long)st->heap_used);
+  fprintf(fp, "<total type=\"mmap\" count=\"%llu\" size=\"%llu\"/>\n", (unsigned long long)st->large_allocs,
+          (unsigned long long)st->large_bytes);
+  fprintf(fp, "<total type=\"rest\" size=\"%llu\"/>\n",
+          (unsigned long long)(st->heap_total > st->heap_used ? st->heap_total - st->heap_used : 0));
+  fprintf(fp, "<total type=\"retained\" count=\"%llu\" size=\"%llu\"/>\n",
+          (unsigned long long)st->retained_pages, (unsigned long long)st->retained_bytes);
+  fprintf(fp, "<total type=\"dirty\" size=\"%llu\"/>\n", (unsigned long long)st->dirty_bytes);
+  fprintf(fp, "<system type=\"current\" size=\"%llu\"/>\n", (unsigned long long)st->heap_total);
+  fprintf(fp, "<aspace type=\"total\" size=\"%llu\"/>\n", (unsigned long long)st->reserved_bytes);
+}
+
+/* glibc's XML report, with scralloc's figures (version "scralloc-1"): a
+ * <heap> per arena, its size classes that hold pages (live blocks,
+ * pages, empty pages kept), then the process's totals.  As glibc's:
+ * options must be 0 (else EINVAL), and -1 on an error. */
+SCR_EXPORT int malloc_info(int options, FILE *fp) {
+  if (options != 0 || fp == NULL) {
+    errno = EINVAL;
+    return -1;
+  }
+  struct scr_process_stats ps;
+  scr_process_stats(&ps);
+  fputs("<malloc version=\"scralloc-1\">\n", fp);
+  for (unsigned i = 0; i < ps.arenas; i++) {
+    struct scr_stats st;
+    if (scr_arena_stats(i, &st) != SCR_OK) continue;
+    fprintf(fp, "<heap nr=\"%u\">\n<classes>\n", i);
+    for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
+      const scr_class_stats *k = &st.classes[c];
+      if (k->pages == 0) continue;
+      fprintf(fp, "<class size=\"%llu\" live=\"%llu\" pages=\"%llu\" retained=\"%llu\"/>\n",
+              (unsigned long long)k->block_size, (unsigned long long)k->live, (unsigned long long)k->pages,
+              (unsigned long long)k->retained);
+    }
+    fputs("</classes>\n", fp);
+    proc_info_totals(fp, &st);
+    fputs("</heap>\n", fp);
+  }
+  struct scr_stats all;
+  scr_stats(&all);
+  proc_info_totals(fp, &all);
+  fputs("</malloc>\n", fp);
+  return ferror(fp) ? -1 : 0;
 }
 #endif /* SCR_OVERRIDE */

@@ -99,10 +99,17 @@ SCR_EXPORT void *__libc_malloc(size_t n) __attribute__((alias("scr_malloc")));
 SCR_EXPORT void __libc_free(void *p) __attribute__((alias("scr_free")));
 SCR_EXPORT void *__libc_calloc(size_t count, size_t size) __attribute__((alias("scr_calloc")));
 SCR_EXPORT void *__libc_realloc(void *p, size_t n) __attribute__((alias("scr_realloc")));
-/* (copy: the attributes <malloc.h> gives the targets) */
-SCR_EXPORT __typeof(memalign) __libc_memalign __attribute__((alias("memalign"), copy(memalign)));
-SCR_EXPORT __typeof(valloc) __libc_valloc __attribute__((alias("valloc"), copy(valloc)));
-SCR_EXPORT __typeof(pvalloc) __libc_pvalloc __attribute__((alias("pvalloc"), copy(pvalloc)));
+/* GCC (9 and later) warns when an alias lacks the attributes <malloc.h>
+ * gives its target; copy gives them.  Other compilers neither warn nor
+ * know copy. */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 9
+#define SCR_ALIAS_OF(target) __attribute__((alias(#target), copy(target)))
+#else
+#define SCR_ALIAS_OF(target) __attribute__((alias(#target)))
+#endif
+SCR_EXPORT __typeof(memalign) __libc_memalign SCR_ALIAS_OF(memalign);
+SCR_EXPORT __typeof(valloc) __libc_valloc SCR_ALIAS_OF(valloc);
+SCR_EXPORT __typeof(pvalloc) __libc_pvalloc SCR_ALIAS_OF(pvalloc);
 SCR_EXPORT void cfree(void *p) __attribute__((alias("scr_free")));
 
 SCR_EXPORT size_t malloc_usable_size(void *p) { return _scr_proc_usable_size(p); }

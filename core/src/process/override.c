@@ -21,14 +21,23 @@ void free_aligned_sized(void *p, size_t alignment, size_t n);
 static inline int proc_is_pow2(size_t a) { return a != 0 && (a & (a - 1)) == 0; }
 static inline int proc_int(size_t v) { return v > INT_MAX ? INT_MAX : (int)v; }
 
+/* Another name of target's code.  GCC (9 and later) warns when an alias
+ * lacks the attributes a header gives its target (<malloc.h>'s memalign
+ * & co.); copy gives them.  Other compilers neither warn nor know copy. */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 9
+#define SCR_ALIAS_OF(target) __attribute__((alias(#target), copy(target)))
+#else
+#define SCR_ALIAS_OF(target) __attribute__((alias(#target)))
+#endif
+
 /* The four most called are other names of the entry points' code, not
  * calls of it: a wrapper costs a jump a call (or, where the compiler
  * inlines the entry point, a second copy of its fast path to keep in the
  * instruction cache and aligned). */
-SCR_EXPORT void *malloc(size_t n) __attribute__((alias("scr_malloc")));
-SCR_EXPORT void free(void *p) __attribute__((alias("scr_free")));
-SCR_EXPORT void *calloc(size_t count, size_t size) __attribute__((alias("scr_calloc")));
-SCR_EXPORT void *realloc(void *p, size_t n) __attribute__((alias("scr_realloc")));
+SCR_EXPORT void *malloc(size_t n) SCR_ALIAS_OF(scr_malloc);
+SCR_EXPORT void free(void *p) SCR_ALIAS_OF(scr_free);
+SCR_EXPORT void *calloc(size_t count, size_t size) SCR_ALIAS_OF(scr_calloc);
+SCR_EXPORT void *realloc(void *p, size_t n) SCR_ALIAS_OF(scr_realloc);
 
 SCR_EXPORT void *reallocarray(void *p, size_t count, size_t size) {
   size_t n;
@@ -95,22 +104,14 @@ void __libc_free(void *p);
 void *__libc_calloc(size_t count, size_t size);
 void *__libc_realloc(void *p, size_t n);
 void cfree(void *p);
-SCR_EXPORT void *__libc_malloc(size_t n) __attribute__((alias("scr_malloc")));
-SCR_EXPORT void __libc_free(void *p) __attribute__((alias("scr_free")));
-SCR_EXPORT void *__libc_calloc(size_t count, size_t size) __attribute__((alias("scr_calloc")));
-SCR_EXPORT void *__libc_realloc(void *p, size_t n) __attribute__((alias("scr_realloc")));
-/* GCC (9 and later) warns when an alias lacks the attributes <malloc.h>
- * gives its target; copy gives them.  Other compilers neither warn nor
- * know copy. */
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 9
-#define SCR_ALIAS_OF(target) __attribute__((alias(#target), copy(target)))
-#else
-#define SCR_ALIAS_OF(target) __attribute__((alias(#target)))
-#endif
+SCR_EXPORT void *__libc_malloc(size_t n) SCR_ALIAS_OF(scr_malloc);
+SCR_EXPORT void __libc_free(void *p) SCR_ALIAS_OF(scr_free);
+SCR_EXPORT void *__libc_calloc(size_t count, size_t size) SCR_ALIAS_OF(scr_calloc);
+SCR_EXPORT void *__libc_realloc(void *p, size_t n) SCR_ALIAS_OF(scr_realloc);
 SCR_EXPORT __typeof(memalign) __libc_memalign SCR_ALIAS_OF(memalign);
 SCR_EXPORT __typeof(valloc) __libc_valloc SCR_ALIAS_OF(valloc);
 SCR_EXPORT __typeof(pvalloc) __libc_pvalloc SCR_ALIAS_OF(pvalloc);
-SCR_EXPORT void cfree(void *p) __attribute__((alias("scr_free")));
+SCR_EXPORT void cfree(void *p) SCR_ALIAS_OF(scr_free);
 
 SCR_EXPORT size_t malloc_usable_size(void *p) { return _scr_proc_usable_size(p); }
 SCR_EXPORT int malloc_trim(size_t pad) {
@@ -125,6 +126,12 @@ SCR_EXPORT void free_aligned_sized(void *p, size_t alignment, size_t n) {
   (void)alignment;
   (void)n;
   _scr_proc_free(p);
+}
+
+/* Bytes held for blocks that no live block uses (heap_total less
+ * heap_used; the two are summed at different moments, hence the floor). */
+static uint64_t proc_held_free(const struct scr_stats *st) {
+  return st->heap_total > st->heap_used ? st->heap_total - st->heap_used : 0;
 }
 
 /* glibc's statistics calls report scralloc's figures (scr_stats), so
@@ -142,7 +149,7 @@ SCR_EXPORT struct mallinfo2 mallinfo2(void) {
   memset(&m, 0, sizeof m);
   m.arena = st.heap_total;
   m.uordblks = st.heap_used;
-  m.fordblks = st.heap_total > st.heap_used ? st.heap_total - st.heap_used : 0;
+  m.fordblks = proc_held_free(&st);
   m.hblks = st.large_allocs;
   m.hblkhd = st.large_bytes;
   return m;
@@ -175,8 +182,7 @@ static void proc_info_totals(FILE *fp, const struct scr_stats *st) {
           (unsigned long long)st->heap_used);
   fprintf(fp, "<total type=\"mmap\" count=\"%llu\" size=\"%llu\"/>\n", (unsigned long long)st->large_allocs,
           (unsigned long long)st->large_bytes);
-  fprintf(fp, "<total type=\"rest\" size=\"%llu\"/>\n",
-          (unsigned long long)(st->heap_total > st->heap_used ? st->heap_total - st->heap_used : 0));
+  fprintf(fp, "<total type=\"rest\" size=\"%llu\"/>\n", (unsigned long long)proc_held_free(st));
   fprintf(fp, "<total type=\"retained\" count=\"%llu\" size=\"%llu\"/>\n",
           (unsigned long long)st->retained_pages, (unsigned long long)st->retained_bytes);
   fprintf(fp, "<total type=\"dirty\" size=\"%llu\"/>\n", (unsigned long long)st->dirty_bytes);

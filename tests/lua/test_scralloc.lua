@@ -174,7 +174,12 @@ test("write and read bounds", function()
   raises(a.write, "SCR_EFOREIGN")(a, 4096, "x")
   raises(a.write, "string expected")(a, p, {})
   a:free(p)
-  raises(a.read, "SCR_EDOUBLEFREE")(a, p, 1)
+  -- reading or writing a freed block is a use after free, not a double free
+  local at = string.format("(0x%x): ", p)
+  raises(a.read, "read" .. at .. "use of a freed block", "SCR_EDOUBLEFREE")(a, p, 1)
+  raises(a.write, "write" .. at .. "use of a freed block")(a, p, "x")
+  raises(a.usable_size, "usable_size" .. at .. "use of a freed block")(a, p)
+  raises(a.free, "free" .. at .. "double free")(a, p)
   assert_empty(a)
 end)
 
@@ -685,6 +690,9 @@ test("scralua runs programs as lua does", function()
     { "", "print('no args', #arg)" },
     { "-W -e 'warn(\"one\", \"two\")' -e 'warn(\"@off\")' -e 'warn(\"hidden\")'" },
     { "-e 'warn(\"silent\")'" },
+    -- '@' makes a control message only when it is the whole message
+    { "-W -e 'warn(\"@off\", \"XXX\", \"@off\")' -e 'warn(\"@on\", \"y\")' -e 'warn(\"@bogus\")'" },
+    { "-e 'warn(\"x\", \"@on\")' -e 'warn(\"on now\")' -e 'warn(\"@off\")' -e 'warn(\"gone\")'" },
     { "-l string -e 'print(string == require \"string\")'" },
     { "-l m=mymod-v2 -e 'print(m.answer)'" },
     { "-l mymod-v2 -e 'print(mymod and mymod.answer, _G[\"mymod-v2\"] and 1)'" },

@@ -6,7 +6,9 @@
 #   make lua-release   the same in build/release/lua/
 #   make test-lua      the adapter's C test, the test file and a bounded fuzz
 #                      under lua5.4 and under scralua, then again in the
-#                      ASan+UBSan builds
+#                      ASan+UBSan builds; scralua beside lua5.4 on the same
+#                      command lines and terminal sessions
+#                      (tests/lua/test_scralua_cli.py)
 #   make fuzz-lua      a longer fuzz: make fuzz-lua FUZZ_STEPS=200000 FUZZ_SEED=7
 #   make bench-lua     tests/lua/bench.lua under lua5.4 with glibc (and jemalloc,
 #                      mimalloc, tcmalloc where installed) and under release scralua
@@ -19,6 +21,12 @@ LUA_INC    ?= -I/usr/include/lua5.4
 LUA_LIB    ?= -llua5.4
 LUA_SRC    := bindings/lua/lscralloc.c bindings/lua/scrlalloc.c
 LUA_DEPS   := $(LUA_SRC) bindings/lua/scrlua.h
+# scralua's interactive mode uses GNU readline (line editing, history)
+# when its headers are installed (libreadline-dev), as Debian's lua5.4
+# does; `make SCRALUA_READLINE=` builds without it.
+SCRALUA_READLINE ?= $(if $(wildcard /usr/include/readline/readline.h),1)
+SCRALUA_RL_CFLAGS := $(if $(SCRALUA_READLINE),-DSCRALUA_READLINE)
+SCRALUA_RL_LIBS   := $(if $(SCRALUA_READLINE),-lreadline)
 FUZZ_STEPS ?= 10000
 FUZZ_SEED  ?= $(shell date +%s)
 
@@ -36,8 +44,8 @@ $(B)/$(1)/lua/test_adapter: tests/lua/test_adapter.c $(LUA_DEPS) $(B)/$(1)/libsc
 	  $(B)/$(1)/libscralloc.a $(LUA_LIB) -lm -ldl
 $(B)/$(1)/lua/scralua: bindings/lua/scralua.c $(LUA_DEPS) $(B)/$(1)/libscralloc.a
 	@mkdir -p $$(dir $$@)
-	$$(CC) $(2) $(WERROR) $(LUA_INC) -o $$@ bindings/lua/scralua.c $(LUA_SRC) \
-	  $(B)/$(1)/libscralloc.a $(LUA_LIB) -lm -ldl
+	$$(CC) $(2) $(WERROR) $(LUA_INC) $(SCRALUA_RL_CFLAGS) -o $$@ bindings/lua/scralua.c $(LUA_SRC) \
+	  $(B)/$(1)/libscralloc.a $(LUA_LIB) $(SCRALUA_RL_LIBS) -lm -ldl
 endef
 $(eval $(call luaflavour,debug,$(DBG_FLAGS)))
 $(eval $(call luaflavour,release,$(REL_FLAGS)))
@@ -56,6 +64,8 @@ test-lua: lua $(LUA_ASAN)/scralua $(LUA_DBG)/test_adapter $(LUA_ASAN)/test_adapt
 	ASAN_OPTIONS=detect_leaks=1 $(LUA_ASAN)/test_adapter
 	@echo "== lua: tests (lua5.4 + debug module)"
 	$(LUA_ENV) SCRALUA=$(abspath $(LUA_DBG)/scralua) $(LUA) tests/lua/test_scralloc.lua
+	@echo "== lua: scralua beside lua5.4: the same command lines, inputs and terminal sessions"
+	$(PYTHON) tests/lua/test_scralua_cli.py $(LUA_DBG)/scralua $(LUA)
 	@echo "== lua: fuzz (lua5.4 + debug module)"
 	$(LUA_ENV) $(LUA) tests/lua/fuzz.lua $(FUZZ_STEPS) 1
 	@echo "== lua: fuzz inside scralua (debug)"

@@ -7,7 +7,7 @@
 #   make test-lua      the adapter's C test, the test file and a bounded fuzz
 #                      under lua5.4 and under scralua, then again in the
 #                      ASan+UBSan builds; scralua beside lua5.4 on the same
-#                      command lines and terminal sessions
+#                      command lines and interactive runs on a terminal
 #                      (tests/lua/test_scralua_cli.py); the rock built by
 #                      luarocks make from a copy (tests/lua/test_rock.sh)
 #   make fuzz-lua      a longer fuzz: make fuzz-lua FUZZ_STEPS=200000 FUZZ_SEED=7
@@ -72,7 +72,7 @@ test-lua: lua $(LUA_ASAN)/scralua $(LUA_DBG)/test_adapter $(LUA_ASAN)/test_adapt
 	  [ "$$syms" = "luaopen_scralloc " ] || { echo "FAIL: exported: $$syms"; exit 1; }
 	@echo "== lua: the LuaRocks package, built from a copy of the checkout"
 	tests/lua/test_rock.sh $(LUA)
-	@echo "== lua: scralua beside lua5.4: the same command lines, inputs and terminal sessions"
+	@echo "== lua: scralua beside lua5.4: the same command lines, inputs and interactive runs on a terminal"
 	$(PYTHON) tests/lua/test_scralua_cli.py $(LUA_DBG)/scralua $(LUA)
 	@echo "== lua: fuzz (lua5.4 + debug module)"
 	$(LUA_ENV) $(LUA) tests/lua/fuzz.lua $(FUZZ_STEPS) 1
@@ -82,6 +82,7 @@ test-lua: lua $(LUA_ASAN)/scralua $(LUA_DBG)/test_adapter $(LUA_ASAN)/test_adapt
 	$(LUA_ENV) ASAN_OPTIONS=detect_leaks=1 SCRALUA=$(abspath $(LUA_ASAN)/scralua) \
 	  $(LUA_ASAN)/scralua tests/lua/test_scralloc.lua
 	$(LUA_ENV) ASAN_OPTIONS=detect_leaks=1 $(LUA_ASAN)/scralua tests/lua/fuzz.lua $(FUZZ_STEPS) 3
+	ASAN_OPTIONS=detect_leaks=1 $(PYTHON) tests/lua/test_scralua_cli.py $(LUA_ASAN)/scralua $(LUA)
 
 fuzz-lua: lua
 	$(LUA_ENV) $(LUA) tests/lua/fuzz.lua $(FUZZ_STEPS) $(FUZZ_SEED)

@@ -93,6 +93,7 @@ CASES = [
     (["-v", "-e", "print(2)"], b"", {}),
     (["-l", "mymod", "-e", "print(mymod.answer)"], b"", {}),
     (["-lmymod", "-e", "print(mymod.answer)"], b"", {}),
+    (["-l", "m=mymod", "-e", "print(m.answer, mymod)"], b"", {}),
     (["-l", "string", "-e", "print(string == require 'string')"], b"", {}),
     (["-l", "nosuchmodule", "-e", "print('not reached')"], b"", {}),
     (["-W", "-e", "warn('a', 'b')", "-e", "warn('@off', 'XXX', '@off')", "-e", "warn('@off')",
@@ -228,7 +229,7 @@ class Pty:
         return normalize(self.out), os.waitstatus_to_exitcode(status)
 
 
-def tty_session(interp, d):
+def tty_run(interp, d):
     """The banner, _PROMPT and _PROMPT2 through __tostring, and history:
     the up arrow brings back the last line run."""
     t = Pty(interp, [], d)
@@ -241,36 +242,39 @@ def tty_session(interp, d):
 
 
 def tty_lines(t):
+    # the prompts are built by concatenation so that the echo of the line
+    # typed never contains the prompt awaited
     t.expect(b"> ")
-    t.send(b"_PROMPT = setmetatable({}, {__tostring = function() return 'tbl> ' end})\r")
-    t.expect(b"tbl> ")
-    t.send(b"_PROMPT2 = setmetatable({}, {__tostring = function() return 'more> ' end})\r")
-    t.expect(b"tbl> ")
+    t.send(b"_PROMPT = setmetatable({}, {__tostring = function() return 'tb' .. 'l> ' end})\r")
+    t.expect(b"\ntbl> ")
+    t.send(b"_PROMPT2 = setmetatable({}, {__tostring = function() return 'mo' .. 're> ' end})\r")
+    t.expect(b"\ntbl> ")
     t.send(b"print(40 +\r")
-    t.expect(b"more> ")
+    t.expect(b"\nmore> ")
     t.send(b"2)\r")
-    t.expect(b"42")
+    t.expect(b"\n42\r\n")
     t.expect(b"tbl> ")
-    t.send(b"print('history')\r")
+    t.send(b"print('his' .. 'tory')\r")
+    t.expect(b"\nhistory\r\n")
     t.expect(b"tbl> ")
     t.send(b"\x1b[A\x1b[A\r")  # two lines back: the two-line statement
-    t.expect(b"42", timeout=5)
+    t.expect(b"\n42\r\n")
     t.expect(b"tbl> ")
     return t.finish()
 
 
 def check_tty(d):
     failures = 0
-    want = tty_session(LUA, d)
-    got = tty_session(SCRALUA, d)
+    want = tty_run(LUA, d)
+    got = tty_run(SCRALUA, d)
     if got != want:
         failures += 1
-        print("FAIL  interactive session on a terminal\n  lua5.4  %r\n  scralua %r" % (want, got))
+        print("FAIL  interactive run on a terminal\n  lua5.4  %r\n  scralua %r" % (want, got))
     elif got[0].count(b"\r\n42\r\n") != 2 or b"tbl> " not in got[0] or b"more> " not in got[0]:
         failures += 1
-        print("FAIL  interactive session: no prompt through __tostring or no history: %r" % (got,))
+        print("FAIL  interactive run: no prompt through __tostring or no history: %r" % (got,))
     else:
-        print("ok    interactive session on a terminal: __tostring prompts, history (as lua5.4)")
+        print("ok    interactive run on a terminal: __tostring prompts, history (as lua5.4)")
     want, got = interrupted_read(LUA, d), interrupted_read(SCRALUA, d)
     if got != want or b"interrupted!" not in got[1]:
         failures += 1

@@ -132,6 +132,13 @@ CASES = [
     (["-i"], b"_PROMPT = setmetatable({}, {__tostring = function() error({}) end})\n1\n", {}),
     (["-i", "-e", "y = 7"], b"y\nos.exit(5)\n", {}),
     (["-i"], b"x = '" + b"a" * 2000 + b"'\nprint(#x)\n", {}),
+    (["."], b"", {}),
+    (["-e", "io.write('no newline')", "-e", "os.exit(true, true)"], b"", {}),
+    (["-e", "local function f() error('deep', 2) end local function g() f() end g()"], b"", {}),
+    (["-e", "coroutine.wrap(function() error('in a coroutine') end)()"], b"", {}),
+    (["-e", "print(select('#', ...))", "prog.lua", "x"], b"", {}),
+    (["-W", "-e", "warn('@on')", "prog.lua", "a"], b"", {}),
+    (["-E", "-i"], b"print(os.getenv('LUA_INIT'))\n", {"LUA_INIT": "print('not run')"}),
 ]
 
 

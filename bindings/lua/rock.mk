@@ -30,4 +30,4 @@ install: $(ROCK_BUILD)/scralloc.so
 	mkdir -p '$(INST_LIBDIR)'
 	cp $(ROCK_BUILD)/scralloc.so '$(INST_LIBDIR)/scralloc.so'
 	rm -rf $(ROCK_BUILD)
-	-rmdir build 2>/dev/null
+	rmdir build 2>/dev/null || true

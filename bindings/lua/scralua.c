@@ -97,8 +97,6 @@ static void sr_version(void) {
 
 /* ---- heap figures -------------------------------------------------- */
 
-/* name=value for every figure, then the size classes in use as
- * block_size:live/pages; SCRALLOC_STATS=json prints the JSON instead. */
 /* The figures go to stderr, or are appended to SCRALLOC_STATS_FILE
  * (stderr, with a message, when it cannot be opened). */
 static void sr_open_stats(void) {
@@ -124,6 +122,8 @@ static void sr_close_stats(void) {
   sr_stats_file = NULL;
 }
 
+/* name=value for every figure, then the size classes in use as
+ * block_size:live/pages; SCRALLOC_STATS=json prints the JSON instead. */
 static void sr_print_stats(void) {
   if (!sr_stats || sr_printed || sr_heap == NULL)
     return;

@@ -12,7 +12,9 @@ Each fenced code block is taken by its language:
            expected output as a `--> ...` comment, and the printed lines
            must match those comments in order.
   c        a whole program: compiled against core/include and the debug
-           build's libscralloc.a, run, must exit 0.
+           build's libscralloc.a, run, must exit 0; a line that prints
+           carries its expected output as a `/* --> ... */` comment, as
+           in Lua.
   sh       run by bash -e from the repository root, must exit 0.
   console  `$ command` lines, each followed by its expected output: the
            command runs in bash from the repository root and its stdout and
@@ -117,9 +119,14 @@ def run_lua(text, tmp):
     p = run([LUA, path])
     if p.returncode != 0:
         return p.stdout + p.stderr
-    got = p.stdout.rstrip("\n").split("\n") if p.stdout.strip() else []
+    return compare_lines(expected, p.stdout)
+
+
+def compare_lines(expected, stdout):
+    """the printed lines against the `-->` comments, in order"""
+    got = stdout.rstrip("\n").split("\n") if stdout.strip() else []
     if len(got) != len(expected):
-        return f"printed {len(got)} lines, the `-->` comments expect {len(expected)}:\n{p.stdout}"
+        return f"printed {len(got)} lines, the `-->` comments expect {len(expected)}:\n{stdout}"
     for want, line in zip(expected, got):
         if not matches(want, line):
             return f"printed   {line!r}\nexpected  {want!r}"
@@ -136,7 +143,10 @@ def run_c(text, tmp):
     if p.returncode != 0:
         return "does not compile:\n" + p.stderr
     p = run([exe])
-    return None if p.returncode == 0 else f"exit {p.returncode}\n{p.stdout}{p.stderr}"
+    if p.returncode != 0:
+        return f"exit {p.returncode}\n{p.stdout}{p.stderr}"
+    expected = [m.group(1) for m in (re.search(r"/\*\s*-->\s?(.*?)\s*\*/", line) for line in text.split("\n")) if m]
+    return compare_lines(expected, p.stdout)
 
 
 def run_sh(text, tmp):

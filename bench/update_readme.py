@@ -53,7 +53,7 @@ BENCHES = {
     "process": {
         "make": [LIB, f"{BIN}/proc_xthread", f"{BIN}/proc_churn", f"{BIN}/proc_launch"],
         "argv": lambda r, q: ["python3", "bench/proc_bench.py", "--lib", LIB, "--bin", BIN, "--runs", str(r),
-                              "--readme", "--json", "build/bench/process-readme.json"]
+                              "--readme"]
                              + (["--scale", "0.2"] if q else []),
         "rounds": 11,
     },

@@ -12,9 +12,11 @@
 .PHONY: test-docs readme-tables
 TEST_STEPS += test-docs
 
-test-docs: python lua lua-release $(B)/debug/libscralloc.a $(B)/release/libscralloc.so
+test-docs: python lua lua-release $(B)/debug/libscralloc.a $(B)/release/libscralloc.so $(B)/release/bench/bench_pairs
 	@echo "== docs: every example of README.md and docs/*.md"
 	$(PYTHON) tests/docs/run_examples.py
+	@echo "== docs: make readme-tables replaces the README's tables and nothing else"
+	$(PYTHON) tests/docs/check_readme_tables.py
 
 readme-tables:
 	$(PYTHON) bench/update_readme.py $(if $(ROUNDS),--rounds $(ROUNDS)) $(if $(QUICK),--quick) \

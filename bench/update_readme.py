@@ -65,7 +65,8 @@ BENCHES = {
     },
     "replay": {
         "make": [LIB, f"{BIN}/malloc_replay", f"{BIN}/libmalloc_trace.so"],
-        "argv": lambda r, q: ["python3", "bench/replay_bench.py", "--lib", LIB, "--bin", BIN, "--traces", str(r)],
+        "argv": lambda r, q: ["python3", "bench/replay_bench.py", "--lib", LIB, "--bin", BIN, "--traces", str(r),
+                              "--readme"],
         "rounds": 6,
     },
 }

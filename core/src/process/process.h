@@ -153,8 +153,8 @@ typedef struct scr_arena {
   uint64_t cache_grown;             /* bytes its lists' caps grew past their base (recycle.c) (holder) */
   /* Recycled blocks per class (holder).  On a line boundary, so that no
    * list's 16 bytes straddle two lines: the malloc and free fast paths
-   * touch one line per call (the seventeenth session's layout put every
-   * fourth class's head and count on two).  One list more, for tag
+   * touch one line per call (a packed layout put every fourth class's
+   * head and count on two).  One list more, for tag
    * SCR_TAG_OTHER, always empty and full (room 0): a free looks a
    * block's list up by its page's tag without testing the tag first, and
    * a block of no size class finds no room there. */
@@ -373,7 +373,7 @@ static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark) {
   bool keep = (mark == a->own_mark) | ((mark != 0) & (held > 1));
   /* The empty asm makes the compiler compute keep as written: left to
    * itself, it turned the or into two branches again when the code
-   * around changed (the twenty-first session's list of tag OTHER). */
+   * around changed (adding the list of tag OTHER did that). */
   __asm__("" : "+r"(keep));
   return keep;
 }

@@ -194,7 +194,10 @@ fail:
  * The handler is process-wide (this extension's copy of the core is its
  * own), set at import, and may run on any thread: on one that holds the
  * GIL (a call from Python) it warns at once; on one without it (a thread
- * of the core's own) it takes the GIL first.  Once the interpreter is
+ * of the core's own) it takes the GIL first.  (The only such thread, the
+ * process allocator's helper, starts from scr_malloc's paths, which this
+ * binding never calls, so no core lock is held while one waits for the
+ * GIL.)  Once the interpreter is
  * finalizing the report goes to stderr, as the core would write it.
  *
  * A warning made an error by a filter cannot leave a void callback: it
@@ -1215,7 +1218,7 @@ Allocator_validate(PyObject *op, PyObject *unused)
     return NULL;
   if (scr_heap_validate(h) != SCR_OK) {
     PyErr_SetString(PyExc_RuntimeError,
-                    "scralloc heap validation failed (details went to the error handler)");
+                    "scralloc heap validation failed (the details came as ScrallocWarning)");
     return NULL;
   }
   Py_RETURN_NONE;

@@ -197,8 +197,8 @@ fail:
  * of the core's own) it takes the GIL first.  (The only such thread, the
  * process allocator's helper, starts from scr_malloc's paths, which this
  * binding never calls, so no core lock is held while one waits for the
- * GIL.)  Once the interpreter is
- * finalizing the report goes to stderr, as the core would write it.
+ * GIL.)  Once the interpreter is finalizing the report goes to stderr, as
+ * the core would write it.
  *
  * A warning made an error by a filter cannot leave a void callback: it
  * is written as unraisable, except inside a call that asked for it
@@ -656,9 +656,9 @@ Block_repr(PyObject *op)
 {
   BlockObject *b = (BlockObject *)op;
   char at[ADDR_TEXT_LEN];
-  return PyUnicode_FromFormat("<scralloc block %s, %zd bytes, %zd export%s%s>", addr_text(at, b->addr),
-                              b->len, b->exports, b->exports == 1 ? "" : "s",
-                              b->dead ? ", expired" : "");
+  return PyUnicode_FromFormat("<scralloc block %s, %zd bytes, %zd export%s%s>",
+                              addr_text(at, b->addr), b->len, b->exports,
+                              b->exports == 1 ? "" : "s", b->dead ? ", expired" : "");
 }
 
 static PyMemberDef Block_members[] = {
@@ -1359,7 +1359,8 @@ static PyMethodDef Allocator_methods[] = {
   {"realloc", (PyCFunction)(void (*)(void))Allocator_realloc, METH_FASTCALL,
    "realloc($self, addr, size, /)\n--\n\nResize a block; return its address.  realloc(0, n) is "
    "malloc(n), realloc(addr, 0) frees and returns 0."},
-  {"free", Allocator_free, METH_O, "free($self, addr, /)\n--\n\nFree a block; free(0) does nothing."},
+  {"free", Allocator_free, METH_O,
+   "free($self, addr, /)\n--\n\nFree a block; free(0) does nothing."},
   {"usable_size", Allocator_usable_size, METH_O,
    "usable_size($self, addr, /)\n--\n\nThe usable size of a live block (0 for 0)."},
   {"check", Allocator_check, METH_O,
@@ -1593,7 +1594,8 @@ static PyMethodDef module_methods[] = {
    "has no process allocator."},
   {"size_class", mod_size_class, METH_O,
    "size_class($module, size, /)\n--\n\nThe size class of a request, -1 above SMALL_MAX."},
-  {"strerror", mod_strerror, METH_O, "strerror($module, code, /)\n--\n\nThe text of a scralloc error code."},
+  {"strerror", mod_strerror, METH_O,
+   "strerror($module, code, /)\n--\n\nThe text of a scralloc error code."},
   {"debug_fail_os_call", mod_debug_fail_os_call, METH_O,
    "debug_fail_os_call($module, n, /)\n--\n\nMake the n-th OS call from now fail with ENOMEM (0 "
    "disables).  Process-wide; for tests."},

@@ -184,10 +184,10 @@ SCR_API size_t scr_heap_usable_size(const scr_heap *h, const void *p); /* 0 for 
  * NULL is SCR_EFOREIGN for check and usable_size_checked, SCR_OK (nothing
  * to do) for free_checked, and malloc for realloc_checked.  A block whose
  * page went back (to its segment, or with it to the OS) is still a double
- * free while it is among the last 16 runs of blocks the heap gave back (a
- * small page's slots, or one large block); past that it is no longer this
- * heap's, and freeing it again is SCR_EFOREIGN or SCR_ENOTALLOC rather
- * than SCR_EDOUBLEFREE, but always an error. */
+ * free while that page is among the last 16 pages (or large blocks) the
+ * heap gave back; past that it is no longer this heap's, and freeing it
+ * again is SCR_EFOREIGN or SCR_ENOTALLOC rather than SCR_EDOUBLEFREE, but
+ * always an error. */
 SCR_API int scr_heap_check(const scr_heap *h, const void *p);  /* SCR_OK if p is a live block */
 SCR_API int scr_heap_free_checked(scr_heap *h, void *p);        /* NULL -> SCR_OK */
 SCR_API int scr_heap_realloc_checked(scr_heap *h, void *p, size_t n, void **out);

@@ -183,8 +183,10 @@ SCR_API size_t scr_heap_usable_size(const scr_heap *h, const void *p); /* 0 for 
 /* Checked forms: exact classification of any address, never a crash.
  * NULL is SCR_EFOREIGN for check and usable_size_checked, SCR_OK (nothing
  * to do) for free_checked, and malloc for realloc_checked.  A block whose
- * memory went back to the OS is no longer this heap's: freeing it again is
- * SCR_EFOREIGN or SCR_ENOTALLOC rather than SCR_EDOUBLEFREE, but it is
+ * page went back (to its segment, or with it to the OS) is still a double
+ * free while that page is among the last 16 pages (or large blocks) the
+ * heap gave back; past that it is no longer this heap's, and freeing it
+ * again is SCR_EFOREIGN or SCR_ENOTALLOC rather than SCR_EDOUBLEFREE, but
  * always an error. */
 SCR_API int scr_heap_check(const scr_heap *h, const void *p);  /* SCR_OK if p is a live block */
 SCR_API int scr_heap_free_checked(scr_heap *h, void *p);        /* NULL -> SCR_OK */

@@ -41,14 +41,41 @@ int _scr_classify(const scr_heap *h, const void *p) {
   }
 }
 
+/* Remember a run of blocks given back (types.h: scr_gone). */
+void _scr_gone_note(scr_heap *h, const void *start, uint32_t block, uint32_t count) {
+  if (count == 0) return;
+  h->gone[h->gone_next] = (scr_gone){(uintptr_t)start, block, count};
+  h->gone_next = (h->gone_next + 1) % SCR_GONE_MAX;
+}
+
+static bool gone_block(const scr_heap *h, const void *p) {
+  uintptr_t a = (uintptr_t)p;
+  for (unsigned i = 0; i < SCR_GONE_MAX; i++) {
+    const scr_gone *g = &h->gone[i];
+    if (g->count != 0 && a >= g->start && (a - g->start) % g->block == 0 &&
+        (a - g->start) / g->block < g->count)
+      return true;
+  }
+  return false;
+}
+
+/* _scr_classify, and a block of a run given back is a double free where
+ * the segment map alone says foreign or never allocated (retain=0 gives
+ * a page back as its last block is freed, and its segment with it). */
+static int classify_checked(const scr_heap *h, const void *p) {
+  int r = _scr_classify(h, p);
+  if ((r == SCR_EFOREIGN || r == SCR_ENOTALLOC) && gone_block(h, p)) return SCR_EDOUBLEFREE;
+  return r;
+}
+
 int scr_heap_check(const scr_heap *h, const void *p) {
   if (h == NULL || p == NULL) return SCR_EFOREIGN;
-  return _scr_classify(h, p);
+  return classify_checked(h, p);
 }
 
 int scr_heap_free_checked(scr_heap *h, void *p) {
   if (p == NULL) return SCR_OK;
-  int r = _scr_classify(h, p);
+  int r = classify_checked(h, p);
   if (r == SCR_OK) scr_heap_free(h, p);
   return r;
 }
@@ -62,7 +89,7 @@ int scr_heap_usable_size_checked(const scr_heap *h, const void *p, size_t *out) 
 int scr_heap_realloc_checked(scr_heap *h, void *p, size_t n, void **out) {
   *out = NULL;
   if (p != NULL) {
-    int r = _scr_classify(h, p);
+    int r = classify_checked(h, p);
     if (r != SCR_OK) return r;
   }
   if (p != NULL && n == 0) {

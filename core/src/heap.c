@@ -88,6 +88,7 @@ static scr_page *page_for_class(scr_heap *h, unsigned c) {
     h->class_pages[c]++;
     h->empty_count[c]++;
     pg->zero = 0; /* reused memory is not zero */
+    _scr_gone_note(h, pg->start, pg->block_size, pg->capacity); /* its blocks of class k */
     _scr_page_format(pg, c);
     return pg;
   }
@@ -150,6 +151,7 @@ static void *small_calloc(scr_heap *h, unsigned c, size_t n) {
 /* An empty page of class pg->cls leaves its queue and goes back to its
  * segment (decommitted, or unmapped with the segment). */
 static void page_release(scr_heap *h, scr_page *pg) {
+  _scr_gone_note(h, pg->start, pg->block_size, pg->capacity);
   _scr_queue_remove(h, pg);
   h->class_pages[pg->cls]--;
   scr_segment *seg = _scr_page_segment(pg);

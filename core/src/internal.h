@@ -176,6 +176,7 @@ SCR_INTERNAL void _scr_large_cache_flush(scr_heap *h);
 
 /* classify.c: what an address is for a heap */
 SCR_INTERNAL int _scr_classify(const scr_heap *h, const void *p);
+SCR_INTERNAL void _scr_gone_note(scr_heap *h, const void *start, uint32_t block, uint32_t count);
 
 /* process allocator's hooks into the core */
 SCR_INTERNAL scr_heap *_scr_heap_of(const void *p);

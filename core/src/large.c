@@ -55,6 +55,7 @@ static scr_segment *segment_of_block(void *block) {
  * whole mapping to the OS.  false when that failed (the block stays). */
 static bool large_release(scr_heap *h, void *block) {
   scr_segment *seg = segment_of_block(block);
+  _scr_gone_note(h, block, 1, 1);
   if (seg->kind == SCR_SEG_HUGE) return _scr_segment_unmap(h, seg);
   unsigned first = (unsigned)(((uintptr_t)block - (uintptr_t)seg) >> SCR_PAGE_SHIFT);
   unsigned span = seg->pages[first].span;

@@ -149,6 +149,19 @@ typedef struct scr_cached {
 
 #define SCR_LARGE_CACHE_MAX 1024
 
+/* A run of blocks given back: a small page's slots when the page went
+ * back to its segment, or one large block.  Every block of it is free, so
+ * a checked call on one that the segment map no longer shows as a live
+ * block is a double free, not a foreign pointer.
+ *   it covers start + k * block for 0 <= k < count */
+typedef struct scr_gone {
+  uintptr_t start;              /* first block */
+  uint32_t block;               /* bytes per block (1 for a large block) */
+  uint32_t count;               /* blocks handed out (0: an unused entry) */
+} scr_gone;
+
+#define SCR_GONE_MAX 16         /* runs remembered per heap, newest replacing oldest */
+
 struct _scr_heap_hooks {
   void (*segment_mapped)(scr_heap *h, void *base, size_t size, void *arg);
   /* cls: the size class the pages are for, SCR_TAG_OTHER for a large block */
@@ -188,6 +201,8 @@ struct scr_heap {
   uint32_t cache_count;                  /* entries in cache */
   size_t cache_bytes;                    /* bytes in cache */
   scr_cached cache[SCR_LARGE_CACHE_MAX]; /* freed large blocks, oldest first */
+  scr_gone gone[SCR_GONE_MAX];           /* runs given back, for checked calls (classify.c) */
+  uint32_t gone_next;                    /* next entry of gone to replace */
   /* The process allocator's: its arena, and 1 while that arena is parked
    * (process.h: _scr_arena_parked), on one line that only changes at park
    * and claim, which every thread that frees a block of the heap reads. */

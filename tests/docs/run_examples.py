@@ -28,8 +28,8 @@ languages (text, json) are not examples.  A block that cannot run alone
 fence; keep those rare.
 
 Environment of every example: the repository root as the working
-directory, PYTHONPATH=bindings/python (the in-place extension, `make
-python`), LUA_CPATH on build/debug/lua (`make lua`).  `make test-docs`
+directory, PYTHONPATH=build/python/debug-lib (the checked package that
+`make python` builds outside the source tree), LUA_CPATH on build/debug/lua (`make lua`).  `make test-docs`
 builds those first and runs this.
 """
 import os
@@ -90,7 +90,7 @@ def matches(expected, actual):
 
 def env():
     e = dict(os.environ)
-    e["PYTHONPATH"] = os.path.join(ROOT, "bindings", "python") + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    e["PYTHONPATH"] = os.path.join(ROOT, "build", "python", "debug-lib") + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
     e["LUA_CPATH"] = os.path.join(ROOT, "build", "debug", "lua", "?.so") + ";;"
     e.pop("LD_PRELOAD", None)
     return e

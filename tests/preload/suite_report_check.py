@@ -12,6 +12,7 @@ must pair runs of the same round (a slow round for everyone leaves it
 unchanged).  Also: a scralloc --profile column is summarised against the
 default, and a program that exits non-zero makes --quick exit 1.
 """
+import contextlib
 import math
 import os
 import subprocess
@@ -70,7 +71,8 @@ def check_quick_fails():
     with open(launcher, "w") as f:
         f.write("#!/bin/sh\necho proc_launch wall_ns=1 maxrss_kib=1 minflt=1 utime_us=1 stime_us=1 status=256\n")
     os.chmod(launcher, 0o755)
-    code = suite_bench.quick([Program("fails", ["/bin/false"])], launcher, [("glibc", None)])
+    with open(os.devnull, "w") as null, contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
+        code = suite_bench.quick([Program("fails", ["/bin/false"])], launcher, [("glibc", None)])
     assert code == 1, code
     out = subprocess.run([launcher], stdout=subprocess.PIPE).stdout
     assert b"status=256" in out

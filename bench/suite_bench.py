@@ -32,6 +32,7 @@ import math
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -330,6 +331,36 @@ def issue29_table(progs, names, results):
     return out
 
 
+def scr_heap_pairs(bindir):
+    """The scr_heap API's 64 B malloc/free pair (what the bindings and
+    scralua use) beside the peers' malloc/free, from bench/bench_pairs.c
+    (one process, interleaved rounds): Markdown lines, or [] when the
+    program is not built."""
+    prog = os.path.join(bindir, "bench_pairs")
+    if not os.path.exists(prog):
+        return []
+    done = subprocess.run([prog, "200000", "7"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    ns = {}
+    for line in done.stdout.decode(errors="replace").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 6 and cells[0] == "64 B" and cells[1] != "scralloc retain=0":
+            try:
+                ns[cells[1].split(" (")[0]] = float(cells[5])
+            except ValueError:
+                pass
+    mine = ns.pop("scralloc retain=1", None)
+    if done.returncode != 0 or mine is None or not ns:
+        return [f"(bench_pairs exited {done.returncode} without its 64 B rows)", ""]
+    best = min(ns, key=ns.get)
+    out = ["Beside the suite: the scr_heap API's malloc/free pair of 64 B against each allocator's "
+           "malloc/free (bench/bench_pairs.c 200000 7, medians of interleaved rounds in one process).\n",
+           "| allocator | ns/pair | scr_heap over it |", "|---|---:|---:|",
+           f"| scr_heap (retain=1) | {mine:.1f} | - |"]
+    out += [f"| {a} | {v:.1f} | {mine / v:.2f} |" for a, v in ns.items()]
+    out += ["", f"scr_heap pair over the best peer's ({best}): {mine / ns[best]:.2f}.", ""]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lib", required=True, help="libscralloc.so")
@@ -380,6 +411,8 @@ def main():
                     results[p.name][aname].append(m)
             print(f"# round {r + 1}/{args.rounds} done ({time.time() - t0:.0f} s)", file=sys.stderr)
         text, summary = report(progs, allocs, results, args.rounds)
+        if not args.only:
+            text += "\n".join(scr_heap_pairs(args.bin))
         print(text)
         if args.markdown:
             with open(args.markdown, "w") as f:

@@ -24,7 +24,7 @@ test-suite-quick: $(SUITE_BIN) $(B)/release/libscralloc.so
 	$(PYTHON) tests/preload/suite_report_check.py
 	$(PYTHON) bench/suite_bench.py --quick --lib $(B)/release/libscralloc.so --bin $(B)/release/bench
 
-bench-suite: $(SUITE_BIN) $(B)/release/libscralloc.so
+bench-suite: $(SUITE_BIN) $(B)/release/libscralloc.so $(B)/release/bench/bench_pairs
 	$(PYTHON) bench/suite_bench.py --lib $(B)/release/libscralloc.so --bin $(B)/release/bench \
 	  --markdown $(B)/bench/suite.md
 

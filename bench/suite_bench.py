@@ -166,8 +166,9 @@ def quick(progs, launcher, allocs):
     return 1 if failures else 0
 
 
-def report(progs, allocs, results, rounds):
-    """The Markdown tables and summary lines, as one string."""
+def report(progs, allocs, results, rounds, machine=""):
+    """The Markdown tables and summary lines, as one string; machine: a
+    sentence on where they were measured."""
     out = []
     names = [a for a, _, _ in allocs]
     others = [a for a in names if not a.startswith("scralloc")]
@@ -207,7 +208,7 @@ def report(progs, allocs, results, rounds):
                           f"{ratio_text(r_cpu)} | {ratio_text(r_rss)} |")
     out.append(f"Breadth suite, {rounds} interleaved rounds; ratios are scralloc's figure over another's, "
                "the median of the rounds' paired ratios (95% interval of the median); below 1 is better "
-               "for scralloc.  Fastest: the other allocator with the lowest median time.\n")
+               f"for scralloc.  Fastest: the other allocator with the lowest median time.{machine}\n")
     out.append("| program | fastest | time / fastest | time / glibc | CPU / fastest's | max RSS / glibc |")
     out.append("|---|---|---:|---:|---:|---:|")
     out += rows_ratio
@@ -398,6 +399,7 @@ def main():
         results = {p.name: {a: [] for a, _, _ in allocs} for p in progs}
         failures = 0
         t0 = time.time()
+        load0 = os.getloadavg()[1]
         for r in range(args.rounds):
             order = allocs[r % len(allocs):] + allocs[:r % len(allocs)]
             for p in progs:
@@ -410,7 +412,10 @@ def main():
                     m["round"] = r
                     results[p.name][aname].append(m)
             print(f"# round {r + 1}/{args.rounds} done ({time.time() - t0:.0f} s)", file=sys.stderr)
-        text, summary = report(progs, allocs, results, args.rounds)
+        # how busy the machine was: the intervals widen with it
+        machine = (f"  Measured on {os.cpu_count()} CPUs, {time.time() - t0:.0f} s; 5-minute load average "
+                   f"{load0:.1f} at the start, {os.getloadavg()[1]:.1f} at the end.")
+        text, summary = report(progs, allocs, results, args.rounds, machine)
         if not args.only:
             text += "\n".join(scr_heap_pairs(args.bin))
         print(text)

@@ -57,7 +57,8 @@ int _scr_prefault_run(void) {
       SCR_PC_ADD(prefaults, 1);
       SCR_PC_ADD(prefault_bytes, a->pf_req_len);
     }
-    atomic_store_explicit(&a->pf_state, 0, memory_order_release);
+    /* 3: the holder parks and sleeps until this step is done */
+    if (atomic_exchange_explicit(&a->pf_state, 0, memory_order_release) == 3) _scr_proc_futex_wake(&a->pf_state, 1);
   }
   return any;
 }
@@ -69,7 +70,15 @@ void _scr_prefault_release_ahead(scr_arena *a) {
   int one = 1;
   if (!atomic_compare_exchange_strong_explicit(&a->pf_state, &one, 0, memory_order_acquire,
                                                memory_order_relaxed)) {
-    while (atomic_load_explicit(&a->pf_state, memory_order_acquire) == 2) sched_yield();
+    /* The helper is on a step: sleep until it is done (state 3 asks it to
+     * wake us) rather than spin while it faults pages in. */
+    int st;
+    while ((st = atomic_load_explicit(&a->pf_state, memory_order_acquire)) != 0) {
+      int two = 2;
+      if (st == 3 || atomic_compare_exchange_strong_explicit(&a->pf_state, &two, 3, memory_order_acquire,
+                                                              memory_order_acquire))
+        _scr_proc_futex_wait(&a->pf_state, 3);
+    }
   }
   if (a->pf_counted) {
     atomic_fetch_sub_explicit(&_scr_pc.prefault_inflight, a->pf_counted, memory_order_relaxed);

@@ -59,11 +59,11 @@ SCR_HIDDEN_ALIAS(proc_heap_usable_size, scr_heap_usable_size);
   X(cache_medium_after, 16, 0, 65535, "mallocs of a medium class a thread that claimed its arena while no other was held (the main thread, as a rule) makes before its cache keeps blocks of that class (0: from the first)") \
   X(cache_max, 65536, 0, 65536, "blocks above this size skip the thread's cache (0: no cache)") \
   X(cache_grow, (uint64_t)2 << 20, 0, (uint64_t)1 << 30, "bytes by which the caps of the threads' cache lists of blocks of 4 KiB and more may grow together, a block at a time when a full list is freed into; each thread's share is this over the threads holding arenas (0: the caps stay as cache_bytes and cache_medium set them)") \
-  X(turns_after, 8, 0, UINT64_MAX, "a thread that has blocked this many times (voluntary context switches) while holding its arena takes turns with others: its cache keeps no block above turns_cache_max (0: never)") \
+  X(turns_after, 0, 0, UINT64_MAX, "a thread holding its arena whose heap calls came 20 us apart or more on average over this many windows of 1024 (it waits for others, or shares its CPU with many) takes turns with others: its cache keeps no block above turns_cache_max (0: never, the default: a clock cannot tell a thread that waits from one the scheduler preempts)") \
   X(turns_cache_max, 4096, 0, 65536, "cache_max of a thread that takes turns") \
   X(turns_keep, 0, 0, UINT64_MAX, "empty pages a thread that takes turns keeps committed, at most (0: its share, as any thread)") \
   X(share, 1, 0, 1, "threads start on one arena they share (a lock per call) until one finds it taken share_contended times within 256 calls or runs share_hot calls without blocking, then claim their own: 0 off, every thread claims its own at its first allocation") \
-  X(share_hot, 4096, 256, UINT64_MAX, "calls without blocking (voluntary context switches) after which a thread on the shared arena claims its own") \
+  X(share_hot, 4096, 256, UINT64_MAX, "calls without blocking (each 256 of them within 1 ms) after which a thread on the shared arena claims its own") \
   X(share_contended, 8, 1, 256, "times within 256 calls a thread on the shared arena finds it taken (another thread allocating that moment) before it claims its own; it waits for it the times before (1: claims its own at the first)") \
   X(retain_budget, (uint64_t)4 << 20, 0, UINT64_MAX, "empty pages the arenas keep committed together: each keeps this over the threads holding arenas, and at least retain_bytes") \
   X(dontdump, 2, 0, 2, "MADV_DONTDUMP on segments: 0 never, 1 always, 2 auto (when no core would be written)") \
@@ -133,13 +133,13 @@ typedef struct scr_arena {
   unsigned switch_pending;          /* carving while a parked arena has room: look at the next tick (holder) */
   uint64_t carved_mark;             /* carved at the claim or the last look for room (holder) */
   uint64_t lend_after;              /* ops before which lend.c does not look again (holder) */
-  uint64_t blocks_at_claim;         /* the holder's voluntary context switches at the claim (turns.c) */
-  unsigned takes_turns;             /* the holder blocks often: smaller cache (turns.c) */
+  uint64_t turns_idle;              /* windows of heap calls in which the holder waited (turns.c) */
+  unsigned takes_turns;             /* the holder waits often: smaller cache (turns.c) */
   uint64_t turns_next;              /* ops at which turns.c looks again (holder) */
-  uint64_t turns_wait;              /* heap calls between its looks, doubling (holder) */
+  uint64_t turns_window_ns;         /* when the window of heap calls began (0: at the next look) (holder) */
   uintptr_t pf_from;                /* start of the last range faulted ahead (holder) */
   uint64_t pf_counted;              /* bytes of that range counted in the budget (holder) */
-  _Atomic int pf_state;             /* 0 idle, 1 queued, 2 the helper is on it */
+  _Atomic int pf_state;             /* 0 idle, 1 queued, 2 the helper is on it, 3 and the holder waits */
   uint8_t *pf_req;                  /* queued range (written while pf_state == 0) */
   size_t pf_req_len;                /* its length */
   struct _scr_heap_hooks hooks;     /* the heap's hooks, arg = this arena */
@@ -259,6 +259,8 @@ SCR_INTERNAL int _scr_proc_populate_probe(void);
 SCR_INTERNAL pid_t _scr_proc_gettid(void);
 SCR_INTERNAL unsigned _scr_proc_cpus(void);
 SCR_INTERNAL int _scr_proc_protect(void *p, size_t size, int accessible);
+SCR_INTERNAL void _scr_proc_futex_wait(_Atomic int *word, int expected); /* sleeps while *word == expected */
+SCR_INTERNAL void _scr_proc_futex_wake(_Atomic int *word, int n);
 
 /* validate.c */
 SCR_INTERNAL bool _scr_proc_validate_locked(void);
@@ -315,10 +317,9 @@ static inline scr_arena *_scr_arena_get(void) {
  * call that asked) and now and then publishes a stats snapshot. */
 SCR_INTERNAL void _scr_arena_tick_slow(scr_arena *a);
 /* turns.c: threads that take turns (block often while holding arenas) */
-#define SCR_TURNS_CHECK_EVERY 1024 /* heap calls before the first look at the thread's context switches */
-#define SCR_TURNS_CHECK_MAX 65536  /* most heap calls between two looks (the wait doubles up to it) */
+#define SCR_TURNS_CHECK_EVERY 1024 /* heap calls between two looks at the clock */
+#define SCR_TURNS_IDLE_NS 20000u   /* a window whose heap calls came this far apart on average is idle */
 SCR_INTERNAL void _scr_turns_on_claim(scr_arena *a);
-SCR_INTERNAL uint64_t _scr_turns_voluntary_switches(void);
 SCR_INTERNAL void _scr_turns_check(scr_arena *a);
 
 static inline void _scr_arena_tick(scr_arena *a) {

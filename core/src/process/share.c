@@ -39,32 +39,40 @@
  * or without it); when it drops to 0, the thread that dropped it parks
  * share_arena, unless a thread joined again before it took the lock. */
 #include "process.h"
-#include <sched.h>
 
 enum { SHARE_NEW = 0, SHARE_MEMBER = 1 }; /* and SCR_SHARE_SOLO */
-#define SHARE_LOOK_EVERY 256 /* calls between looks at the thread's context switches (a power of 2) */
+#define SHARE_LOOK_EVERY 256 /* calls between looks at the clock (a power of 2) */
+#define SHARE_QUIET_NS 1000000u /* wall time of SHARE_LOOK_EVERY calls of a thread that did not block */
 
 __thread int _scr_tl_share __attribute__((tls_model("initial-exec")));
 static __thread uint64_t tl_calls __attribute__((tls_model("initial-exec")));
 static __thread uint64_t tl_quiet_calls __attribute__((tls_model("initial-exec")));
-static __thread uint64_t tl_switches __attribute__((tls_model("initial-exec")));
+static __thread uint64_t tl_window_ns __attribute__((tls_model("initial-exec"))); /* when the window of calls began */
 static __thread uint64_t tl_collisions __attribute__((tls_model("initial-exec"))); /* since the last look */
 
-/* share_lock: a flag, taken with one atomic exchange and let go with a
- * release store, because every call of a thread on the shared arena takes
- * and drops it.  bench/proc_xthread 1 2000000 with its thread kept on the
+/* share_lock: a word, taken with one compare-and-swap and let go with an
+ * exchange, because every call of a thread on the shared arena takes and
+ * drops it.  bench/proc_xthread 1 2000000 with its thread kept on the
  * shared arena (SCRALLOC_SHARE_HOT=1e11), 15 paired rounds: 188 ms with
  * pthread_mutex_trylock and _unlock (a fifth of the samples), 163 ms with
- * this flag, 79 ms on the thread's own arena (the exchange is most of the
- * difference left).  Taking it to wait (parking, trim, fork: rare)
- * yields the CPU between tries; a holder holds it for one heap call or
- * one of those. */
+ * a flag, 79 ms on the thread's own arena (the atomic is most of the
+ * difference left).  A thread that must wait for it (a collision below
+ * share_contended, parking, trim, fork) sleeps on a futex and the holder
+ * wakes it: 0 free, 1 taken, 2 taken and a thread may sleep on it.  (It
+ * spun with sched_yield before: a waiter whose holder was off the CPU
+ * burned its own time slice in system calls.) */
 static _Atomic int share_lock;
-static bool share_trylock(void) { return !atomic_exchange_explicit(&share_lock, 1, memory_order_acquire); }
-static void share_lock_wait(void) {
-  while (!share_trylock()) sched_yield();
+static bool share_trylock(void) {
+  int free_ = 0;
+  return atomic_compare_exchange_strong_explicit(&share_lock, &free_, 1, memory_order_acquire, memory_order_relaxed);
 }
-static void share_unlock(void) { atomic_store_explicit(&share_lock, 0, memory_order_release); }
+static void share_lock_wait(void) {
+  if (share_trylock()) return;
+  while (atomic_exchange_explicit(&share_lock, 2, memory_order_acquire) != 0) _scr_proc_futex_wait(&share_lock, 2);
+}
+static void share_unlock(void) {
+  if (atomic_exchange_explicit(&share_lock, 0, memory_order_release) == 2) _scr_proc_futex_wake(&share_lock, 1);
+}
 static scr_arena *share_arena;
 static _Atomic unsigned share_members;
 static pthread_key_t share_key;
@@ -136,7 +144,7 @@ scr_arena *_scr_share_enter(void) {
     pthread_setspecific(share_key, &share_key); /* any non-NULL value: the exit hook runs */
     _scr_tl_share = SHARE_MEMBER;
     atomic_fetch_add_explicit(&share_members, 1, memory_order_relaxed);
-    tl_switches = _scr_turns_voluntary_switches();
+    tl_window_ns = _scr_proc_now_ns();
     SCR_PC_ADD(share_joins, 1);
   }
   if (share_arena == NULL) share_arena = _scr_arena_claim_shared();
@@ -151,13 +159,22 @@ scr_arena *_scr_share_enter(void) {
 
 /* After the call: every SHARE_LOOK_EVERY calls, a thread that has not
  * blocked for share_hot calls leaves, and the count of collisions starts
- * again. */
+ * again.  "Has not blocked": its last SHARE_LOOK_EVERY calls took less
+ * than SHARE_QUIET_NS of wall time (a monotonic clock, read through the
+ * vDSO: no system call).  A window that spans a wait for a lock, a
+ * condition or the GIL (milliseconds: Python switches every 5 ms) is
+ * slower; a busy thread's 256 calls take microseconds, hundreds under a
+ * sanitizer.  (It asked getrusage for the thread's voluntary context
+ * switches before: a system call inside malloc every 256 calls.)  A busy
+ * thread that the scheduler preempts in a window looks as if it had
+ * blocked and stays a little longer; running at the same time as others,
+ * it finds the lock taken and leaves by share_contended instead. */
 void _scr_share_leave(void) {
   _scr_tl_arena = NULL;
   if ((++tl_calls & (SHARE_LOOK_EVERY - 1)) == 0) {
-    uint64_t now = _scr_turns_voluntary_switches();
-    tl_quiet_calls = now == tl_switches ? tl_quiet_calls + SHARE_LOOK_EVERY : 0;
-    tl_switches = now;
+    uint64_t now = _scr_proc_now_ns();
+    tl_quiet_calls = now - tl_window_ns < SHARE_QUIET_NS ? tl_quiet_calls + SHARE_LOOK_EVERY : 0;
+    tl_window_ns = now;
     tl_collisions = 0;
     if (tl_quiet_calls >= _scr_proc.opt.share_hot) {
       share_unlock_and_park(share_drop_member() ? share_idle_locked() : NULL);

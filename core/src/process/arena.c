@@ -301,6 +301,7 @@ void _scr_arena_park(scr_arena *a) {
   scr_proc *P = &_scr_proc;
   _scr_recycle_flush(a);
   _scr_pool_flush(a);
+  _scr_remote_flush(a);
   _scr_prefault_release_ahead(a);
   _scr_remote_poll(a);
   _scr_arena_publish(a);
@@ -342,6 +343,7 @@ void _scr_arena_publish(scr_arena *a) {
 }
 
 void _scr_arena_tick_slow(scr_arena *a) {
+  _scr_remote_flush(a);
   _scr_remote_poll(a);
   proc_keep_update(a);
   if (a->pf_pending) {

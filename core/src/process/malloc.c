@@ -56,6 +56,13 @@ static __attribute__((noinline)) void *proc_malloc_general(scr_arena *a, size_t 
  * list comes here for every other malloc). */
 static __attribute__((noinline)) void *proc_malloc_slow(scr_arena *a, unsigned c, size_t n) {
   scr_page *pg = a->heap->queue[c];
+  /* No free slot in the page: blocks other threads freed go back first,
+   * rather than wait for the next tick while the page carves fresh
+   * memory (one read of the remote stack's line per carve). */
+  if (pg != NULL && pg->free == NULL && atomic_load_explicit(&a->remote, memory_order_relaxed) != NULL) {
+    _scr_remote_drain(a);
+    pg = a->heap->queue[c];
+  }
   if (SCR_LIKELY(c < SCR_MEDIUM_FIRST && pg != NULL) &&
       (pg->free != NULL || (pg->capacity < pg->reserved && _scr_pool_empty(c)))) {
     void *p = _scr_page_alloc(a->heap, pg);
@@ -236,6 +243,7 @@ void *scr_realloc(void *p, size_t n) {
 size_t _scr_arena_trim(scr_arena *a) {
   _scr_recycle_flush(a);
   _scr_pool_flush(a);
+  _scr_remote_flush(a);
   _scr_remote_drain(a);
   size_t n = scr_heap_trim(a->heap);
   _scr_arena_publish(a);

@@ -120,6 +120,11 @@ typedef struct scr_arena {
   uint64_t ops_published;           /* ops at the last snapshot */
   uint64_t remote_drained;          /* blocks taken from remote (holder) */
   uint64_t remote_sent;             /* blocks its holder pushed on other arenas (holder) */
+  /* The holder's batch of remote frees (remote.c): blocks of one other
+   * arena, linked through their first words, pushed in one CAS. */
+  struct scr_arena *rb_dest;        /* the arena they belong to (holder) */
+  void *rb_head, *rb_tail;          /* the batch (holder) */
+  unsigned rb_n;                    /* its length (holder) */
   uint64_t mapped;                  /* bytes of segments mapped (holder, via hook) */
   uint64_t carved;                  /* how far the frontier moved into fresh memory (holder, via hook) */
   uint64_t carved_for[SCR_CLASS_COUNT + 1]; /* that, per size class (the last: large blocks) (holder, via hook) */
@@ -167,6 +172,10 @@ typedef struct scr_arena {
   struct scr_arena *next_all;       /* next on _scr_proc.all (set before publishing) */
   struct scr_arena *next_parked;    /* parked list (under lock) */
 } scr_arena;
+
+/* tests/c/test_process_remote.c reads the remote stack at the arena's
+ * start, and the batch length, without this header. */
+_Static_assert(offsetof(scr_arena, remote) == 0, "the remote stack opens the arena");
 
 /* Process-wide state. */
 typedef struct scr_proc {
@@ -457,7 +466,13 @@ static inline void *_scr_lend_refill(scr_arena *a, unsigned c) {
 }
 
 /* remote.c */
+#define SCR_REMOTE_BATCH 32 /* remote frees to one arena that a thread pushes at once (and test_process_remote.c) */
 SCR_INTERNAL void _scr_remote_push(scr_arena *a, void *p);
+SCR_INTERNAL void _scr_remote_flush_slow(scr_arena *me);
+/* The holder pushes its batch of remote frees (tick, park, trim). */
+static inline void _scr_remote_flush(scr_arena *me) {
+  if (me->rb_n != 0) _scr_remote_flush_slow(me);
+}
 SCR_INTERNAL void _scr_remote_drain(scr_arena *a);
 static inline void _scr_remote_poll(scr_arena *a) {
   if (SCR_UNLIKELY(atomic_load_explicit(&a->remote, memory_order_relaxed) != NULL)) _scr_remote_drain(a);

@@ -1,26 +1,58 @@
 /* Remote frees: a block freed by a thread that does not hold its arena is
  * pushed on the arena's lock-free stack (linked through the block's first
- * word) and freed into the heap by whoever holds the arena next: its owner
- * on its next allocation, the thread that claims it, or the discard
- * helper.  Pushers never pop, and the holder takes the whole stack at
+ * word; a thread that holds an arena batches them per destination, below)
+ * and freed into the heap by whoever holds the arena next: its owner
+ * at its next tick or before it carves fresh memory (malloc.c), the
+ * thread that claims it, or the discard helper.  Pushers never pop, and the holder takes the whole stack at
  * once, so there is no ABA problem. */
 #include "process.h"
 
 #define SCR_REMOTE_DRAIN_BATCH 256 /* a power of 2 */
 static void proc_borrow_and_drain(scr_arena *a);
 
-void _scr_remote_push(scr_arena *a, void *p) {
+/* Pushes the list first..last on a's stack in one CAS. */
+static void remote_push_list(scr_arena *a, void *first, void *last) {
   void *head = atomic_load_explicit(&a->remote, memory_order_relaxed);
   do {
-    *(void **)p = head;
-  } while (!atomic_compare_exchange_weak_explicit(&a->remote, &head, p, memory_order_release,
+    *(void **)last = head;
+  } while (!atomic_compare_exchange_weak_explicit(&a->remote, &head, first, memory_order_release,
                                                   memory_order_relaxed));
-  /* Counted by the pushing thread (its own arena, no atomic on the line
-   * every pusher writes). */
+}
+
+void _scr_remote_flush_slow(scr_arena *me) {
+  remote_push_list(me->rb_dest, me->rb_head, me->rb_tail);
+  me->rb_head = me->rb_tail = NULL;
+  me->rb_n = 0;
+}
+
+/* A thread that holds an arena batches its frees of another arena's
+ * blocks: SCR_REMOTE_BATCH of them (or those before a block of another
+ * arena comes) go in one CAS on the owner's stack, instead of one CAS each
+ * on a line that every pusher to that arena and the owner's drain keep
+ * taking from each other.  The holder also pushes its batch at each tick
+ * (every SCR_ARENA_POLL_EVERY heap calls), when it parks and at trim, so
+ * that a batch does not wait for long on a thread that stopped freeing.
+ * A parked arena's blocks go at once: the pusher drains those (below). */
+void _scr_remote_push(scr_arena *a, void *p) {
   scr_arena *me = _scr_tl_arena;
   uint64_t n;
-  if (SCR_LIKELY(me != NULL)) n = ++me->remote_sent;
-  else n = atomic_fetch_add_explicit(&_scr_pc.remote_sent_unowned, 1, memory_order_relaxed) + 1;
+  if (SCR_LIKELY(me != NULL)) {
+    n = ++me->remote_sent; /* counted by the pusher: no atomic on the line every pusher writes */
+    if (SCR_LIKELY(!_scr_arena_parked(a))) {
+      if (me->rb_dest != a) {
+        _scr_remote_flush(me);
+        me->rb_dest = a;
+      }
+      if (me->rb_head == NULL) me->rb_tail = p;
+      *(void **)p = me->rb_head;
+      me->rb_head = p;
+      if (++me->rb_n >= SCR_REMOTE_BATCH) _scr_remote_flush_slow(me);
+      return;
+    }
+  } else {
+    n = atomic_fetch_add_explicit(&_scr_pc.remote_sent_unowned, 1, memory_order_relaxed) + 1;
+  }
+  remote_push_list(a, p, p);
   /* Nobody holds a parked arena: every SCR_REMOTE_DRAIN_BATCH pushes of a
    * thread that land on one, it frees what waits there so that the pages
    * can go back.  What

@@ -1,0 +1,88 @@
+/* Remote frees (core/src/process/remote.c): a thread that holds an arena
+ * batches its frees of another arena's blocks and pushes each batch in
+ * one CAS; the owner takes them back before it carves fresh memory.
+ * A process of its own: the main thread's arena and one freeing thread's.
+ * The test reads the main arena's remote stack (process.h) while the
+ * threads it sequences stand still. */
+#include "check.h"
+#include "scralloc.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
+
+/* core/src/process/process.h (internal, linked in from the static
+ * library; its header cannot be included here): the caller's arena, whose
+ * first field is its remote stack, and the batch's length. */
+typedef struct scr_arena scr_arena;
+extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("initial-exec")));
+enum { SCR_REMOTE_BATCH = 32 };
+
+enum { N = 100, SIZE = 64 };
+static void *blocks[N];
+static pthread_barrier_t step;
+
+/* Blocks on the main arena's remote stack (nobody pushes or drains while
+ * the test counts). */
+static unsigned remote_length(scr_arena *a) {
+  unsigned n = 0;
+  for (void *p = atomic_load((_Atomic(void *) *)a); p; p = *(void **)p) n++;
+  return n;
+}
+
+/* Claims its own arena, frees 32 of the main thread's blocks, waits, 8
+ * more, waits, the rest, and exits (its arena parks). */
+static void *freer(void *arg) {
+  (void)arg;
+  scr_free(scr_malloc(SIZE)); /* an arena of its own: its frees of others' blocks are batched */
+  for (int i = 0; i < SCR_REMOTE_BATCH; i++) scr_free(blocks[i]);
+  pthread_barrier_wait(&step);
+  pthread_barrier_wait(&step);
+  for (int i = SCR_REMOTE_BATCH; i < SCR_REMOTE_BATCH + 8; i++) scr_free(blocks[i]);
+  pthread_barrier_wait(&step);
+  pthread_barrier_wait(&step);
+  for (int i = SCR_REMOTE_BATCH + 8; i < N; i++) scr_free(blocks[i]);
+  return NULL;
+}
+
+static void test_batches_and_the_owner_takes_them_before_carving(void) {
+  scr_arena *mine = _scr_tl_arena;
+  CHECK(mine != NULL);
+  for (int i = 0; i < N; i++) blocks[i] = memset(scr_malloc(SIZE), 7, SIZE);
+  CHECK_EQ(remote_length(mine), 0);
+  pthread_barrier_init(&step, NULL, 2);
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, freer, NULL) == 0);
+  pthread_barrier_wait(&step);
+  CHECK_EQ(remote_length(mine), SCR_REMOTE_BATCH); /* a full batch: pushed */
+  pthread_barrier_wait(&step);
+  pthread_barrier_wait(&step);
+  CHECK_EQ(remote_length(mine), SCR_REMOTE_BATCH); /* 8 wait in the freeing thread's batch */
+  pthread_barrier_wait(&step);
+  pthread_join(t, NULL);
+  pthread_barrier_destroy(&step);
+  CHECK_EQ(remote_length(mine), N); /* its exit parked its arena and pushed the rest */
+  /* The page of SIZE's class has fresh slots to carve; the next malloc
+   * takes the freed blocks back first (one of them: the stack is LIFO
+   * through the heap's free list, whichever comes first). */
+  void *p = scr_malloc(SIZE);
+  CHECK_EQ(remote_length(mine), 0);
+  int reused = 0;
+  for (int i = 0; i < N; i++) reused |= blocks[i] == p;
+  CHECK(reused);
+  scr_free(p);
+  CHECK(scr_process_validate() == SCR_OK);
+}
+
+int main(void) {
+  /* every malloc and free goes to the heap (no thread cache), each thread
+   * on its own arena, no lending, switching or discarding */
+  scr_process_option_set("cache_max", "0");
+  scr_process_option_set("share", "0");
+  scr_process_option_set("lend", "0");
+  scr_process_option_set("switch_bytes", "0");
+  scr_process_option_set("discard", "0");
+  scr_free(scr_malloc(1)); /* the main thread's arena */
+  TEST(test_batches_and_the_owner_takes_them_before_carving);
+  return check_done();
+}

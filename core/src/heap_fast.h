@@ -17,6 +17,7 @@ static inline void *_scr_page_alloc(scr_heap *h, scr_page *pg) {
   } else {
     uint32_t cap = pg->capacity;     /* (atomic: _scr_page_capacity's readers) */
     __atomic_store_n(&pg->capacity, cap + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&pg->slot_limit, pg->slot_limit + _scr_misuse.geom[pg->cls].step, __ATOMIC_RELAXED);
     b = (scr_block *)(pg->start + (size_t)cap * pg->block_size);
     if (!pg->zero) _scr_block_set_word1(b, 0); /* reused memory may hold an old key there */
   }

@@ -213,9 +213,11 @@ SCR_INTERNAL void _scr_heap_set_hooks(scr_heap *h, const struct _scr_heap_hooks 
 /* misuse.c: the freed-block key and the slot test (misuse.c says how).
  * Read-only once _scr_misuse_init has run (the first heap made). */
 typedef struct _scr_slot_geom {
-  uint64_t magic;                        /* floor((2^64 - 1) / size) + 1 */
-  uint32_t limit;                        /* off * magic < limit: a slot start below the last whole slot */
+  uint64_t magic;                        /* floor(2^64 / size) + 1 */
+  uint32_t limit;                        /* reserved * step: off * magic < limit <=> a slot start below the last whole slot */
   uint32_t mask;                         /* offset of an address in its page (run) */
+  uint32_t step;                         /* size * magic mod 2^64: a slot's share of a limit */
+  uint32_t first_mask;                   /* page index -> index of the page (run) it belongs to */
 } _scr_slot_geom;
 typedef struct _scr_misuse_globals {
   _Alignas(64) uint64_t key;             /* in the second word of every free small block */

@@ -27,19 +27,27 @@
 _scr_misuse_globals _scr_misuse;
 static _Atomic int misuse_state; /* 0 not yet, 1 being filled, 2 ready */
 
-/* The slot test's constants of class c: off is a slot start below the
- * page's last whole slot  <=>  off * magic < limit  (off < 2^32).
- *   magic = floor((2^64 - 1) / size) + 1, so size * magic = 2^64 + e with
- *   0 <= e < size; for off = q * size, off * magic mod 2^64 = q * e, and
- *   for any other off below 2^32 it is at least magic (Lemire et al.).
- *   e > 0: limit = slots * e bounds q too (slots * e < 2^30 <= magic).
- *   e == 0 (a power of two, whose slots fill the page): limit = 1. */
+/* The slot test's constants of class c (all arithmetic mod 2^64, off
+ * the offset of an address in its page, below 2^18):
+ *   magic = floor(2^64 / size) + 1, so size * magic = 2^64 + step with
+ *   0 < step <= size.  For off = q * size, off * magic = q * step; for any
+ *   other off it is at least floor(2^64 / size) >= 2^46 (for a size that
+ *   is not a power of two, Lemire et al.'s theorem; for a power of two,
+ *   (off mod size) * 2^64 / size + off).
+ * So  off * magic < n * step  <=>  off is one of the first n slots'
+ * starts, for any n <= 4096 (n * step < 2^28): n = the slots that fit
+ * the page gives the class's limit, n = the page's capacity the page's
+ * slot_limit (heap_fast.h keeps it). */
 static _scr_slot_geom slot_geom(unsigned c) {
   uint64_t size = _scr_class_sizes[c];
   uint64_t span = (uint64_t)_scr_class_span(c) * SCR_PAGE_SIZE;
-  uint64_t magic = UINT64_MAX / size + 1;
-  uint64_t e = size * magic; /* mod 2^64 */
-  _scr_slot_geom g = {.magic = magic, .limit = e ? (uint32_t)((span / size) * e) : 1, .mask = (uint32_t)(span - 1)};
+  uint64_t magic = UINT64_MAX / size + 1 + ((size & (size - 1)) == 0); /* floor(2^64 / size) + 1 */
+  uint64_t step = size * magic;
+  _scr_slot_geom g = {.magic = magic,
+                      .limit = (uint32_t)((span / size) * step),
+                      .mask = (uint32_t)(span - 1),
+                      .step = (uint32_t)step,
+                      .first_mask = (uint32_t)((SCR_PAGES_PER_SEGMENT - 1) & ~(_scr_class_span(c) - 1))};
   return g;
 }
 
@@ -49,7 +57,9 @@ void _scr_misuse_init(void) {
   int expected = 0;
   if (atomic_compare_exchange_strong(&misuse_state, &expected, 1)) {
     for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) _scr_misuse.geom[c] = slot_geom(c);
-    _scr_misuse.geom[SCR_TAG_OTHER] = (_scr_slot_geom){.magic = 0, .limit = 0, .mask = 0}; /* always suspect */
+    /* always suspect: limit 0, and the header page's descriptor (never a
+     * page of blocks: slot_limit 0) for the process allocator's test */
+    _scr_misuse.geom[SCR_TAG_OTHER] = (_scr_slot_geom){.magic = 0, .limit = 0, .mask = 0, .step = 0, .first_mask = 0};
     uint64_t key = _scr_os_random_u64();
     _scr_misuse.key = key ? key : 0x5c7a110cfeedbeefull;
     atomic_store_explicit(&misuse_state, 2, memory_order_release);

@@ -71,6 +71,9 @@ typedef struct scr_page {
   uint32_t capacity;           /* slots carved so far (bump index) */
   uint32_t reserved;           /* slots that fit in the page */
   uint32_t block_size;         /* bytes per slot (SMALL) */
+  uint32_t slot_limit;         /* SMALL: capacity * the class's slot step (misuse.c): off * magic < slot_limit
+                                  <=> off is a slot the page carved (the free fast path's test; relaxed atomics) */
+  uint32_t pad_;
   uint8_t kind;                /* scr_page_kind */
   uint8_t cls;                 /* size class (SMALL, RUN_TAIL) */
   uint8_t zero;                /* bytes not yet carved read as zero */
@@ -81,6 +84,7 @@ typedef struct scr_page {
   uint8_t freed_block;         /* FREE: a large block started here and was freed (classify: a second free is a double free) */
   struct scr_page *next, *prev;/* class queue */
 } scr_page;
+_Static_assert(sizeof(scr_page) == 64, "a descriptor is a line: its index is a shift");
 
 typedef enum scr_segment_kind { SCR_SEG_NORMAL = 0, SCR_SEG_HUGE = 1 } scr_segment_kind;
 

@@ -181,9 +181,15 @@ __attribute__((aligned(64))) void scr_free(void *p) {
   if (SCR_LIKELY(seg != NULL && a != NULL)) {
     uintptr_t idx;
     unsigned tag = _scr_block_tag(seg, p, &idx);
-    if (SCR_UNLIKELY(_scr_proc_block_suspect(seg, p, tag))) return proc_free_general(p, e, a);
-    if (SCR_LIKELY(_scr_recycle_may_keep(a, _scr_segmap_mark(e)) && _scr_recycle_put(a, seg, idx, tag, p)))
+    scr_recycled *r = &a->rc[tag]; /* (SCR_TAG_OTHER's: no room, a test no address passes) */
+    if (SCR_UNLIKELY(_scr_proc_block_suspect_r(seg, p, r))) return proc_free_general(p, e, a);
+    if (SCR_LIKELY(_scr_recycle_may_keep(a, _scr_segmap_mark(e)) && r->room != 0)) {
+#if SCR_DEBUG > 0
+      if (_scr_recycle_refused(r, seg, idx, tag, p)) return;
+#endif
+      _scr_recycle_push(r, tag, p);
       return;
+    }
     return proc_free_refused(p, e, a, idx, tag);
   }
   proc_free_general(p, e, a);

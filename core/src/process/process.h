@@ -108,7 +108,13 @@ typedef struct scr_recycled {
   void *head;
   uint32_t room;                    /* blocks the list may still take: max less its length */
   uint32_t max;                     /* the list's cap (recycle.c: bytes and blocks per class) */
+  /* the class's slot test (core/src/misuse.c: _scr_misuse.geom[class]), on
+   * the line the free fast path reads anyway */
+  uint64_t magic;
+  uint32_t mask;
+  uint32_t first_mask;
 } scr_recycled;
+_Static_assert(sizeof(scr_recycled) == 32, "two lists a line, none across two");
 
 /* Two groups of fields, a cache line (or more) each, by who writes them:
  * other threads (remote, drain_req), and the holder (from heap on).  The
@@ -528,19 +534,25 @@ static inline int _scr_share_wanted(void) {
 SCR_INTERNAL int _scr_proc_classify(const void *p, uintptr_t e);
 SCR_INTERNAL void _scr_proc_misuse(const char *call, const void *p, int kind) __attribute__((cold, noinline));
 SCR_INTERNAL int _scr_proc_check(const char *call, const void *p);
-/* p, in seg on a page with tag `tag`, is not plainly a live block of an
- * arena: the slot test and the freed-block key (core/src/misuse.c), and a
- * slot at or past the page's bump index (never handed out: the page's
- * descriptor, which its holder writes, read with a relaxed load).  Always
- * true for tag OTHER (large blocks, huge ones, free pages: classified on
- * the slow side). */
+/* p, in seg on a page whose class has list r, is not plainly a live
+ * block of an arena: not one of the slots its page carved (the slot test,
+ * core/src/misuse.c, against the page's slot_limit, which its holder
+ * writes: a relaxed load), or it holds the freed-block key.  Always true
+ * for tag OTHER (large blocks, huge ones, free pages: classified on the
+ * slow side): its list's test reads the header page's descriptor. */
+static inline bool _scr_proc_block_suspect_r(const scr_segment *seg, const void *p, const scr_recycled *r) {
+  uint64_t off = (uintptr_t)p & r->mask;
+  uintptr_t first = ((uintptr_t)p >> SCR_PAGE_SHIFT) & r->first_mask;
+  return off * r->magic >= __atomic_load_n(&seg->pages[first].slot_limit, __ATOMIC_RELAXED) ||
+         _scr_block_word1(p) == _scr_misuse.key;
+}
+/* The same by the page's tag, for callers that have no list at hand. */
 static inline bool _scr_proc_block_suspect(const scr_segment *seg, const void *p, unsigned tag) {
   const _scr_slot_geom *g = &_scr_misuse.geom[tag];
   uint64_t off = (uintptr_t)p & g->mask;
-  if (off * g->magic >= g->limit || _scr_block_word1(p) == _scr_misuse.key) return true;
-  uintptr_t first = (((uintptr_t)p & ~(uintptr_t)g->mask) >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
-  const scr_page *pg = &seg->pages[first];
-  return off >= (uint64_t)_scr_page_capacity(pg) * pg->block_size;
+  uintptr_t first = ((uintptr_t)p >> SCR_PAGE_SHIFT) & g->first_mask;
+  if (off * g->magic >= __atomic_load_n(&seg->pages[first].slot_limit, __ATOMIC_RELAXED)) return true;
+  return _scr_block_word1(p) == _scr_misuse.key;
 }
 
 /* malloc.c: the entry points used by override.c */

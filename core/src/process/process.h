@@ -167,8 +167,8 @@ typedef struct scr_arena {
   uintptr_t own_mark;               /* its segments' mark in the segment map (UINTPTR_MAX: none) */
   uint64_t cache_grown;             /* bytes its lists' caps grew past their base (recycle.c) (holder) */
   /* Recycled blocks per class (holder).  On a line boundary, so that no
-   * list's 16 bytes straddle two lines: the malloc and free fast paths
-   * touch one line per call (the seventeenth session's layout put every
+   * list's 32 bytes straddle two lines: the malloc and free fast paths
+   * touch one line per call (an earlier layout put every
    * fourth class's head and count on two).  One list more, for tag
    * SCR_TAG_OTHER, always empty and full (room 0): a free looks a
    * block's list up by its page's tag without testing the tag first, and
@@ -392,7 +392,7 @@ static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark) {
   bool keep = (mark == a->own_mark) | ((mark != 0) & (held > 1));
   /* The empty asm makes the compiler compute keep as written: left to
    * itself, it turned the or into two branches again when the code
-   * around changed (the twenty-first session's list of tag OTHER). */
+   * around changed (when the list of tag OTHER came). */
   __asm__("" : "+r"(keep));
   return keep;
 }

@@ -30,7 +30,7 @@
  * 40.1 MiB with these defaults, 38.2 with cache_max=4096, 37.9 with no
  * cache at all (glibc 38.6), while the threaded stress with cache_max=4096
  * faulted 10.5k pages instead of 3.6k and took 0.098 s instead of 0.068
- * (eighth session, 10 and 9 interleaved runs).  Hence options, defaults
+ * (10 and 9 interleaved runs).  Hence options, defaults
  * for speed, and a smaller cache for the threads that block often
  * (turns.c). */
 #include "process.h"

@@ -3,8 +3,8 @@
  * word; a thread that holds an arena batches them per destination, below)
  * and freed into the heap by whoever holds the arena next: its owner
  * at its next tick or before it carves fresh memory (malloc.c), the
- * thread that claims it, or the discard helper.  Pushers never pop, and the holder takes the whole stack at
- * once, so there is no ABA problem. */
+ * thread that claims it, or the discard helper.  Pushers never pop, and
+ * the holder takes the whole stack at once, so there is no ABA problem. */
 #include "process.h"
 
 #define SCR_REMOTE_DRAIN_BATCH 256 /* a power of 2 */
@@ -34,6 +34,9 @@ void _scr_remote_flush_slow(scr_arena *me) {
  * that a batch does not wait for long on a thread that stopped freeing.
  * A parked arena's blocks go at once: the pusher drains those (below). */
 void _scr_remote_push(scr_arena *a, void *p) {
+  /* free (core/src/misuse.c): the key marks it in a batch and on the stack
+   * alike, so that a second free of it is found; a large block ignores it */
+  _scr_block_set_word1(p, _scr_misuse.key);
   scr_arena *me = _scr_tl_arena;
   uint64_t n;
   if (SCR_LIKELY(me != NULL)) {

@@ -1,6 +1,6 @@
 /* Remote frees (core/src/process/remote.c): a thread that holds an arena
  * batches its frees of another arena's blocks and pushes each batch in
- * one CAS; the owner takes them back before it carves fresh memory.
+ * one CAS; the owner takes them back before it takes a new page.
  * A process of its own: the main thread's arena and one freeing thread's.
  * The test reads the main arena's remote stack (process.h) while the
  * threads it sequences stand still. */
@@ -18,8 +18,8 @@ typedef struct scr_arena scr_arena;
 extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("initial-exec")));
 enum { SCR_REMOTE_BATCH = 32 };
 
-enum { N = 100, SIZE = 64 };
-static void *blocks[N];
+enum { N = 100, SIZE = 64, MAX = 8192 };
+static void *blocks[MAX];
 static pthread_barrier_t step;
 
 /* Blocks on the main arena's remote stack (nobody pushes or drains while
@@ -45,10 +45,16 @@ static void *freer(void *arg) {
   return NULL;
 }
 
-static void test_batches_and_the_owner_takes_them_before_carving(void) {
+static void test_batches_and_the_owner_takes_them_before_a_new_page(void) {
   scr_arena *mine = _scr_tl_arena;
   CHECK(mine != NULL);
-  for (int i = 0; i < N; i++) blocks[i] = memset(scr_malloc(SIZE), 7, SIZE);
+  /* blocks of SIZE until one ends a 64 KiB page: that page (the class's
+   * first) is carved to its end, and the next malloc would take a page */
+  int m = 0;
+  do {
+    blocks[m] = memset(scr_malloc(SIZE), 7, SIZE);
+  } while (((uintptr_t)blocks[m++] + SIZE) % 65536 != 0 && m < MAX);
+  CHECK(m >= N && m < MAX);
   CHECK_EQ(remote_length(mine), 0);
   pthread_barrier_init(&step, NULL, 2);
   pthread_t t;
@@ -62,15 +68,16 @@ static void test_batches_and_the_owner_takes_them_before_carving(void) {
   pthread_join(t, NULL);
   pthread_barrier_destroy(&step);
   CHECK_EQ(remote_length(mine), N); /* its exit parked its arena and pushed the rest */
-  /* The page of SIZE's class has fresh slots to carve; the next malloc
-   * takes the freed blocks back first (one of them: the stack is LIFO
-   * through the heap's free list, whichever comes first). */
+  /* The page of SIZE's class has no slot left; the next malloc takes the
+   * freed blocks back before it takes a page (one of them: whichever the
+   * page's free list gives first). */
   void *p = scr_malloc(SIZE);
   CHECK_EQ(remote_length(mine), 0);
   int reused = 0;
   for (int i = 0; i < N; i++) reused |= blocks[i] == p;
   CHECK(reused);
   scr_free(p);
+  for (int i = N; i < m; i++) scr_free(blocks[i]);
   CHECK(scr_process_validate() == SCR_OK);
 }
 
@@ -83,6 +90,6 @@ int main(void) {
   scr_process_option_set("switch_bytes", "0");
   scr_process_option_set("discard", "0");
   scr_free(scr_malloc(1)); /* the main thread's arena */
-  TEST(test_batches_and_the_owner_takes_them_before_carving);
+  TEST(test_batches_and_the_owner_takes_them_before_a_new_page);
   return check_done();
 }

@@ -2,7 +2,7 @@
  * pushed on the arena's lock-free stack (linked through the block's first
  * word; a thread that holds an arena batches them per destination, below)
  * and freed into the heap by whoever holds the arena next: its owner
- * at its next tick or before it carves fresh memory (malloc.c), the
+ * at its next tick or before it takes a new page (malloc.c), the
  * thread that claims it, or the discard helper.  Pushers never pop, and
  * the holder takes the whole stack at once, so there is no ABA problem. */
 #include "process.h"

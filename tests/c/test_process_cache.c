@@ -176,6 +176,38 @@ static void test_full_big_lists_grow_within_the_budget(void) {
   CHECK(scr_process_option_set("cache_grow", "2M") == SCR_OK);
 }
 
+/* A run: a thread's list of a small class (base cap 64 blocks) grows
+ * with its own frees past the cap, up to 1,024 blocks, within the same
+ * budget, so that a run of 1,000 mallocs and frees is served by the
+ * list; blocks of 48 B, a run of RUN_N. */
+enum { RUN_N = 1000 };
+static void *run_rounds(void *arg) {
+  uint64_t *grows = arg;
+  for (int round = 0; round < 2; round++) {
+    static void *p[RUN_N];
+    for (int i = 0; i < RUN_N; i++) p[i] = memset(scr_malloc(48), i, 48);
+    struct scr_process_stats s0, s1;
+    scr_process_stats(&s0);
+    for (int i = 0; i < RUN_N; i++) scr_free(p[i]);
+    scr_process_stats(&s1);
+    grows[round] = s1.cache_grows - s0.cache_grows;
+  }
+  scr_trim();
+  return NULL;
+}
+static void test_small_lists_grow_to_a_run(void) {
+  CHECK(scr_process_option_set("cache_grow", "2M") == SCR_OK);
+  uint64_t grows[2] = {99, 99};
+  run_thread(run_rounds, grows);
+  CHECK_EQ(grows[0], RUN_N - 64); /* every free past the base cap */
+  CHECK_EQ(grows[1], 0);          /* the second run fits the grown list */
+  CHECK(scr_process_option_set("cache_grow", "0") == SCR_OK);
+  grows[0] = grows[1] = 99;
+  run_thread(run_rounds, grows);
+  CHECK_EQ(grows[0], 0); /* fixed caps */
+  CHECK(scr_process_option_set("cache_grow", "2M") == SCR_OK);
+}
+
 /* Other arenas' blocks past a full list go to the pool in batches of half
  * a list.  A thread that claimed its arena with shorter lists (or none)
  * leaves the batches to others; they are still there for a thread with
@@ -460,6 +492,7 @@ int main(void) {
   TEST(test_a_kept_block_keeps_its_page);
   TEST(test_cache_max_sends_big_blocks_home);
   TEST(test_full_big_lists_grow_within_the_budget);
+  TEST(test_small_lists_grow_to_a_run);
   TEST(test_short_lists_leave_long_batches);
   TEST(test_calloc_takes_a_kept_block_zeroed);
   TEST(test_small_alignments_take_a_kept_block);

@@ -165,9 +165,12 @@ static void test_a_busy_thread_is_found_once_it_blocks(void) {
    * loaded machine (preemption, a fault waiting for the address space's
    * lock): the looks go on at their pace. */
   CHECK(scr_process_option_set("turns_after", "1000000") == SCR_OK);
+  /* its lists keep their caps: every malloc and free past them is a heap call */
+  CHECK(scr_process_option_set("cache_grow", "0") == SCR_OK);
   pthread_t t;
   CHECK(pthread_create(&t, NULL, busy_worker, &b) == 0);
   pthread_join(t, NULL);
+  CHECK(scr_process_option_set("cache_grow", "2M") == SCR_OK);
   fprintf(stderr, "  %llu looks over 100 rounds; found %d rounds after it blocked\n", (unsigned long long)b.looks,
           b.rounds_to_find);
   CHECK(b.looks >= 300);

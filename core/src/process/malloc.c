@@ -137,9 +137,12 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
   scr_arena *o = h ? proc_arena_of_heap(h) : NULL;
   /* A full list that may grow (recycle.c) keeps p: the thread's own
    * block, or a block of an arena that is not parked (a parked arena's
-   * blocks past a full list go home, as in the pool's overflow). */
-  if (a != NULL && o != NULL && tag < SCR_CLASS_COUNT && a->rc[tag].room == 0 && (o == a || !_scr_arena_parked(o)) &&
-      _scr_recycle_grow(a, tag) && _scr_recycle_put(a, seg, idx, tag, p))
+   * blocks past a full list go home, as in the pool's overflow).  Below
+   * SCR_GROW_FIRST only the thread's own blocks grow a list
+   * (proc_free_refused): other arenas' go to the pool, whence any thread
+   * takes them. */
+  if (a != NULL && o != NULL && tag < SCR_CLASS_COUNT && tag >= SCR_GROW_FIRST && a->rc[tag].room == 0 &&
+      (o == a || !_scr_arena_parked(o)) && _scr_recycle_grow(a, tag) && _scr_recycle_put(a, seg, idx, tag, p))
     return;
   /* Another arena's block and a full list of its class: the list's older
    * half leaves (pool.c) and p stays.  The arena's own block goes to its
@@ -173,6 +176,8 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
  * tcmalloc's. */
 static __attribute__((noinline)) void proc_free_refused(void *p, uintptr_t e, scr_arena *a, uintptr_t idx, unsigned tag) {
   if (SCR_LIKELY(_scr_segmap_mark(e) == a->own_mark && tag < SCR_GROW_FIRST)) {
+    /* a full list grows to the thread's runs (recycle.c), within its budget */
+    if (_scr_recycle_grow(a, tag) && _scr_recycle_put(a, _scr_segmap_seg(e), idx, tag, p)) return;
     _scr_small_free(a->heap, _scr_class_page(_scr_segmap_seg(e), idx, tag), p);
     _scr_arena_tick(a);
     return;

@@ -60,7 +60,7 @@ SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
   X(cache_medium, 2, 0, 64, "blocks of one medium class (20-64 KiB) a thread's cache keeps") \
   X(cache_medium_after, 16, 0, 65535, "mallocs of a medium class a thread that claimed its arena while no other was held (the main thread, as a rule) makes before its cache keeps blocks of that class (0: from the first)") \
   X(cache_max, 65536, 0, 65536, "blocks above this size skip the thread's cache (0: no cache)") \
-  X(cache_grow, (uint64_t)2 << 20, 0, (uint64_t)1 << 30, "bytes by which the caps of the threads' cache lists of blocks of 4 KiB and more may grow together, a block at a time when a full list is freed into; each thread's share is this over the threads holding arenas (0: the caps stay as cache_bytes and cache_medium set them)") \
+  X(cache_grow, (uint64_t)2 << 20, 0, (uint64_t)1 << 30, "bytes by which the caps of the threads' cache lists may grow together (below 4 KiB up to 1024 blocks, with the thread's own blocks; the others up to 64), a block at a time when a full list is freed into; each thread's share is this over the threads holding arenas (0: the caps stay as cache_bytes and cache_medium set them)") \
   X(turns_after, 0, 0, UINT64_MAX, "a thread holding its arena whose heap calls came 20 us apart or more on average over this many windows of 1024 (it waits for others, or shares its CPU with many) takes turns with others: its cache keeps no block above turns_cache_max (0: never, the default: a clock cannot tell a thread that waits from one the scheduler preempts)") \
   X(turns_cache_max, 4096, 0, 65536, "cache_max of a thread that takes turns") \
   X(turns_keep, 0, 0, UINT64_MAX, "empty pages a thread that takes turns keeps committed, at most (0: its share, as any thread)") \
@@ -252,7 +252,7 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(pool_takes, "batches threads with an empty cache list took from the pool") \
   X(lends, "cache lists filled with a parked arena's free slots")             \
   X(holds, "parked arenas whose emptied pages wait for the discard (freed by the only thread holding an arena)") \
-  X(cache_grows, "blocks by which threads' full cache lists of 4 KiB and larger blocks grew") \
+  X(cache_grows, "blocks by which threads' full cache lists grew") \
   X(remote_sent_unowned, "remote frees by threads that hold no arena")      \
   X(turn_takers, "threads found taking turns (blocking often while holding an arena)") \
   X(turn_looks, "getrusage calls that counted a thread's context switches") \

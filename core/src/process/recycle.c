@@ -37,6 +37,7 @@
 #include <string.h>
 
 #define SCR_RECYCLE_CLASS_MAX 64
+#define SCR_RECYCLE_RUN_MAX 1024 /* blocks a list of a class below SCR_GROW_FIRST may grow to */
 /* cache_medium, 2: a thread's frees and mallocs of medium blocks come in
  * runs, and each one past the cap goes back to its run, whose emptying
  * the arena's cap on kept pages may decommit for the next malloc to
@@ -125,8 +126,17 @@ static void recycle_empty_list(scr_arena *a, unsigned c, uint32_t max) {
 }
 
 /* a's holder frees a block of class c into its full list: the cap grows
- * by one block when c is SCR_GROW_FIRST or above and the arena's grown
- * bytes stay within its share of cache_grow (false: it does not).
+ * by one block, up to SCR_RECYCLE_RUN_MAX blocks for a class below
+ * SCR_GROW_FIRST and SCR_RECYCLE_CLASS_MAX for the others, while the
+ * arena's grown bytes stay within its share of cache_grow (false: it
+ * does not).
+ *
+ * Small classes: a thread that mallocs a run of blocks and frees it
+ * (containers built and dropped) had 64 of them from its list and the
+ * rest through its pages, twice the cost of a pair each
+ * (bench/proc_runs.c, runs of 1,000 blocks of 24-64 B).  Grown to the
+ * run's length, the list serves all of them; the run's bytes (48 KiB for
+ * 1,000 blocks of 48 B) come out of the same budget.
  *
  * Why: a list of blocks of 4 KiB and more holds 1-4 of them
  * (cache_bytes, cache_medium), and a thread whose frees and mallocs of
@@ -146,8 +156,8 @@ static void recycle_empty_list(scr_arena *a, unsigned c, uint32_t max) {
 bool _scr_recycle_grow(scr_arena *a, unsigned c) {
   scr_recycled *r = &a->rc[c];
   uint64_t size = _scr_class_sizes[c], budget = _scr_proc.opt.cache_grow;
-  if (c < SCR_GROW_FIRST || r->max == 0 || r->max >= SCR_RECYCLE_CLASS_MAX || budget == 0 || a->shared ||
-      a->takes_turns)
+  uint32_t cap = c < SCR_GROW_FIRST ? SCR_RECYCLE_RUN_MAX : SCR_RECYCLE_CLASS_MAX;
+  if (r->max == 0 || r->max >= cap || budget == 0 || a->shared || a->takes_turns)
     return false;
   unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
   if (a->cache_grown + size > budget / (held > 1 ? held : 1)) return false;

@@ -210,6 +210,32 @@ static void process_misuse_counted(void) {
   CHECK_EQ(scr_process_option_set("on_error", "abort"), SCR_OK);
 }
 
+/* A live block never holds the freed-block key: a large block made of
+ * pages that size-class blocks were freed on (their second words hold the
+ * key) and moved down to a size class by realloc hands its second word to
+ * the small block, whose free must not look like a double free. */
+static void realloc_down_from_reused_pages(void) {
+  CHECK_EQ(scr_process_option_set("on_error", "ignore"), SCR_OK);
+  struct scr_process_stats s0, s1;
+  scr_process_stats(&s0);
+  enum { N = 8192 }; /* eight 64 KiB pages of 64-B blocks */
+  static void *small[N];
+  for (int i = 0; i < N; i++) small[i] = scr_malloc(64);
+  for (int i = 0; i < N; i++) scr_free(small[i]);
+  for (int round = 0; round < 16; round++) {
+    char *big = scr_malloc(192 << 10); /* page runs, some of them those pages */
+    CHECK(big != NULL);
+    big[0] = 1;                        /* the program writes its first bytes only */
+    char *down = scr_realloc(big, 57);
+    CHECK(down != NULL && down[0] == 1);
+    scr_free(down);
+  }
+  scr_process_stats(&s1);
+  CHECK_EQ(misuse_count(&s1) - misuse_count(&s0), 0);
+  CHECK_EQ(scr_process_validate(), SCR_OK);
+  CHECK_EQ(scr_process_option_set("on_error", "abort"), SCR_OK);
+}
+
 /* Out-of-range process options are refused, not clamped. */
 static void process_options_out_of_range(void) {
   uint64_t before = scr_process_option_get("discard");
@@ -229,6 +255,7 @@ int main(void) {
   TEST(destroyed_heap);
   TEST(unchecked_heap_misuse);
   TEST(process_misuse_counted);
+  TEST(realloc_down_from_reused_pages);
   TEST(process_options_out_of_range);
   scr_set_error_handler(NULL, NULL);
   return check_done();

@@ -127,8 +127,9 @@ typedef struct scr_segment {
    * the free fast path's test, whose load needs only the page's index (not
    * its tag); 0 for every other page.  Written by the holder when the page
    * carves a slot, read by any thread: relaxed atomics.  Lines of their
-   * own. */
-  _Alignas(64) uint32_t slot_limit[SCR_PAGES_PER_SEGMENT];
+   * own.  64 bits (the value fits 19), so that the test compares a 64-bit
+   * product with it in memory, one instruction (process.h). */
+  _Alignas(64) uint64_t slot_limit[SCR_PAGES_PER_SEGMENT];
   scr_page pages[SCR_PAGES_PER_SEGMENT]; /* NORMAL: descriptors */
 } scr_segment;
 

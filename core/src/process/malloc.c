@@ -162,7 +162,9 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
  * its frees came here) took proc_free_general's checks for each: a run of
  * 2,000 blocks of 48 B took 139 instructions a free (cachegrind), twice
  * tcmalloc's. */
-static __attribute__((noinline)) void proc_free_refused(void *p, uintptr_t e, scr_arena *a, uintptr_t idx, unsigned tag) {
+static __attribute__((noinline)) void proc_free_refused(void *p, uintptr_t e, scr_arena *a) {
+  uintptr_t idx;
+  unsigned tag = _scr_block_tag(_scr_segmap_seg(e), p, &idx);
   if (SCR_LIKELY(_scr_segmap_mark(e) == a->own_mark && tag < SCR_GROW_FIRST)) {
     _scr_small_free(a->heap, _scr_class_page(_scr_segmap_seg(e), idx, tag), p);
     _scr_arena_tick(a);
@@ -182,15 +184,20 @@ __attribute__((aligned(64))) void scr_free(void *p) {
     uintptr_t idx;
     unsigned tag = _scr_block_tag(seg, p, &idx);
     scr_recycled *r = &a->rc[tag]; /* (SCR_TAG_OTHER's: no room, a test no address passes) */
-    if (SCR_UNLIKELY(_scr_proc_block_suspect_r(seg, p, r))) return proc_free_general(p, e, a);
+    /* r in a register of its own: left free, the compiler computed the
+     * list's address twice (for the slot test, then for the push), three
+     * instructions more */
+    __asm__("" : "+r"(r));
+    uint64_t key = _scr_misuse.key;
+    if (SCR_UNLIKELY(_scr_proc_block_suspect_r(seg, p, idx, r, key))) return proc_free_general(p, e, a);
     if (SCR_LIKELY(_scr_recycle_may_keep(a, _scr_segmap_mark(e)) && r->room != 0)) {
 #if SCR_DEBUG > 0
       if (_scr_recycle_refused(r, seg, idx, tag, p)) return;
 #endif
-      _scr_recycle_push(r, tag, p);
+      _scr_recycle_push_key(r, tag, p, key);
       return;
     }
-    return proc_free_refused(p, e, a, idx, tag);
+    return proc_free_refused(p, e, a);
   }
   proc_free_general(p, e, a);
 }

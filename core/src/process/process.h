@@ -397,13 +397,16 @@ static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark) {
   return keep;
 }
 /* Push block p of class c on list r (linked through its first word; ASan
- * builds poison the rest). */
-static inline void _scr_recycle_push(scr_recycled *r, unsigned c, void *p) {
+ * builds poison the rest); key: _scr_misuse.key, as the caller read it. */
+static inline void _scr_recycle_push_key(scr_recycled *r, unsigned c, void *p, uint64_t key) {
   *(void **)p = r->head;
-  _scr_block_set_word1(p, _scr_misuse.key); /* free (core/src/misuse.c) */
+  _scr_block_set_word1(p, key); /* free (core/src/misuse.c) */
   SCR_POISON(p, _scr_class_sizes[c]); /* ASan: a use after free is caught */
   r->head = p;
   r->room--;
+}
+static inline void _scr_recycle_push(scr_recycled *r, unsigned c, void *p) {
+  _scr_recycle_push_key(r, c, p, _scr_misuse.key);
 }
 /* Keep p, a block on page idx of seg with tag `tag` that a's holder frees
  * and may keep (_scr_recycle_may_keep), for a's next malloc of its class:
@@ -534,25 +537,44 @@ static inline int _scr_share_wanted(void) {
 SCR_INTERNAL int _scr_proc_classify(const void *p, uintptr_t e);
 SCR_INTERNAL void _scr_proc_misuse(const char *call, const void *p, int kind) __attribute__((cold, noinline));
 SCR_INTERNAL int _scr_proc_check(const char *call, const void *p);
+/* y >= seg->slot_limit[idx] (the slot test, below), the limit read as a
+ * relaxed atomic (its holder may be carving a slot): one compare with the
+ * limit in memory.  GCC treats an atomic (or volatile) operand as
+ * volatile: it loads it apart, into a register, at an address computed
+ * apart, two instructions more on the free fast path.  An aligned 64-bit
+ * access is atomic on x86-64; ThreadSanitizer builds and other targets
+ * take the builtin, which TSan sees. */
+static inline bool _scr_slot_beyond(const scr_segment *seg, uintptr_t idx, uint64_t y) {
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+  bool beyond;
+  __asm__("cmpq %2, %1" : "=@ccae"(beyond) : "r"(y), "m"(seg->slot_limit[idx]));
+  return beyond;
+#else
+  return y >= __atomic_load_n(&seg->slot_limit[idx], __ATOMIC_RELAXED);
+#endif
+}
 /* p, in seg on a page whose class has list r, is not plainly a live
  * block of an arena: not one of the slots its page carved (the slot test,
  * core/src/misuse.c, against the page's slot_limit in the segment header,
  * which its holder writes: a relaxed load that needs the page's index
  * only, not its tag), or it holds the freed-block key.  Always true for
  * tag OTHER (large blocks, huge ones, free pages: classified on the slow
- * side): their slot_limit and the list's magic are 0. */
-static inline bool _scr_proc_block_suspect_r(const scr_segment *seg, const void *p, const scr_recycled *r) {
+ * side): their slot_limit and the list's magic are 0.  idx: p's page in
+ * seg; key: _scr_misuse.key, read once by the caller, which writes it
+ * into the block it keeps (a second read of the global after the block's
+ * first word is written is an instruction more: the compiler cannot tell
+ * that the two do not alias). */
+static inline bool _scr_proc_block_suspect_r(const scr_segment *seg, const void *p, uintptr_t idx, const scr_recycled *r,
+                                             uint64_t key) {
   uint64_t off = (uintptr_t)p & r->mask;
-  uintptr_t idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
-  return off * r->magic >= __atomic_load_n(&seg->slot_limit[idx], __ATOMIC_RELAXED) ||
-         _scr_block_word1(p) == _scr_misuse.key;
+  return _scr_slot_beyond(seg, idx, off * r->magic) || _scr_block_word1(p) == key;
 }
 /* The same by the page's tag, for callers that have no list at hand. */
 static inline bool _scr_proc_block_suspect(const scr_segment *seg, const void *p, unsigned tag) {
   const _scr_slot_geom *g = &_scr_misuse.geom[tag];
   uint64_t off = (uintptr_t)p & g->mask;
   uintptr_t idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
-  if (off * g->magic >= __atomic_load_n(&seg->slot_limit[idx], __ATOMIC_RELAXED)) return true;
+  if (_scr_slot_beyond(seg, idx, off * g->magic)) return true;
   return _scr_block_word1(p) == _scr_misuse.key;
 }
 

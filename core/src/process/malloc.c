@@ -183,11 +183,14 @@ __attribute__((aligned(64))) void scr_free(void *p) {
   if (SCR_LIKELY(seg != NULL && a != NULL)) {
     uintptr_t idx;
     unsigned tag = _scr_block_tag(seg, p, &idx);
-    scr_recycled *r = &a->rc[tag]; /* (SCR_TAG_OTHER's: no room, a test no address passes) */
-    /* r in a register of its own: left free, the compiler computed the
-     * list's address twice (for the slot test, then for the push), three
-     * instructions more */
-    __asm__("" : "+r"(r));
+    /* The list of the tag (SCR_TAG_OTHER's: no room, a test no address
+     * passes) at a's address plus this offset, held in a register: every
+     * access to the list then takes both in its address, no addition
+     * (left free, the compiler computed the list's address, then again
+     * for the push: four instructions more). */
+    uintptr_t at = (uintptr_t)tag * sizeof(scr_recycled);
+    __asm__("" : "+r"(at));
+    scr_recycled *r = (scr_recycled *)((char *)a->rc + at);
     uint64_t key = _scr_misuse.key;
     if (SCR_UNLIKELY(_scr_proc_block_suspect_r(seg, p, idx, r, key))) return proc_free_general(p, e, a);
     if (SCR_LIKELY(_scr_recycle_may_keep(a, _scr_segmap_mark(e)) && r->room != 0)) {

@@ -423,9 +423,11 @@ static inline int _scr_recycle_put(scr_arena *a, const scr_segment *seg, uintptr
   _scr_recycle_push(r, c, p);
   return 1;
 }
-/* A kept block of class c, or NULL. */
-static inline void *_scr_recycle_take(scr_arena *a, unsigned c) {
-  scr_recycled *r = &a->rc[c];
+/* A kept block of the class whose list is at a->rc plus `at` bytes, or
+ * NULL. */
+static inline void *_scr_recycle_take_at(scr_arena *a, uintptr_t at) {
+  scr_recycled *r = (scr_recycled *)((char *)a->rc + at);
+  unsigned c = (unsigned)(at / sizeof(scr_recycled));
   void *b = r->head;
   if (b == NULL) return NULL;
   SCR_UNPOISON(b, _scr_class_sizes[c]);
@@ -434,6 +436,10 @@ static inline void *_scr_recycle_take(scr_arena *a, unsigned c) {
   r->room++;
   _scr_block_set_word1(b, 0); /* handed out: no longer free */
   return b;
+}
+/* A kept block of class c, or NULL. */
+static inline void *_scr_recycle_take(scr_arena *a, unsigned c) {
+  return _scr_recycle_take_at(a, (uintptr_t)c * sizeof(scr_recycled));
 }
 
 /* pool.c: other arenas' blocks from full cache lists, for any thread's

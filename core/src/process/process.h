@@ -548,12 +548,13 @@ SCR_INTERNAL int _scr_proc_check(const char *call, const void *p);
  * limit in memory.  GCC treats an atomic (or volatile) operand as
  * volatile: it loads it apart, into a register, at an address computed
  * apart, two instructions more on the free fast path.  An aligned 64-bit
- * access is atomic on x86-64; ThreadSanitizer builds and other targets
- * take the builtin, which TSan sees. */
+ * access is atomic on x86-64 (volatile: the compiler may not move the
+ * access above the tests that seg is a segment); ThreadSanitizer builds
+ * and other targets take the builtin, which TSan sees. */
 static inline bool _scr_slot_beyond(const scr_segment *seg, uintptr_t idx, uint64_t y) {
 #if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
   bool beyond;
-  __asm__("cmpq %2, %1" : "=@ccae"(beyond) : "r"(y), "m"(seg->slot_limit[idx]));
+  __asm__ volatile("cmpq %2, %1" : "=@ccae"(beyond) : "r"(y), "m"(seg->slot_limit[idx]));
   return beyond;
 #else
   return y >= __atomic_load_n(&seg->slot_limit[idx], __ATOMIC_RELAXED);

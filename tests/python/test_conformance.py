@@ -227,12 +227,13 @@ def test_bad_environment_value_is_a_warning(monkeypatch, capfd):
 
 
 def test_bad_environment_value_under_warnings_as_errors(monkeypatch):
-    monkeypatch.setenv("SCRALLOC_RETAIN", "lots")
-    monkeypatch.setenv("SCRALLOC_LARGE_CACHE", "many")
+    # names no other test sets: the core warns once per process and name
+    monkeypatch.setenv("SCRALLOC_HUGE_THRESHOLD", "huge")
+    monkeypatch.setenv("SCRALLOC_LIMIT_BYTES", "none")
     before = open_allocators()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with pytest.raises(scralloc.ScrallocWarning, match="SCRALLOC_RETAIN"):
+        with pytest.raises(scralloc.ScrallocWarning, match="SCRALLOC_HUGE_THRESHOLD"):
             scralloc.Allocator.from_env()
     assert open_allocators() == before
 

@@ -130,6 +130,14 @@ def run_measured(launcher, argv, env_extra, preload):
             extra["rss_after_free_mib"] = int(parts[1]) / 1024
         if len(parts) == 2 and parts[0] == "rss_after_wait_kib":
             extra["rss_after_wait_mib"] = int(parts[1]) / 1024
+        if len(parts) > 1 and parts[0] != "proc_launch" and all("=" in p for p in parts[1:]):
+            # a program's own figures, "NAME key=value ...": kept as "NAME.key"
+            for p in parts[1:]:
+                k, _, v = p.partition("=")
+                try:
+                    extra[f"{parts[0]}.{k}"] = float(v)
+                except ValueError:
+                    pass
     if done.returncode != 0 or report is None:
         return done.returncode or 1, {}
     code = os.waitstatus_to_exitcode(int(report["status"]))

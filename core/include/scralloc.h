@@ -266,7 +266,10 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(cache_grows, "blocks by which threads' full cache lists of 4 KiB and larger blocks grew within cache_grow (cumulative)") \
   X(remote_frees, "blocks freed by another thread than their arena's")          \
   X(remote_pending, "remote frees not yet taken by their arena")                \
-  X(foreign_frees, "frees of memory scralloc does not own (ignored)")           \
+  X(foreign_frees, "frees, reallocs and usable sizes of memory scralloc does not own (SCRALLOC_ON_ERROR)") \
+  X(double_frees, "frees of blocks already free, and reallocs and usable sizes of them (SCRALLOC_ON_ERROR)") \
+  X(interior_frees, "frees, reallocs and usable sizes of addresses inside a block, not its start (SCRALLOC_ON_ERROR)") \
+  X(unallocated_frees, "frees, reallocs and usable sizes of slots or pages never handed out (SCRALLOC_ON_ERROR)") \
   X(realloc_moves, "reallocs that moved a block into the caller's arena")       \
   X(discards, "parked arenas whose free pages were returned")                   \
   X(discard_bytes, "committed bytes returned by discards")                      \

@@ -71,6 +71,9 @@ typedef struct scr_page {
   uint32_t capacity;           /* slots carved so far (bump index) */
   uint32_t reserved;           /* slots that fit in the page */
   uint32_t block_size;         /* bytes per slot (SMALL) */
+  uint32_t slot_limit;         /* SMALL: capacity * the class's slot step (misuse.c): off * magic < slot_limit
+                                  <=> off is a slot the page carved (the free fast path's test; relaxed atomics) */
+  uint32_t pad_;
   uint8_t kind;                /* scr_page_kind */
   uint8_t cls;                 /* size class (SMALL, RUN_TAIL) */
   uint8_t zero;                /* bytes not yet carved read as zero */
@@ -78,8 +81,10 @@ typedef struct scr_page {
   uint8_t cached;              /* LARGE: sits in the large cache */
   uint8_t head;                /* TAIL, RUN_TAIL: index of the first page of the block or run */
   uint8_t span;                /* LARGE: pages in the block; SMALL: pages in the run (1 or SCR_MEDIUM_SPAN) */
+  uint8_t freed_block;         /* FREE: a large block started here and was freed (classify: a second free is a double free) */
   struct scr_page *next, *prev;/* class queue */
 } scr_page;
+_Static_assert(sizeof(scr_page) == 64, "a descriptor is a line: its index is a shift");
 
 typedef enum scr_segment_kind { SCR_SEG_NORMAL = 0, SCR_SEG_HUGE = 1 } scr_segment_kind;
 
@@ -164,7 +169,9 @@ struct _scr_heap_hooks {
  *   over_pages * SCR_PAGE_SIZE < opt.decommit_batch (or over_pages == 0)
  *   bytes == SCR_PAGE_SIZE * (committed pages, any kind) + sum(huge sizes)
  *   mmaps == number of segments on `segments` */
+#define SCR_HEAP_MAGIC 0x53435248454150ull /* "SCRHEAP": a heap not yet destroyed */
 struct scr_heap {
+  uint64_t magic;                        /* SCR_HEAP_MAGIC while the heap lives, 0 once destroyed */
   scr_page *queue[SCR_CLASS_COUNT];      /* head of each class queue */
   scr_page *queue_tail[SCR_CLASS_COUNT]; /* tail of each class queue */
   uint32_t empty_count[SCR_CLASS_COUNT]; /* retained pages per class */

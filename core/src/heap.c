@@ -517,6 +517,11 @@ uint64_t _scr_heap_unused_bytes(const scr_heap *h) {
   return h->bytes > used ? h->bytes - used : 0;
 }
 
+uint64_t _scr_heap_busy_bytes(const scr_heap *h) {
+  uint64_t free_bytes = (h->retained_pages + h->dirty_pages + h->over_pages) * SCR_PAGE_SIZE + h->cache_bytes;
+  return h->bytes > free_bytes ? h->bytes - free_bytes : 0;
+}
+
 scr_heap *_scr_heap_of(const void *p) {
   scr_segment *seg = _scr_segmap_get(p);
   return seg ? seg->heap : NULL;

@@ -206,6 +206,9 @@ SCR_INTERNAL void _scr_heap_set_caps(scr_heap *h, unsigned retain, size_t retain
  * live blocks (heap_total - heap_used). */
 SCR_INTERNAL uint64_t _scr_heap_used_bytes(const scr_heap *h);
 SCR_INTERNAL uint64_t _scr_heap_unused_bytes(const scr_heap *h);
+/* Committed bytes not in free pages or cached large blocks: the pages of
+ * live blocks (their free slots included). */
+SCR_INTERNAL uint64_t _scr_heap_busy_bytes(const scr_heap *h);
 SCR_INTERNAL void _scr_heap_set_owner(scr_heap *h, void *owner, uintptr_t map_mark); /* before its first segment */
 SCR_INTERNAL void *_scr_heap_owner(const scr_heap *h);
 SCR_INTERNAL void _scr_heap_set_hooks(scr_heap *h, const struct _scr_heap_hooks *hooks);

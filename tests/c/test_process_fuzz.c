@@ -255,6 +255,7 @@ static const option_draw draws[] = {
     {"prefault_after", {"0", "65536", "1M"}},
     {"hugepage_after", {"0", "1M", "8M"}},
     {"retain_budget", {"0", "1M", "4M"}},
+    {"retain_ratio", {"0", "100", "400"}},
 };
 enum { NDRAWS = sizeof draws / sizeof draws[0] };
 

@@ -67,7 +67,8 @@ SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
   X(share, 1, 0, 1, "threads start on one arena they share (a lock per call) until one finds it taken share_contended times within 256 calls or runs share_hot calls without blocking, then claim their own: 0 off, every thread claims its own at its first allocation") \
   X(share_hot, 4096, 256, UINT64_MAX, "calls without blocking (voluntary context switches) after which a thread on the shared arena claims its own") \
   X(share_contended, 8, 1, 256, "times within 256 calls a thread on the shared arena finds it taken (another thread allocating that moment) before it claims its own; it waits for it the times before (1: claims its own at the first)") \
-  X(retain_budget, (uint64_t)4 << 20, 0, UINT64_MAX, "empty pages the arenas keep committed together: each keeps this over the threads holding arenas, and at least retain_bytes") \
+  X(retain_budget, (uint64_t)4 << 20, 0, UINT64_MAX, "free pages and cached large blocks the arenas keep committed together, beside retain_ratio: each keeps this over the threads holding arenas, and at least retain_bytes") \
+  X(retain_ratio, 100, 0, 10000, "percent of the bytes the live blocks' pages take that the arenas may keep committed in free pages and cached large blocks, beside retain_budget (shared by the threads holding arenas; 0: retain_budget alone)") \
   X(dontdump, 2, 0, 2, "MADV_DONTDUMP on segments: 0 never, 1 always, 2 auto (when no core would be written)") \
   X(stats, 0, 0, 3, "print statistics at exit: 1 summary, 2 also per arena, 3 (json) scr_process_stats_json's object on one line") \
   X(stats_fd, 2, 0, 1 << 20, "file descriptor the exit report goes to (stderr by default)") \
@@ -138,7 +139,8 @@ typedef struct scr_arena {
   uint64_t mapped;                  /* bytes of segments mapped (holder, via hook) */
   uint64_t carved;                  /* how far the frontier moved into fresh memory (holder, via hook) */
   uint64_t carved_for[SCR_CLASS_COUNT + 1]; /* that, per size class (the last: large blocks) (holder, via hook) */
-  uint64_t keep;                    /* the heap's retain_bytes as last set from arena_keep (holder) */
+  uint64_t keep;                    /* the heap's retain_bytes as last set from the budget's share (holder) */
+  uint64_t busy_published;          /* its part of _scr_proc.busy_bytes (holder) */
   uint64_t huge_regions;            /* 2 MiB regions advised MADV_HUGEPAGE (holder) */
   uintptr_t pf_end;                 /* end of the last range faulted ahead (holder) */
   uintptr_t frontier_seg;           /* the segment mapped last (holder, via hook) */
@@ -197,7 +199,8 @@ typedef struct scr_proc {
    * blocks read owned_hint (_scr_proc_alone). */
   _Alignas(64) _Atomic unsigned owned_hint; /* nowned, for readers without the lock */
   unsigned ncpus;                   /* CPUs the process may run on (at init) */
-  _Atomic uint64_t arena_keep;      /* each arena's retain_bytes now (arena.c: the budget's share) */
+  _Atomic uint64_t arena_keep;      /* each arena's share of retain_budget now (arena.c) */
+  _Atomic uint64_t busy_bytes;      /* bytes the arenas' live blocks' pages take, as published (arena.c) */
   _Alignas(64) _Atomic uint64_t parked_room; /* most bytes not in live blocks of a parked arena, as last
                                        seen under lock (may be stale high: a switch then finds none) */
   uint8_t *pool;                    /* arena descriptors are carved here */
@@ -292,6 +295,7 @@ SCR_INTERNAL void _scr_proc_init_slow(void);
 SCR_INTERNAL scr_arena *_scr_arena_claim(void);
 SCR_INTERNAL void _scr_arena_park(scr_arena *a);
 SCR_INTERNAL void _scr_arena_publish(scr_arena *a);
+SCR_INTERNAL void _scr_arena_busy_publish(scr_arena *a, bool exact);
 SCR_INTERNAL void _scr_arena_room_locked(scr_arena *a); /* a parked arena's room changed */
 SCR_INTERNAL void _scr_arena_borrow_locked(scr_arena *a, scr_arena *prev);
 SCR_INTERNAL void _scr_arena_unborrow(scr_arena *a, scr_arena *prev);

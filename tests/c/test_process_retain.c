@@ -1,0 +1,109 @@
+/* Retention of the process allocator (docs/process.md, "Freed pages wait
+ * before they go back" and "The budget"): the budget of free pages kept
+ * committed grows with what the arenas' live blocks take (retain_ratio),
+ * so a thread that frees and allocates bursts as large as what it keeps
+ * live reuses its freed pages without madvise; an exiting thread's arena
+ * gives back what it kept above retain_bytes at park; freed huge blocks
+ * serve later requests of other sizes and other threads; and a trim from
+ * one thread reaches the arenas of threads that are alive and busy.
+ * Runs in the debug, ASan+UBSan and TSan builds. */
+#include "arena_probe.h"
+#include "check.h"
+#include "scralloc.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+enum {
+  LIVE_BLOCK = 8192,
+  LIVE_BLOCKS = 1024,       /* 8 MiB kept live */
+  BURST_BLOCK = 100 << 10,  /* two pages each */
+  BURST_BLOCKS = 48,        /* 4.7 MiB freed and allocated again each round */
+  ROUNDS = 6,
+};
+
+struct burst_result {
+  uint64_t madvise_calls;  /* the arena's, over rounds 2..ROUNDS */
+  unsigned arena;          /* the arena the thread held */
+  uint64_t dirty_before_exit;
+};
+
+/* Builds a live set, then allocates, writes and frees a burst per round;
+ * counts its arena's madvise calls after the first round. */
+static void *burst_thread(void *arg) {
+  struct burst_result *r = arg;
+  void *mark = scr_malloc(57000); /* its arena is the one with a block of class 57344 */
+  void **live = scr_malloc(LIVE_BLOCKS * sizeof(void *));
+  for (int i = 0; i < LIVE_BLOCKS; i++) {
+    live[i] = scr_malloc(LIVE_BLOCK);
+    memset(live[i], 7, LIVE_BLOCK);
+  }
+  void *burst[BURST_BLOCKS];
+  struct scr_stats st0, st1;
+  memset(&st0, 0, sizeof st0);
+  r->arena = arena_with_live(57344);
+  CHECK(r->arena != UINT32_MAX);
+  for (int round = 0; round < ROUNDS; round++) {
+    if (round == 1) scr_arena_stats(r->arena, &st0);
+    for (int i = 0; i < BURST_BLOCKS; i++) {
+      burst[i] = scr_malloc(BURST_BLOCK);
+      CHECK(burst[i] != NULL);
+      memset(burst[i], round, BURST_BLOCK);
+    }
+    for (int i = 0; i < BURST_BLOCKS; i++) scr_free(burst[i]);
+  }
+  scr_arena_stats(r->arena, &st1);
+  r->madvise_calls = st1.madvise_calls - st0.madvise_calls;
+  r->dirty_before_exit = st1.dirty_bytes;
+  for (int i = 0; i < LIVE_BLOCKS; i++) scr_free(live[i]);
+  scr_free(live);
+  scr_free(mark);
+  return NULL;
+}
+
+static struct burst_result run_bursts(void) {
+  struct burst_result r;
+  memset(&r, 0, sizeof r);
+  pthread_t t;
+  pthread_create(&t, NULL, burst_thread, &r);
+  pthread_join(t, NULL);
+  return r;
+}
+
+/* With the proportional budget the thread's freed bursts wait committed
+ * and the next round takes them: no madvise.  With retain_ratio 0 (the
+ * fixed 4 MiB budget alone) the same rounds give pages back every round:
+ * the test would fail without the ratio. */
+static void test_bursts_reuse_freed_pages(void) {
+  scr_process_option_set("retain_ratio", "0");
+  struct burst_result fixed = run_bursts();
+  scr_process_option_set("retain_ratio", "100");
+  struct burst_result ratio = run_bursts();
+  printf("  madvise calls over %d rounds: %llu with retain_ratio 0, %llu with 100\n", ROUNDS - 1,
+         (unsigned long long)fixed.madvise_calls, (unsigned long long)ratio.madvise_calls);
+  CHECK(fixed.madvise_calls >= ROUNDS - 1);
+  CHECK(ratio.madvise_calls <= 2);
+  /* what the thread kept above retain_bytes went back when it exited */
+  CHECK(ratio.dirty_before_exit >= (uint64_t)2 << 20);
+  struct scr_stats st;
+  CHECK(scr_arena_stats(ratio.arena, &st) == SCR_OK);
+  printf("  dirty before exit %llu KiB, after park %llu KiB\n", (unsigned long long)(ratio.dirty_before_exit >> 10),
+         (unsigned long long)(st.dirty_bytes >> 10));
+  CHECK(st.dirty_bytes + st.retained_bytes <= (uint64_t)512 << 10);
+}
+
+int main(void) {
+  /* A purge pass decommits pages freed more than purge_delay_ms before;
+   * sanitizer builds are slow enough for a round to take that long. */
+  setenv("SCRALLOC_PURGE_DELAY_MS", "2000", 1);
+  scr_process_option_set("share", "0");
+  scr_process_option_set("discard_delay_ms", "100000");
+  TEST(test_bursts_reuse_freed_pages);
+  scr_trim();
+  CHECK(scr_process_validate() == SCR_OK);
+  return check_done();
+}

@@ -139,6 +139,15 @@ SCR_INTERNAL bool _scr_segment_unmap(scr_heap *h, scr_segment *seg);
 SCR_INTERNAL scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, unsigned n, unsigned cls);
 SCR_INTERNAL scr_page *_scr_segment_take_pages(scr_heap *h, unsigned npages, size_t align, unsigned cls,
                                                bool fresh_first);
+/* A huge segment leaves h (off its list and its figures; seg->heap stays
+ * h, so that a double free of its block is still told as one) or joins
+ * h (at size new_size: its tail unmapped, or grown with mremap, moved
+ * without a copy where it must be; NULL when that failed and the segment
+ * was unmapped). */
+SCR_INTERNAL void _scr_segment_detach(scr_heap *h, scr_segment *seg);
+SCR_INTERNAL scr_segment *_scr_segment_attach(scr_heap *h, scr_segment *seg, size_t new_size);
+/* Unmap a detached huge segment (the process allocator's huge cache). */
+SCR_INTERNAL void _scr_segment_unmap_detached(scr_segment *seg, scr_os_counters *c);
 SCR_INTERNAL void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigned npages);
 SCR_INTERNAL void _scr_segment_purge(scr_heap *h, bool all);
 SCR_INTERNAL void _scr_segment_purge_tick(scr_heap *h);

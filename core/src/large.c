@@ -104,6 +104,19 @@ static void *huge_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
     errno = ENOMEM;
     return NULL;
   }
+  if (h->hooks.huge_take) {
+    /* A freed huge block of any thread, resized: the pages it keeps are
+     * resident already (no fault, no zeroing by the kernel). */
+    scr_segment *seg = h->hooks.huge_take(h, size, offset, h->hooks.arg);
+    if (seg != NULL && (seg = _scr_segment_attach(h, seg, size)) != NULL) {
+      seg->huge_live = 1;
+      *zero = false;
+      h->large_live++;
+      h->large_bytes += seg->huge_size;
+      scr_validate_heap(h);
+      return huge_block(seg);
+    }
+  }
   scr_segment *seg = _scr_segment_map(h, size, align, SCR_SEG_HUGE);
   if (seg == NULL) {
     errno = ENOMEM;
@@ -179,6 +192,12 @@ void _scr_large_free(scr_heap *h, scr_segment *seg, void *p) {
   }
   h->large_live--;
   h->large_bytes -= size;
+  if (seg->kind == SCR_SEG_HUGE && h->hooks.huge_put) { /* the process's huge cache */
+    _scr_segment_detach(h, seg);
+    h->hooks.huge_put(h, seg, h->hooks.arg);
+    scr_validate_heap(h);
+    return;
+  }
   /* With a purge delay a page run goes back to its segment as dirty
    * pages, which any later request (small pages too) takes first: the
    * cache then holds huge mappings only. */

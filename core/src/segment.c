@@ -97,6 +97,68 @@ bool _scr_segment_unmap(scr_heap *h, scr_segment *seg) {
   return true;
 }
 
+void _scr_segment_detach(scr_heap *h, scr_segment *seg) {
+  scr_assert(seg->kind == SCR_SEG_HUGE && !seg->huge_live);
+  unlink_segment(h, seg);
+  h->mmaps--;
+  h->reserved -= seg->size;
+  h->bytes -= seg->size;
+}
+
+void _scr_segment_unmap_detached(scr_segment *seg, scr_os_counters *c) {
+  size_t size = seg->size;
+  _scr_segmap_clear((uintptr_t)seg, size);
+  seg->magic = 0;
+  if (_scr_os_unmap(seg, size, c) != 0) _scr_report(SCR_ENOMEM, "munmap of a cached huge block failed: %zu bytes stay mapped", size);
+}
+
+/* The segment map's chunks of [base + from, base + to) that no byte below
+ * base + from shares. */
+static void segmap_clear_tail(uintptr_t base, size_t from, size_t to) {
+  uintptr_t first = (base + from + SCR_SEGMENT_SIZE - 1) & ~(uintptr_t)(SCR_SEGMENT_SIZE - 1);
+  if (first < base + to) _scr_segmap_clear(first, base + to - first);
+}
+
+scr_segment *_scr_segment_attach(scr_heap *h, scr_segment *seg, size_t new_size) {
+  size_t old_size = seg->size;
+  if (new_size < old_size) {
+    /* the tail goes back; the head, resident, serves the block */
+    segmap_clear_tail((uintptr_t)seg, new_size, old_size);
+    if (_scr_os_unmap((uint8_t *)seg + new_size, old_size - new_size, &h->os) != 0) {
+      _scr_segmap_set((uintptr_t)seg, old_size, seg, h->map_mark);
+      new_size = old_size; /* keeps its tail */
+    }
+  } else if (new_size > old_size) {
+    scr_segment *moved = NULL;
+    if (_scr_segmap_prepare((uintptr_t)seg, new_size) == 0) moved = _scr_os_remap(seg, old_size, new_size, NULL, &h->os);
+    if (moved == NULL) {
+      size_t align = seg->huge_offset > SCR_SEGMENT_SIZE ? seg->huge_offset : SCR_SEGMENT_SIZE;
+      void *target = _scr_os_map_aligned(new_size, align, &h->os);
+      if (target != NULL && _scr_segmap_prepare((uintptr_t)target, new_size) == 0)
+        moved = _scr_os_remap(seg, old_size, new_size, target, &h->os);
+      if (moved == NULL) {
+        if (target != NULL) _scr_os_unmap(target, new_size, &h->os);
+        _scr_segment_unmap_detached(seg, &h->os);
+        return NULL;
+      }
+      _scr_segmap_clear((uintptr_t)seg, old_size);
+    }
+    seg = moved;
+  }
+  seg->size = new_size;
+  seg->huge_size = new_size - seg->huge_offset;
+  seg->heap = h;
+  if (_scr_segmap_set((uintptr_t)seg, new_size, seg, h->map_mark) != 0) { /* leaves exist: cannot fail */
+    _scr_segment_unmap_detached(seg, &h->os);
+    return NULL;
+  }
+  link_segment(h, seg);
+  h->mmaps++;
+  h->reserved += new_size;
+  h->bytes += new_size;
+  return seg;
+}
+
 /* Bit j of the result: pages j .. j+n-1 are all free, and page j starts
  * on an `align` boundary. */
 static uint64_t run_starts(uint64_t free_mask, unsigned n, size_t align) {

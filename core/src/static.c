@@ -30,6 +30,7 @@
 #include "process/turns.c"
 #include "process/share.c"
 #include "process/hooks.c"
+#include "process/huge_cache.c"
 #include "process/prefault.c"
 #include "process/discard.c"
 #include "process/misuse.c"

@@ -256,6 +256,7 @@ static const option_draw draws[] = {
     {"hugepage_after", {"0", "1M", "8M"}},
     {"retain_budget", {"0", "1M", "4M"}},
     {"retain_ratio", {"0", "100", "400"}},
+    {"huge_decay_ms", {"0", "5", "1000"}},
 };
 enum { NDRAWS = sizeof draws / sizeof draws[0] };
 

@@ -12,6 +12,7 @@
 #include "scralloc.h"
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +97,90 @@ static void test_bursts_reuse_freed_pages(void) {
   CHECK(st.dirty_bytes + st.retained_bytes <= (uint64_t)512 << 10);
 }
 
+static struct scr_process_stats pstats(void) {
+  struct scr_process_stats ps;
+  scr_process_stats(&ps);
+  return ps;
+}
+
+struct huge_job { size_t n; void *freed; };
+static void *huge_freer(void *arg) {
+  struct huge_job *j = arg;
+  uint8_t *p = scr_malloc(j->n);
+  CHECK(p != NULL);
+  memset(p, 0x5a, j->n);
+  j->freed = p;
+  scr_free(p);
+  return NULL;
+}
+
+/* A huge block one thread freed serves another thread's request of
+ * another size: smaller (its tail unmapped) or larger (grown); a calloc
+ * from it reads as zero; it is still known as freed (a second free is a
+ * double free); trim gives back what the cache holds. */
+static void test_huge_blocks_reused_by_any_thread(void) {
+  scr_trim();
+  struct scr_process_stats ps0 = pstats();
+  size_t n = (size_t)3 << 20; /* within retain_budget (4 MiB) with nothing else live */
+  struct huge_job job = {n, NULL};
+  pthread_t t;
+  pthread_create(&t, NULL, huge_freer, &job);
+  pthread_join(t, NULL);
+  void *freed = job.freed;
+  struct scr_process_stats ps1 = pstats();
+  CHECK_EQ(ps1.huge_cache_puts, ps0.huge_cache_puts + 1);
+  struct scr_stats st;
+  scr_stats(&st);
+  CHECK(st.cached_bytes >= n);
+  /* a double free of the cached block is told as one */
+  scr_process_option_set("on_error", "ignore");
+  scr_free(freed);
+  CHECK_EQ(pstats().double_frees, ps1.double_frees + 1);
+  scr_process_option_set("on_error", "abort");
+
+  uint64_t mmaps0 = st.mmap_calls;
+  uint8_t *p = scr_malloc((size_t)2 << 20); /* smaller: the tail goes */
+  CHECK(p == freed);
+  CHECK(p[0] == 0x5a); /* reused, not a fresh mapping */
+  CHECK_EQ(pstats().huge_cache_hits, ps1.huge_cache_hits + 1);
+  scr_stats(&st);
+  CHECK_EQ(st.mmap_calls, mmaps0);
+  scr_free(p);
+  size_t big = (size_t)7 << 19; /* 3.5 MiB */
+  uint8_t *q = scr_calloc(1, big); /* larger: grown, and zeroed */
+  CHECK(q != NULL);
+  bool zero = q[big - 1] == 0;
+  for (size_t i = 0; i < big; i += 4096) zero &= q[i] == 0;
+  CHECK(zero);
+  CHECK_EQ(pstats().huge_cache_hits, ps1.huge_cache_hits + 2);
+  scr_free(q);
+  scr_stats(&st);
+  CHECK(st.cached_blocks >= 1);
+  CHECK(scr_trim() >= big);
+  scr_stats(&st);
+  CHECK_EQ(st.cached_bytes, 0);
+}
+
+/* The helper thread unmaps a cached huge block huge_decay_ms after it
+ * was freed, without any call from the program. */
+static void test_huge_blocks_decay(void) {
+  scr_trim();
+  scr_process_option_set("huge_decay_ms", "50");
+  struct scr_process_stats ps0 = pstats();
+  void *p = scr_malloc((size_t)3 << 20);
+  memset(p, 1, (size_t)3 << 20);
+  scr_free(p);
+  for (int i = 0; i < 64; i++) scr_free(scr_malloc(20000)); /* heap calls: the tick wakes the helper */
+  struct scr_stats st;
+  scr_stats(&st);
+  CHECK(st.cached_bytes >= ((size_t)3 << 20));
+  for (int i = 0; i < 200 && pstats().huge_cache_decayed == ps0.huge_cache_decayed; i++) usleep(10000);
+  scr_stats(&st);
+  CHECK(pstats().huge_cache_decayed >= ps0.huge_cache_decayed + ((size_t)3 << 20));
+  CHECK_EQ(st.cached_bytes, 0);
+  scr_process_option_set("huge_decay_ms", "1000");
+}
+
 int main(void) {
   /* A purge pass decommits pages freed more than purge_delay_ms before;
    * sanitizer builds are slow enough for a round to take that long. */
@@ -103,6 +188,8 @@ int main(void) {
   scr_process_option_set("share", "0");
   scr_process_option_set("discard_delay_ms", "100000");
   TEST(test_bursts_reuse_freed_pages);
+  TEST(test_huge_blocks_reused_by_any_thread);
+  TEST(test_huge_blocks_decay);
   scr_trim();
   CHECK(scr_process_validate() == SCR_OK);
   return check_done();

@@ -92,6 +92,7 @@ static scr_arena *proc_arena_new(void) {
   a->id = P->narenas++;
   pthread_mutex_init(&a->snap_lock, NULL);
   a->hooks = _scr_arena_hooks;
+  _scr_huge_cache_install(&a->hooks);
   a->hooks.arg = a;
   /* Its segments' mark in the segment map: id + 1 while that fits (0,
    * unmarked, is every other heap's), else none, and own_mark then
@@ -172,15 +173,24 @@ void _scr_arena_busy_publish(scr_arena *a, bool exact) {
   a->busy_published = busy;
 }
 
+static uint64_t proc_budget_ratio_part(void) {
+  uint64_t busy = atomic_load_explicit(&_scr_proc.busy_bytes, memory_order_relaxed);
+  if (busy >> 62) busy = 0; /* a transient negative sum while arenas publish */
+  return busy / 100 * _scr_proc.opt.retain_ratio;
+}
+
+uint64_t _scr_proc_budget(void) { return _scr_proc.opt.retain_budget + proc_budget_ratio_part(); }
+
 /* The arena's share of the budget now: the fixed part's share plus the
- * proportional part over the threads holding arenas. */
+ * proportional part, less the huge blocks the process caches
+ * (huge_cache.c), over the threads holding arenas. */
 static uint64_t proc_keep_want(void) {
   scr_proc *P = &_scr_proc;
   uint64_t want = atomic_load_explicit(&P->arena_keep, memory_order_relaxed);
-  uint64_t busy = atomic_load_explicit(&P->busy_bytes, memory_order_relaxed);
+  uint64_t ratio = proc_budget_ratio_part(), cached = _scr_huge_cache_bytes();
   unsigned owned = atomic_load_explicit(&P->owned_hint, memory_order_relaxed);
-  if (busy >> 62) busy = 0; /* a transient negative sum while arenas publish */
-  return want + busy / 100 * P->opt.retain_ratio / (owned ? owned : 1);
+  ratio = ratio > cached ? ratio - cached : 0;
+  return want + ratio / (owned ? owned : 1);
 }
 
 /* The holder moves its heap to the current share (at claim, and at ticks);
@@ -388,6 +398,7 @@ void _scr_arena_publish(scr_arena *a) {
 
 void _scr_arena_tick_slow(scr_arena *a) {
   _scr_remote_poll(a);
+  _scr_huge_cache_tick();
   _scr_arena_busy_publish(a, false);
   proc_keep_update(a);
   if (a->pf_pending) {
@@ -417,12 +428,14 @@ static void proc_fork_prepare(void) {
   pthread_mutex_lock(&P->lock);
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_lock(&a->snap_lock);
   _scr_pool_lock_all();
+  _scr_huge_cache_lock();
   pthread_mutex_lock(&P->helper_lock);
 }
 
 static void proc_fork_parent(void) {
   scr_proc *P = &_scr_proc;
   pthread_mutex_unlock(&P->helper_lock);
+  _scr_huge_cache_unlock();
   _scr_pool_unlock_all();
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);
   pthread_mutex_unlock(&P->lock);
@@ -432,6 +445,7 @@ static void proc_fork_parent(void) {
 static void proc_fork_child(void) {
   scr_proc *P = &_scr_proc;
   pthread_mutex_unlock(&P->helper_lock);
+  _scr_huge_cache_unlock();
   _scr_pool_unlock_all();
   _scr_helper_after_fork_child();
   _scr_prefault_after_fork_child();

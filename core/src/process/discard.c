@@ -150,9 +150,10 @@ static void *proc_helper_main(void *arg) {
 
     (void)_scr_prefault_run();
 
-    uint64_t wait_until = UINT64_MAX;
-    scr_arena *a = NULL, *prev = NULL;
     uint64_t now = _scr_proc_now_ns();
+    /* freed huge blocks unused for huge_decay_ms (huge_cache.c) */
+    uint64_t wait_until = _scr_huge_cache_decay(now, false, NULL);
+    scr_arena *a = NULL, *prev = NULL;
     pthread_mutex_lock(&P->lock);
     if (P->opt.discard) {
       a = proc_oldest_undiscarded(&prev);
@@ -161,7 +162,7 @@ static void *proc_helper_main(void *arg) {
         if (now >= due) {
           _scr_arena_borrow_locked(a, prev); /* parked again below, at the cold end */
         } else {
-          wait_until = due;
+          if (due < wait_until) wait_until = due;
           a = NULL;
         }
       }

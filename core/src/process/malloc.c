@@ -255,6 +255,9 @@ size_t scr_trim(void) {
   if (a) n += _scr_arena_trim(a);
   else _scr_pool_flush(NULL);
   n += _scr_share_trim();
+  uint64_t cached = 0;
+  (void)_scr_huge_cache_decay(0, true, &cached);
+  n += cached;
   pthread_mutex_lock(&P->lock);
   for (scr_arena *b = P->parked; b; b = b->next_parked) {
     if (b->poisoned) continue; /* already given back */

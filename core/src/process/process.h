@@ -68,6 +68,7 @@ SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
   X(share_hot, 4096, 256, UINT64_MAX, "calls without blocking (voluntary context switches) after which a thread on the shared arena claims its own") \
   X(share_contended, 8, 1, 256, "times within 256 calls a thread on the shared arena finds it taken (another thread allocating that moment) before it claims its own; it waits for it the times before (1: claims its own at the first)") \
   X(retain_budget, (uint64_t)4 << 20, 0, UINT64_MAX, "free pages and cached large blocks the arenas keep committed together, beside retain_ratio: each keeps this over the threads holding arenas, and at least retain_bytes") \
+  X(huge_decay_ms, 1000, 0, 3600000, "how long a freed huge block waits in the process's cache for a request of any thread before the helper unmaps it") \
   X(retain_ratio, 100, 0, 10000, "percent of the bytes the live blocks' pages take that the arenas may keep committed in free pages and cached large blocks, beside retain_budget (shared by the threads holding arenas; 0: retain_budget alone)") \
   X(dontdump, 2, 0, 2, "MADV_DONTDUMP on segments: 0 never, 1 always, 2 auto (when no core would be written)") \
   X(stats, 0, 0, 3, "print statistics at exit: 1 summary, 2 also per arena, 3 (json) scr_process_stats_json's object on one line") \
@@ -253,6 +254,10 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(share_joins, "threads that started on the shared arena")               \
   X(share_leaves, "threads that left the shared arena for their own (found it taken share_contended times in 256 calls, ran hot, or exited)") \
   X(share_collisions, "calls that found the shared arena taken (the thread waited for it, or claimed its own)") \
+  X(huge_cache_puts, "freed huge blocks put in the process's cache")          \
+  X(huge_cache_hits, "huge blocks served from the process's cache (resized)") \
+  X(huge_cache_evicted, "bytes of cached huge blocks unmapped to stay within the budget") \
+  X(huge_cache_decayed, "bytes of cached huge blocks unmapped after huge_decay_ms") \
   X(forks, "forks the allocator went through")
 
 typedef struct scr_proc_counters {
@@ -486,6 +491,17 @@ SCR_INTERNAL void _scr_remote_drain(scr_arena *a);
 static inline void _scr_remote_poll(scr_arena *a) {
   if (SCR_UNLIKELY(atomic_load_explicit(&a->remote, memory_order_relaxed) != NULL)) _scr_remote_drain(a);
 }
+
+/* huge_cache.c: the process's freed huge blocks, for any thread */
+SCR_INTERNAL void _scr_huge_cache_install(struct _scr_heap_hooks *hooks);
+SCR_INTERNAL uint64_t _scr_huge_cache_bytes(void);
+SCR_INTERNAL uint64_t _scr_huge_cache_decay(uint64_t now_ns, bool all, uint64_t *returned);
+SCR_INTERNAL void _scr_huge_cache_tick(void);
+SCR_INTERNAL void _scr_huge_cache_counts(uint64_t *blocks, uint64_t *bytes, uint64_t *munmaps, uint64_t *failures);
+SCR_INTERNAL void _scr_huge_cache_lock(void);   /* fork: held across it */
+SCR_INTERNAL void _scr_huge_cache_unlock(void);
+/* arena.c: the process budget of free memory kept committed (bytes) */
+SCR_INTERNAL uint64_t _scr_proc_budget(void);
 
 /* hooks.c: what the arena does when its heap maps a segment or takes a page */
 SCR_INTERNAL extern const struct _scr_heap_hooks _scr_arena_hooks;

@@ -181,6 +181,58 @@ static void test_huge_blocks_decay(void) {
   scr_process_option_set("huge_decay_ms", "1000");
 }
 
+static _Atomic int busy_stop, busy_ready;
+static _Atomic unsigned busy_arena = UINT32_MAX;
+
+/* Keeps freed pages dirty, then calls the allocator without pause (each
+ * call reaches its heap: blocks past the thread's cache) until told to
+ * stop. */
+static void *busy_thread(void *arg) {
+  (void)arg;
+  void *mark = scr_malloc(57000);
+  void *burst[BURST_BLOCKS];
+  for (int i = 0; i < BURST_BLOCKS; i++) memset(burst[i] = scr_malloc(BURST_BLOCK), 1, BURST_BLOCK);
+  void *live = scr_malloc((size_t)8 << 20); /* keeps the budget's proportional part above the burst */
+  for (int i = 0; i < BURST_BLOCKS; i++) scr_free(burst[i]);
+  atomic_store(&busy_arena, arena_with_live(57344));
+  atomic_store(&busy_ready, 1);
+  while (!atomic_load(&busy_stop)) scr_free(scr_malloc(200000));
+  scr_free(live);
+  scr_free(mark);
+  return NULL;
+}
+
+/* scr_trim from the main thread reaches the arena of a thread that is
+ * alive and busy: the thread trims at its next tick. */
+static void test_trim_reaches_busy_threads(void) {
+  atomic_store(&busy_stop, 0);
+  atomic_store(&busy_ready, 0);
+  pthread_t t;
+  pthread_create(&t, NULL, busy_thread, NULL);
+  while (!atomic_load(&busy_ready)) usleep(1000);
+  unsigned a = atomic_load(&busy_arena);
+  CHECK(a != UINT32_MAX);
+  struct scr_stats st;
+  scr_arena_stats(a, &st);
+  uint64_t dirty0 = st.dirty_bytes;
+  struct scr_process_stats ps0 = pstats();
+  scr_trim();
+  uint64_t dirty1 = dirty0;
+  for (int i = 0; i < 500 && pstats().trim_answers == ps0.trim_answers; i++) usleep(2000);
+  scr_arena_stats(a, &st);
+  dirty1 = st.dirty_bytes;
+  struct scr_process_stats ps1 = pstats();
+  atomic_store(&busy_stop, 1);
+  pthread_join(t, NULL);
+  printf("  busy thread's arena: %llu KiB dirty before the trim, %llu KiB after; %llu KiB given back by it\n",
+         (unsigned long long)(dirty0 >> 10), (unsigned long long)(dirty1 >> 10),
+         (unsigned long long)((ps1.trim_answer_bytes - ps0.trim_answer_bytes) >> 10));
+  CHECK(dirty0 >= (uint64_t)2 << 20);
+  CHECK(ps1.trim_answers >= ps0.trim_answers + 1);
+  CHECK(ps1.trim_answer_bytes - ps0.trim_answer_bytes >= dirty0 / 2);
+  CHECK(dirty1 < dirty0 / 2);
+}
+
 int main(void) {
   /* A purge pass decommits pages freed more than purge_delay_ms before;
    * sanitizer builds are slow enough for a round to take that long. */
@@ -190,6 +242,7 @@ int main(void) {
   TEST(test_bursts_reuse_freed_pages);
   TEST(test_huge_blocks_reused_by_any_thread);
   TEST(test_huge_blocks_decay);
+  TEST(test_trim_reaches_busy_threads);
   scr_trim();
   CHECK(scr_process_validate() == SCR_OK);
   return check_done();

@@ -233,6 +233,7 @@ static void proc_adopt(scr_arena *a, unsigned poisoned, bool shared) {
   a->worker = shared || _scr_proc_gettid() != P->main_tid;
   a->discarded = 0;
   a->carved_mark = a->carved;
+  a->trim_seen = atomic_load_explicit(&P->trim_epoch, memory_order_relaxed);
   if (poisoned) _scr_discard_unpoison(a);
   if (a->held) { /* the caps again: what they do not allow goes back now */
     a->held = 0;
@@ -397,6 +398,13 @@ void _scr_arena_publish(scr_arena *a) {
 }
 
 void _scr_arena_tick_slow(scr_arena *a) {
+  uint64_t epoch = atomic_load_explicit(&_scr_proc.trim_epoch, memory_order_relaxed);
+  if (SCR_UNLIKELY(epoch != a->trim_seen)) { /* another thread called scr_trim */
+    a->trim_seen = epoch;
+    size_t n = _scr_arena_trim(a);
+    SCR_PC_ADD(trim_answers, 1);
+    SCR_PC_ADD(trim_answer_bytes, n);
+  }
   _scr_remote_poll(a);
   _scr_huge_cache_tick();
   _scr_arena_busy_publish(a, false);

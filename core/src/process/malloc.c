@@ -252,7 +252,13 @@ size_t scr_trim(void) {
   scr_proc *P = &_scr_proc;
   size_t n = 0;
   scr_arena *a = _scr_tl_arena;
-  if (a) n += _scr_arena_trim(a);
+  /* Threads holding arenas trim theirs at their next tick (every 32
+   * calls that reach their heaps): their heaps are theirs alone. */
+  uint64_t epoch = atomic_fetch_add_explicit(&P->trim_epoch, 1, memory_order_relaxed) + 1;
+  if (a) {
+    a->trim_seen = epoch;
+    n += _scr_arena_trim(a);
+  }
   else _scr_pool_flush(NULL);
   n += _scr_share_trim();
   uint64_t cached = 0;

@@ -142,6 +142,7 @@ typedef struct scr_arena {
   uint64_t carved_for[SCR_CLASS_COUNT + 1]; /* that, per size class (the last: large blocks) (holder, via hook) */
   uint64_t keep;                    /* the heap's retain_bytes as last set from the budget's share (holder) */
   uint64_t busy_published;          /* its part of _scr_proc.busy_bytes (holder) */
+  uint64_t trim_seen;               /* trim_epoch as of its holder's last trim (holder) */
   uint64_t huge_regions;            /* 2 MiB regions advised MADV_HUGEPAGE (holder) */
   uintptr_t pf_end;                 /* end of the last range faulted ahead (holder) */
   uintptr_t frontier_seg;           /* the segment mapped last (holder, via hook) */
@@ -199,6 +200,7 @@ typedef struct scr_proc {
   /* A line written only at claims and parks: frees of other threads'
    * blocks read owned_hint (_scr_proc_alone). */
   _Alignas(64) _Atomic unsigned owned_hint; /* nowned, for readers without the lock */
+  _Atomic uint64_t trim_epoch;      /* scr_trim calls so far: holders whose trim_seen differs trim at their next tick */
   unsigned ncpus;                   /* CPUs the process may run on (at init) */
   _Atomic uint64_t arena_keep;      /* each arena's share of retain_budget now (arena.c) */
   _Atomic uint64_t busy_bytes;      /* bytes the arenas' live blocks' pages take, as published (arena.c) */
@@ -254,6 +256,8 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(share_joins, "threads that started on the shared arena")               \
   X(share_leaves, "threads that left the shared arena for their own (found it taken share_contended times in 256 calls, ran hot, or exited)") \
   X(share_collisions, "calls that found the shared arena taken (the thread waited for it, or claimed its own)") \
+  X(trim_answers, "trims made by threads holding arenas at their next tick, asked by another thread's scr_trim or malloc_trim") \
+  X(trim_answer_bytes, "bytes those trims gave back")                        \
   X(huge_cache_puts, "freed huge blocks put in the process's cache")          \
   X(huge_cache_hits, "huge blocks served from the process's cache (resized)") \
   X(huge_cache_evicted, "bytes of cached huge blocks unmapped to stay within the budget") \

@@ -229,7 +229,7 @@ typedef struct _scr_slot_geom {
   uint32_t limit;                        /* reserved * step: off * magic < limit <=> a slot start below the last whole slot */
   uint32_t mask;                         /* offset of an address in its page (run) */
   uint32_t step;                         /* size * magic mod 2^64: a slot's share of a limit */
-  uint32_t first_mask;                   /* page index -> index of the page (run) it belongs to */
+  uint32_t pad_;
 } _scr_slot_geom;
 typedef struct _scr_misuse_globals {
   _Alignas(64) uint64_t key;             /* in the second word of every free small block */

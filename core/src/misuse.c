@@ -37,7 +37,7 @@ static _Atomic int misuse_state; /* 0 not yet, 1 being filled, 2 ready */
  * So  off * magic < n * step  <=>  off is one of the first n slots'
  * starts, for any n <= 4096 (n * step < 2^28): n = the slots that fit
  * the page gives the class's limit, n = the page's capacity the page's
- * slot_limit (heap_fast.h keeps it). */
+ * slot_limit (types.h: in the segment header; heap_fast.h keeps it). */
 static _scr_slot_geom slot_geom(unsigned c) {
   uint64_t size = _scr_class_sizes[c];
   uint64_t span = (uint64_t)_scr_class_span(c) * SCR_PAGE_SIZE;
@@ -46,8 +46,7 @@ static _scr_slot_geom slot_geom(unsigned c) {
   _scr_slot_geom g = {.magic = magic,
                       .limit = (uint32_t)((span / size) * step),
                       .mask = (uint32_t)(span - 1),
-                      .step = (uint32_t)step,
-                      .first_mask = (uint32_t)((SCR_PAGES_PER_SEGMENT - 1) & ~(_scr_class_span(c) - 1))};
+                      .step = (uint32_t)step};
   return g;
 }
 
@@ -57,9 +56,9 @@ void _scr_misuse_init(void) {
   int expected = 0;
   if (atomic_compare_exchange_strong(&misuse_state, &expected, 1)) {
     for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) _scr_misuse.geom[c] = slot_geom(c);
-    /* always suspect: limit 0, and the header page's descriptor (never a
-     * page of blocks: slot_limit 0) for the process allocator's test */
-    _scr_misuse.geom[SCR_TAG_OTHER] = (_scr_slot_geom){.magic = 0, .limit = 0, .mask = 0, .step = 0, .first_mask = 0};
+    /* always suspect: limit 0 here, and a page of no size class has
+     * slot_limit 0 (types.h) for the process allocator's test */
+    _scr_misuse.geom[SCR_TAG_OTHER] = (_scr_slot_geom){.magic = 0, .limit = 0, .mask = 0, .step = 0};
     uint64_t key = _scr_os_random_u64();
     _scr_misuse.key = key ? key : 0x5c7a110cfeedbeefull;
     atomic_store_explicit(&misuse_state, 2, memory_order_release);

@@ -16,7 +16,7 @@ void _scr_page_format(scr_page *pg, unsigned cls) {
   pg->block_size = _scr_class_sizes[cls];
   pg->reserved = (uint32_t)(span * SCR_PAGE_SIZE / pg->block_size);
   __atomic_store_n(&pg->capacity, 0, __ATOMIC_RELAXED); /* (_scr_page_capacity's readers) */
-  __atomic_store_n(&pg->slot_limit, 0, __ATOMIC_RELAXED);
+  for (unsigned i = first; i < first + span; i++) __atomic_store_n(&seg->slot_limit[i], 0, __ATOMIC_RELAXED);
   pg->used = 0;
   pg->free = NULL;
   pg->in_queue = 0;

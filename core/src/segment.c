@@ -313,6 +313,7 @@ void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, u
     memset(pg, 0, sizeof *pg);
     pg->freed_block = block_start;
     seg->page_tag[i] = SCR_TAG_OTHER;
+    __atomic_store_n(&seg->slot_limit[i], 0, __ATOMIC_RELAXED);
   }
   SCR_UNPOISON((uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT), (size_t)n << SCR_PAGE_SHIFT);
   seg->free_mask |= bits;

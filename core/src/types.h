@@ -71,9 +71,7 @@ typedef struct scr_page {
   uint32_t capacity;           /* slots carved so far (bump index) */
   uint32_t reserved;           /* slots that fit in the page */
   uint32_t block_size;         /* bytes per slot (SMALL) */
-  uint32_t slot_limit;         /* SMALL: capacity * the class's slot step (misuse.c): off * magic < slot_limit
-                                  <=> off is a slot the page carved (the free fast path's test; relaxed atomics) */
-  uint32_t pad_;
+  uint64_t pad_;
   uint8_t kind;                /* scr_page_kind */
   uint8_t cls;                 /* size class (SMALL, RUN_TAIL) */
   uint8_t zero;                /* bytes not yet carved read as zero */
@@ -123,6 +121,14 @@ typedef struct scr_segment {
    * readers never share a line with the descriptors the owner writes on
    * every malloc and free.  page_tag[i] == scr_page_tag_of(&pages[i]). */
   _Alignas(64) uint8_t page_tag[SCR_PAGES_PER_SEGMENT];
+  /* For each page of a size class (every page of a medium run): its
+   * capacity times the class's slot step (misuse.c), so that
+   *   off * magic < slot_limit[i]  <=>  off is a slot the page carved,
+   * the free fast path's test, whose load needs only the page's index (not
+   * its tag); 0 for every other page.  Written by the holder when the page
+   * carves a slot, read by any thread: relaxed atomics.  Lines of their
+   * own. */
+  _Alignas(64) uint32_t slot_limit[SCR_PAGES_PER_SEGMENT];
   scr_page pages[SCR_PAGES_PER_SEGMENT]; /* NORMAL: descriptors */
 } scr_segment;
 

@@ -114,7 +114,7 @@ typedef struct scr_recycled {
    * the line the free fast path reads anyway */
   uint64_t magic;
   uint32_t mask;
-  uint32_t first_mask;
+  uint32_t pad_;
 } scr_recycled;
 _Static_assert(sizeof(scr_recycled) == 32, "two lists a line, none across two");
 
@@ -171,9 +171,9 @@ typedef struct scr_arena {
   uintptr_t own_mark;               /* its segments' mark in the segment map (UINTPTR_MAX: none) */
   uint64_t cache_grown;             /* bytes its lists' caps grew past their base (recycle.c) (holder) */
   /* Recycled blocks per class (holder).  On a line boundary, so that no
-   * list's 16 bytes straddle two lines: the malloc and free fast paths
-   * touch one line per call (a packed layout put every fourth class's
-   * head and count on two).  One list more, for tag
+   * list's 32 bytes straddle two lines: the malloc and free fast paths
+   * touch one line per call (an earlier layout put every
+   * fourth class's head and count on two).  One list more, for tag
    * SCR_TAG_OTHER, always empty and full (room 0): a free looks a
    * block's list up by its page's tag without testing the tag first, and
    * a block of no size class finds no room there. */
@@ -405,7 +405,7 @@ static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark) {
   bool keep = (mark == a->own_mark) | ((mark != 0) & (held > 1));
   /* The empty asm makes the compiler compute keep as written: left to
    * itself, it turned the or into two branches again when the code
-   * around changed (adding the list of tag OTHER did that). */
+   * around changed (when the list of tag OTHER came). */
   __asm__("" : "+r"(keep));
   return keep;
 }
@@ -560,22 +560,23 @@ SCR_INTERNAL void _scr_proc_misuse(const char *call, const void *p, int kind) __
 SCR_INTERNAL int _scr_proc_check(const char *call, const void *p);
 /* p, in seg on a page whose class has list r, is not plainly a live
  * block of an arena: not one of the slots its page carved (the slot test,
- * core/src/misuse.c, against the page's slot_limit, which its holder
- * writes: a relaxed load), or it holds the freed-block key.  Always true
- * for tag OTHER (large blocks, huge ones, free pages: classified on the
- * slow side): its list's test reads the header page's descriptor. */
+ * core/src/misuse.c, against the page's slot_limit in the segment header,
+ * which its holder writes: a relaxed load that needs the page's index
+ * only, not its tag), or it holds the freed-block key.  Always true for
+ * tag OTHER (large blocks, huge ones, free pages: classified on the slow
+ * side): their slot_limit and the list's magic are 0. */
 static inline bool _scr_proc_block_suspect_r(const scr_segment *seg, const void *p, const scr_recycled *r) {
   uint64_t off = (uintptr_t)p & r->mask;
-  uintptr_t first = ((uintptr_t)p >> SCR_PAGE_SHIFT) & r->first_mask;
-  return off * r->magic >= __atomic_load_n(&seg->pages[first].slot_limit, __ATOMIC_RELAXED) ||
+  uintptr_t idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
+  return off * r->magic >= __atomic_load_n(&seg->slot_limit[idx], __ATOMIC_RELAXED) ||
          _scr_block_word1(p) == _scr_misuse.key;
 }
 /* The same by the page's tag, for callers that have no list at hand. */
 static inline bool _scr_proc_block_suspect(const scr_segment *seg, const void *p, unsigned tag) {
   const _scr_slot_geom *g = &_scr_misuse.geom[tag];
   uint64_t off = (uintptr_t)p & g->mask;
-  uintptr_t first = ((uintptr_t)p >> SCR_PAGE_SHIFT) & g->first_mask;
-  if (off * g->magic >= __atomic_load_n(&seg->pages[first].slot_limit, __ATOMIC_RELAXED)) return true;
+  uintptr_t idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
+  if (off * g->magic >= __atomic_load_n(&seg->slot_limit[idx], __ATOMIC_RELAXED)) return true;
   return _scr_block_word1(p) == _scr_misuse.key;
 }
 

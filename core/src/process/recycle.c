@@ -94,10 +94,9 @@ void _scr_recycle_init(scr_arena *a, bool alone) {
     a->rc[c].room = (uint32_t)max;
     a->rc[c].magic = _scr_misuse.geom[c].magic;
     a->rc[c].mask = _scr_misuse.geom[c].mask;
-    a->rc[c].first_mask = _scr_misuse.geom[c].first_mask;
   }
   /* never takes a block; its slot test fails every address */
-  a->rc[SCR_TAG_OTHER] = (scr_recycled){.head = NULL, .room = 0, .max = 0, .magic = 0, .mask = 0, .first_mask = 0};
+  a->rc[SCR_TAG_OTHER] = (scr_recycled){.head = NULL, .room = 0, .max = 0, .magic = 0, .mask = 0};
 }
 
 /* The holder mallocs a block of medium class c whose list is closed (the

@@ -8,7 +8,9 @@
 
 SUITE_PROGS := proc_rfc_churn proc_large_reuse proc_prodcons proc_handoff proc_phases proc_thread_swap \
   proc_random_small proc_runs proc_interp proc_mixed_queue
-SUITE_BIN := $(addprefix $(B)/release/bench/,$(SUITE_PROGS)) $(PROC_BENCH_BIN)
+# proc_bench.py's programs and the launcher named here too: mk/process.mk
+# (which lists them) is read after this file.
+SUITE_BIN := $(addprefix $(B)/release/bench/,$(SUITE_PROGS) proc_launch proc_xthread proc_churn)
 
 # The breadth programs share bench/suite_prog.h (mk/process.mk's pattern
 # rule builds them; this adds the header as a prerequisite).
@@ -25,5 +27,5 @@ bench-suite: $(SUITE_BIN) $(B)/release/libscralloc.so
 	$(PYTHON) bench/suite_bench.py --lib $(B)/release/libscralloc.so --bin $(B)/release/bench \
 	  --markdown $(B)/bench/suite.md
 
-# `make bench-process` runs the suite too (after proc_bench.py's five).
+# `make bench-process` runs the suite too (before proc_bench.py's own run).
 bench-process: bench-suite

@@ -63,6 +63,7 @@ static void hc_put(scr_heap *h, scr_segment *seg, void *arg) {
   scr_arena *a = arg;
   scr_segment *out[SCR_HUGE_CACHE_MAX + 1];
   unsigned nout = 0;
+  _scr_arena_busy_publish(a, false); /* the block just left its heap's busy bytes */
   uint64_t cap = _scr_proc_budget();
   pthread_mutex_lock(&hc.lock);
   bool was_empty = hc.n == 0;

@@ -190,6 +190,11 @@ SCR_INTERNAL size_t _scr_large_usable(const scr_segment *seg, const void *p);
 SCR_INTERNAL void *_scr_large_realloc_inplace(scr_heap *h, scr_segment *seg, void *p, size_t n);
 SCR_INTERNAL void _scr_large_cache_flush(scr_heap *h);
 
+/* interior.c: the whole OS pages inside free slots of pages that hold
+ * live blocks go back (MADV_DONTNEED, or MADV_FREE below
+ * madv_free_below); bytes given back, *lazy_bytes of them lazily. */
+SCR_INTERNAL size_t _scr_heap_return_interior(scr_heap *h, size_t *lazy_bytes);
+
 /* classify.c: what an address is for a heap */
 SCR_INTERNAL int _scr_classify(const scr_heap *h, const void *p);
 

@@ -16,6 +16,7 @@
 #include "queue.c"
 #include "heap.c"
 #include "large.c"
+#include "interior.c"
 #include "classify.c"
 #include "stats.c"
 #include "validate.c"

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 enum {
@@ -233,7 +234,89 @@ static void test_trim_reaches_busy_threads(void) {
   CHECK(dirty1 < dirty0 / 2);
 }
 
-int main(void) {
+/* Whether the OS page at p is resident. */
+static int resident(const void *p) {
+  unsigned char v = 0;
+  uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
+  if (mincore((void *)((uintptr_t)p & ~(ps - 1)), ps, &v) != 0) return -1;
+  return v & 1;
+}
+
+enum { SLOT = 16384, SLOTS = 64 };
+
+/* Free 16 KiB slots among live ones: scr_trim gives back the OS pages
+ * inside each free slot past its first (which keeps the free list's link
+ * and the freed-block key: a second free is still a double free); the
+ * live slots are untouched; the slots serve mallocs and callocs again
+ * (calloc's read as zero). */
+static void test_interior_return(void) {
+  uint8_t *p[SLOTS];
+  for (int i = 0; i < SLOTS; i++) {
+    p[i] = scr_malloc(SLOT);
+    CHECK(p[i] != NULL);
+    memset(p[i], i & 3 ? 0xAA : (uint8_t)i, SLOT);
+  }
+  for (int i = 0; i < SLOTS; i++)
+    if (i & 3) scr_free(p[i]);
+  struct scr_process_stats ps0 = pstats();
+  scr_trim();
+  struct scr_process_stats ps1 = pstats();
+  uint64_t got = ps1.interior_bytes - ps0.interior_bytes, lazy = ps1.interior_lazy_bytes - ps0.interior_lazy_bytes;
+  printf("  %llu KiB given back inside free slots (%llu KiB with MADV_FREE)\n", (unsigned long long)(got >> 10),
+         (unsigned long long)(lazy >> 10));
+  CHECK(got >= (uint64_t)(SLOTS * 3 / 4 - 2) * (SLOT - 4096)); /* every free slot's 12 KiB (one may sit in a cache) */
+  bool lazy_mode = getenv("SCRALLOC_MADV_FREE_BELOW") != NULL;
+  if (lazy_mode) CHECK(lazy == got);
+  else CHECK(lazy == 0);
+  unsigned gone = 0, kept = 0;
+  for (int i = 0; i < SLOTS; i++) {
+    if (i & 3) {
+      gone += !lazy_mode && resident(p[i] + 8192) == 0;
+    } else {
+      bool same = true;
+      for (int k = 0; k < SLOT; k += 512) same &= p[i][k] == (uint8_t)i;
+      kept += same && resident(p[i] + 8192) == 1;
+    }
+  }
+  if (!lazy_mode) CHECK(gone >= SLOTS * 3 / 4 - 2);
+  CHECK_EQ(kept, SLOTS / 4);
+  /* a second trim finds them given back already */
+  scr_trim();
+  CHECK_EQ(pstats().interior_bytes, ps1.interior_bytes);
+  /* the freed-block key survived in each slot's first page */
+  scr_process_option_set("on_error", "ignore");
+  scr_free(p[1]);
+  CHECK_EQ(pstats().double_frees, ps1.double_frees + 1);
+  scr_process_option_set("on_error", "abort");
+  /* the slots serve again; callocs read as zero */
+  uint8_t *q[SLOTS];
+  bool zero = true;
+  for (int i = 0; i < SLOTS; i++) {
+    q[i] = i & 1 ? scr_calloc(1, SLOT) : scr_malloc(SLOT);
+    CHECK(q[i] != NULL);
+    if (i & 1)
+      for (int k = 0; k < SLOT; k += 64) zero &= q[i][k] == 0;
+    memset(q[i], 0x11, SLOT);
+  }
+  CHECK(zero);
+  for (int i = 0; i < SLOTS; i++) {
+    if ((i & 3) == 0) {
+      bool same = true;
+      for (int k = 0; k < SLOT; k += 512) same &= p[i][k] == (uint8_t)i;
+      CHECK(same);
+      scr_free(p[i]);
+    }
+    scr_free(q[i]);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "lazy") == 0) { /* MADV_FREE for every interior range */
+    setenv("SCRALLOC_MADV_FREE_BELOW", "1G", 1);
+    scr_process_option_set("share", "0");
+    TEST(test_interior_return);
+    return check_done();
+  }
   /* A purge pass decommits pages freed more than purge_delay_ms before;
    * sanitizer builds are slow enough for a round to take that long. */
   setenv("SCRALLOC_PURGE_DELAY_MS", "2000", 1);
@@ -243,6 +326,12 @@ int main(void) {
   TEST(test_huge_blocks_reused_by_any_thread);
   TEST(test_huge_blocks_decay);
   TEST(test_trim_reaches_busy_threads);
+  TEST(test_interior_return);
+  {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s lazy", argv[0]);
+    CHECK(system(cmd) == 0); /* the same with MADV_FREE */
+  }
   scr_trim();
   CHECK(scr_process_validate() == SCR_OK);
   return check_done();

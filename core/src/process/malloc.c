@@ -236,11 +236,20 @@ void *scr_realloc(void *p, size_t n) {
   return q;
 }
 
+/* The interior pages of a's free slots (core/src/interior.c), counted. */
+size_t _scr_arena_return_interior(scr_arena *a) {
+  size_t lazy = 0, n = _scr_heap_return_interior(a->heap, &lazy);
+  SCR_PC_ADD(interior_bytes, n);
+  SCR_PC_ADD(interior_lazy_bytes, lazy);
+  return n;
+}
+
 size_t _scr_arena_trim(scr_arena *a) {
   _scr_recycle_flush(a);
   _scr_pool_flush(a);
   _scr_remote_drain(a);
   size_t n = scr_heap_trim(a->heap);
+  n += _scr_arena_return_interior(a);
   _scr_arena_publish(a);
   return n;
 }

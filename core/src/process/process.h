@@ -258,6 +258,8 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(share_collisions, "calls that found the shared arena taken (the thread waited for it, or claimed its own)") \
   X(trim_answers, "trims made by threads holding arenas at their next tick, asked by another thread's scr_trim or malloc_trim") \
   X(trim_answer_bytes, "bytes those trims gave back")                        \
+  X(interior_bytes, "bytes given back inside free slots of pages that hold live blocks (trim, discard)") \
+  X(interior_lazy_bytes, "of those, bytes given back with MADV_FREE (not yet reclaimed, maybe)") \
   X(huge_cache_puts, "freed huge blocks put in the process's cache")          \
   X(huge_cache_hits, "huge blocks served from the process's cache (resized)") \
   X(huge_cache_evicted, "bytes of cached huge blocks unmapped to stay within the budget") \
@@ -582,6 +584,7 @@ static inline bool _scr_proc_block_suspect(const scr_segment *seg, const void *p
 
 /* malloc.c: the entry points used by override.c */
 SCR_INTERNAL size_t _scr_proc_usable_size_named(const void *p, const char *call);
+SCR_INTERNAL size_t _scr_arena_return_interior(scr_arena *a);
 SCR_INTERNAL size_t _scr_arena_trim(scr_arena *a); /* the holder: a's cache, pool share, remote frees, free pages back */
 
 #endif /* SCR_PROCESS_H */

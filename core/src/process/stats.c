@@ -133,6 +133,8 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->share_collisions = SCR_PLOAD_(share_collisions);
   o->trim_answers = SCR_PLOAD_(trim_answers);
   o->trim_answer_bytes = SCR_PLOAD_(trim_answer_bytes);
+  o->interior_bytes = SCR_PLOAD_(interior_bytes);
+  o->interior_lazy_bytes = SCR_PLOAD_(interior_lazy_bytes);
   o->huge_cache_puts = SCR_PLOAD_(huge_cache_puts);
   o->huge_cache_hits = SCR_PLOAD_(huge_cache_hits);
   o->huge_cache_evicted = SCR_PLOAD_(huge_cache_evicted);
@@ -238,10 +240,11 @@ void _scr_proc_report(int fd, bool per_arena) {
   proc_write_line(&o, fd);
   _scr_out_put(&o, "scralloc[%d]: budget %.2f MiB (free memory the process may keep committed; busy pages "
            "%.2f MiB); huge cache %llu blocks, %.2f MiB (%llu put, %llu reused, %.2f MiB unmapped over the "
-           "budget, %.2f MiB after the decay); %llu trims by threads asked by another's (%.2f MiB)\n",
+           "budget, %.2f MiB after the decay); %llu trims by threads asked by another's (%.2f MiB); %.2f MiB given back inside free blocks of pages in use (%.2f MiB of it with MADV_FREE)\n",
            pid, proc_mib(ps.budget), proc_mib(ps.busy_bytes), U(ps.huge_cache_blocks), proc_mib(ps.huge_cache_bytes),
            U(ps.huge_cache_puts), U(ps.huge_cache_hits), proc_mib(ps.huge_cache_evicted),
-           proc_mib(ps.huge_cache_decayed), U(ps.trim_answers), proc_mib(ps.trim_answer_bytes));
+           proc_mib(ps.huge_cache_decayed), U(ps.trim_answers), proc_mib(ps.trim_answer_bytes),
+           proc_mib(ps.interior_bytes), proc_mib(ps.interior_lazy_bytes));
 #undef U
   proc_write_line(&o, fd);
   if (!per_arena) return;

@@ -81,6 +81,7 @@ static struct burst_result run_bursts(void) {
  * fixed 4 MiB budget alone) the same rounds give pages back every round:
  * the test would fail without the ratio. */
 static void test_bursts_reuse_freed_pages(void) {
+  scr_process_option_set("retain_ratio_above", "0"); /* its 8 MiB count (64 MiB by default) */
   scr_process_option_set("retain_ratio", "0");
   struct burst_result fixed = run_bursts();
   scr_process_option_set("retain_ratio", "100");
@@ -96,6 +97,12 @@ static void test_bursts_reuse_freed_pages(void) {
   printf("  dirty before exit %llu KiB, after park %llu KiB\n", (unsigned long long)(ratio.dirty_before_exit >> 10),
          (unsigned long long)(st.dirty_bytes >> 10));
   CHECK(st.dirty_bytes + st.retained_bytes <= (uint64_t)512 << 10);
+  /* below retain_ratio_above the proportional part adds nothing */
+  scr_process_option_set("retain_ratio_above", "64M");
+  struct burst_result small = run_bursts();
+  printf("  madvise calls with 8 MiB live and retain_ratio_above 64M: %llu\n", (unsigned long long)small.madvise_calls);
+  CHECK(small.madvise_calls >= ROUNDS - 1);
+  scr_process_option_set("retain_ratio_above", "0");
 }
 
 static struct scr_process_stats pstats(void) {
@@ -322,6 +329,7 @@ int main(int argc, char **argv) {
   setenv("SCRALLOC_PURGE_DELAY_MS", "2000", 1);
   scr_process_option_set("share", "0");
   scr_process_option_set("discard_delay_ms", "100000");
+  scr_process_option_set("retain_ratio_above", "0"); /* the tests' live sets are small */
   TEST(test_bursts_reuse_freed_pages);
   TEST(test_huge_blocks_reused_by_any_thread);
   TEST(test_huge_blocks_decay);

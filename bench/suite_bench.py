@@ -32,12 +32,13 @@ import math
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from proc_bench import find_allocators, median_interval, run_measured  # noqa: E402
+from proc_bench import find_allocators, median_interval, profile_env, run_measured  # noqa: E402
 from proc_bench import workloads as proc_bench_workloads  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -165,12 +166,13 @@ def quick(progs, launcher, allocs):
     return 1 if failures else 0
 
 
-def report(progs, allocs, results, rounds):
-    """The Markdown tables and summary lines, as one string."""
+def report(progs, allocs, results, rounds, machine=""):
+    """The Markdown tables and summary lines, as one string; machine: a
+    sentence on where they were measured."""
     out = []
-    names = [a for a, _ in allocs]
-    others = [a for a in names if a != "scralloc"]
-    summary = {"time_vs_fastest": {}, "time_vs_glibc": {}, "rss_vs_glibc": {}}
+    names = [a for a, _, _ in allocs]
+    others = [a for a in names if not a.startswith("scralloc")]
+    summary = {"time_vs_fastest": {}, "time_vs_glibc": {}, "rss_vs_glibc": {}, "cpu_vs_fastest": {}}
     rows_ratio, rows_med = [], []
     for p in progs:
         res = results[p.name]
@@ -200,11 +202,13 @@ def report(progs, allocs, results, rounds):
             summary["time_vs_glibc"][p.name] = statistics.median(r_glibc)
         if r_rss:
             summary["rss_vs_glibc"][p.name] = statistics.median(r_rss)
+        if r_cpu:
+            summary["cpu_vs_fastest"][p.name] = statistics.median(r_cpu)
         rows_ratio.append(f"| {p.name} | {fastest} | {ratio_text(r_fast)} | {ratio_text(r_glibc)} | "
                           f"{ratio_text(r_cpu)} | {ratio_text(r_rss)} |")
     out.append(f"Breadth suite, {rounds} interleaved rounds; ratios are scralloc's figure over another's, "
                "the median of the rounds' paired ratios (95% interval of the median); below 1 is better "
-               "for scralloc.  Fastest: the other allocator with the lowest median time.\n")
+               f"for scralloc.  Fastest: the other allocator with the lowest median time.{machine}\n")
     out.append("| program | fastest | time / fastest | time / glibc | CPU / fastest's | max RSS / glibc |")
     out.append("|---|---|---:|---:|---:|---:|")
     out += rows_ratio
@@ -219,6 +223,10 @@ def report(progs, allocs, results, rounds):
                    f"{tv[worst][0]:.2f} ({worst}, against {tv[worst][1]}); rows above 1.25x the fastest: "
                    f"{sum(v[0] > 1.25 for v in tv.values())} of {len(tv)}; rows above glibc's time: "
                    f"{sum(v > 1.0 for v in gv.values())} of {len(gv)}.")
+    cv = summary["cpu_vs_fastest"]
+    if cv:
+        out.append(f"CPU time over the fastest's (less moved by a busy machine than the wall): geometric mean "
+                   f"{geomean(list(cv.values())):.2f}, worst {max(cv.values()):.2f} ({max(cv, key=cv.get)}).")
     if rv:
         worst = max(rv, key=rv.get)
         out.append(f"Max RSS over glibc's: geometric mean {geomean(list(rv.values())):.2f} (target at most 1), "
@@ -230,8 +238,48 @@ def report(progs, allocs, results, rounds):
     out.append("|---|" + "---:|" * len(names))
     out += rows_med
     out.append("")
+    variants = [a for a in names if a.startswith("scralloc ")]
+    if variants:
+        out += profiles_table(progs, names, results, variants)
     out += issue29_table(progs, names, results)
     return "\n".join(out) + "\n", summary
+
+
+def profiles_table(progs, names, results, variants):
+    """scralloc with options of its own (--profile), row by row against the
+    default build and against the fastest peer: what switching a mechanism
+    off costs or saves across the suite."""
+    out = ["scralloc with options (--profile): paired medians over every row; \"vs default\" is the "
+           "setting's time over scralloc's with its defaults in the same round.\n",
+           "| setting | time / fastest, geomean | worst row | time / default, geomean | worst row vs default "
+           "| max RSS / glibc, geomean |",
+           "|---|---:|---|---:|---|---:|"]
+    peers = [a for a in names if not a.startswith("scralloc")]
+    for v in variants:
+        fast, dflt, rss = {}, {}, {}
+        for p in progs:
+            res = results[p.name]
+            tf = lambda m, k=p.time_key: run_time(m, k)  # noqa: E731
+            meds = {a: statistics.median(tf(m) for m in res[a]) for a in peers if res[a]}
+            if not res[v] or not meds:
+                continue
+            fastest = min(meds, key=meds.get)
+            r = paired(res[v], res[fastest], tf)
+            if r:
+                fast[p.name] = statistics.median(r)
+            r = paired(res[v], res["scralloc"], tf) if res.get("scralloc") else []
+            if r:
+                dflt[p.name] = statistics.median(r)
+            r = paired(res[v], res["glibc"], lambda m: m["maxrss_mib"]) if res.get("glibc") else []
+            if r:
+                rss[p.name] = statistics.median(r)
+        wf = max(fast, key=fast.get) if fast else None
+        wd = max(dflt, key=dflt.get) if dflt else None
+        out.append(f"| {v} | {geomean(list(fast.values())):.2f} | "
+                   f"{f'{fast[wf]:.2f} ({wf})' if wf else '-'} | {geomean(list(dflt.values())):.2f} | "
+                   f"{f'{dflt[wd]:.2f} ({wd})' if wd else '-'} | {geomean(list(rss.values())):.2f} |")
+    out.append("")
+    return out
 
 
 def issue29_table(progs, names, results):
@@ -284,6 +332,36 @@ def issue29_table(progs, names, results):
     return out
 
 
+def scr_heap_pairs(bindir):
+    """The scr_heap API's 64 B malloc/free pair (what the bindings and
+    scralua use) beside the peers' malloc/free, from bench/bench_pairs.c
+    (one process, interleaved rounds): Markdown lines, or [] when the
+    program is not built."""
+    prog = os.path.join(bindir, "bench_pairs")
+    if not os.path.exists(prog):
+        return []
+    done = subprocess.run([prog, "200000", "7"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    ns = {}
+    for line in done.stdout.decode(errors="replace").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 6 and cells[0] == "64 B" and cells[1] != "scralloc retain=0":
+            try:
+                ns[cells[1].split(" (")[0]] = float(cells[5])
+            except ValueError:
+                pass
+    mine = ns.pop("scralloc retain=1", None)
+    if done.returncode != 0 or mine is None or not ns:
+        return [f"(bench_pairs exited {done.returncode} without its 64 B rows)", ""]
+    best = min(ns, key=ns.get)
+    out = ["Beside the suite: the scr_heap API's malloc/free pair of 64 B against each allocator's "
+           "malloc/free (bench/bench_pairs.c 200000 7, medians of interleaved rounds in one process).\n",
+           "| allocator | ns/pair | scr_heap over it |", "|---|---:|---:|",
+           f"| scr_heap (retain=1) | {mine:.1f} | - |"]
+    out += [f"| {a} | {v:.1f} | {mine / v:.2f} |" for a, v in ns.items()]
+    out += ["", f"scr_heap pair over the best peer's ({best}): {mine / ns[best]:.2f}.", ""]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--lib", required=True, help="libscralloc.so")
@@ -293,6 +371,9 @@ def main():
                     help="each program once at tiny sizes under glibc and scralloc: does it exit 0?")
     ap.add_argument("--only", action="append", default=[],
                     help="run only the programs whose name contains this text (repeatable)")
+    ap.add_argument("--profile", action="append", default=[],
+                    help="another scralloc column with these options, NAME=VALUE[,NAME=VALUE] "
+                         "(SCRALLOC_NAME=VALUE in its environment; repeatable): a mechanism switched off")
     ap.add_argument("--json", default="build/bench/suite.json")
     ap.add_argument("--markdown", default="", help="also write the tables to this file")
     args = ap.parse_args()
@@ -312,15 +393,18 @@ def main():
             sys.exit(f"suite_bench: missing {', '.join(missing)} (make suite-bin builds them)")
         if args.quick:
             return quick(progs, launcher, [("glibc", None), ("scralloc", lib)])
-        allocs = find_allocators(lib)
-        results = {p.name: {a: [] for a, _ in allocs} for p in progs}
+        # [(column name, library or None, extra environment)]
+        allocs = [(a, path, {}) for a, path in find_allocators(lib)]
+        allocs += [(f"scralloc {prof}", lib, profile_env(prof)) for prof in args.profile]
+        results = {p.name: {a: [] for a, _, _ in allocs} for p in progs}
         failures = 0
         t0 = time.time()
+        load0 = os.getloadavg()[1]
         for r in range(args.rounds):
             order = allocs[r % len(allocs):] + allocs[:r % len(allocs)]
             for p in progs:
-                for aname, alib in order:
-                    code, m = run_measured(launcher, p.argv, p.env, alib)
+                for aname, alib, aenv in order:
+                    code, m = run_measured(launcher, p.argv, {**p.env, **aenv}, alib)
                     if code != 0 or run_time(m, p.time_key) is None:
                         failures += 1
                         print(f"# {p.name} / {aname}: exit {code}", file=sys.stderr)
@@ -328,7 +412,12 @@ def main():
                     m["round"] = r
                     results[p.name][aname].append(m)
             print(f"# round {r + 1}/{args.rounds} done ({time.time() - t0:.0f} s)", file=sys.stderr)
-        text, summary = report(progs, allocs, results, args.rounds)
+        # how busy the machine was: the intervals widen with it
+        machine = (f"  Measured on {os.cpu_count()} CPUs, {time.time() - t0:.0f} s; 5-minute load average "
+                   f"{load0:.1f} at the start, {os.getloadavg()[1]:.1f} at the end.")
+        text, summary = report(progs, allocs, results, args.rounds, machine)
+        if not args.only:
+            text += "\n".join(scr_heap_pairs(args.bin))
         print(text)
         if args.markdown:
             with open(args.markdown, "w") as f:

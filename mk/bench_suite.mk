@@ -3,8 +3,8 @@
 # LD_PRELOADed, beside the five workloads of bench/proc_bench.py and two
 # real programs (sqlite3, lua5.4).  `make test` runs each program once at
 # tiny sizes under glibc and scralloc (it must exit 0: the programs check
-# every block's contents before freeing it); `make bench-process` runs the
-# whole suite.
+# every block's contents before freeing it), and checks the report's
+# arithmetic on made-up runs; `make bench-process` runs the whole suite.
 
 SUITE_PROGS := proc_rfc_churn proc_large_reuse proc_prodcons proc_handoff proc_phases proc_thread_swap \
   proc_random_small proc_runs proc_interp proc_mixed_queue
@@ -21,9 +21,10 @@ TEST_STEPS  += test-suite-quick
 suite-bin: $(SUITE_BIN)
 
 test-suite-quick: $(SUITE_BIN) $(B)/release/libscralloc.so
+	$(PYTHON) tests/preload/suite_report_check.py
 	$(PYTHON) bench/suite_bench.py --quick --lib $(B)/release/libscralloc.so --bin $(B)/release/bench
 
-bench-suite: $(SUITE_BIN) $(B)/release/libscralloc.so
+bench-suite: $(SUITE_BIN) $(B)/release/libscralloc.so $(B)/release/bench/bench_pairs
 	$(PYTHON) bench/suite_bench.py --lib $(B)/release/libscralloc.so --bin $(B)/release/bench \
 	  --markdown $(B)/bench/suite.md
 

@@ -151,6 +151,7 @@ SCR_INTERNAL void _scr_segment_unmap_detached(scr_segment *seg, scr_os_counters 
 SCR_INTERNAL void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigned npages);
 SCR_INTERNAL void _scr_segment_purge(scr_heap *h, bool all);
 SCR_INTERNAL void _scr_segment_purge_tick(scr_heap *h);
+SCR_INTERNAL void _scr_segment_purge_down(scr_heap *h, uint64_t keep_pages);
 SCR_INTERNAL size_t _scr_segment_meta_bytes(const scr_heap *h);
 /* Bits first .. first+n-1 of a segment's 64-bit page masks. */
 static inline uint64_t _scr_run_mask(unsigned first, unsigned n) {

@@ -404,6 +404,33 @@ void _scr_segment_purge(scr_heap *h, bool all) {
   if (batch.n) purge_flush(h, &batch);
 }
 
+/* Dirty pages go back, those freed before the last pass first, until
+ * no more than keep stay (a smaller retain_bytes: heap.c).  A partial
+ * pass: what the cap still allows stays for the next request. */
+void _scr_segment_purge_down(scr_heap *h, uint64_t keep) {
+  purge_batch batch;
+  batch.n = 0;
+  for (int old = 1; old >= 0 && h->dirty_pages > keep; old--) {
+    for (scr_segment *seg = h->segments; seg && h->dirty_pages > keep; seg = seg->next) {
+      if (seg->kind != SCR_SEG_NORMAL) continue;
+      uint64_t m = old ? seg->dirty_old : seg->dirty_new, take = 0;
+      uint64_t need = h->dirty_pages - keep;
+      while (m && need) {
+        uint64_t bit = m & -m;
+        take |= bit;
+        m &= m - 1;
+        need--;
+      }
+      if (take == 0) continue;
+      h->dirty_pages -= (uint64_t)__builtin_popcountll(take);
+      seg->dirty_old &= ~take;
+      seg->dirty_new &= ~take;
+      decommit_mask(h, seg, take, &batch);
+    }
+  }
+  if (batch.n) purge_flush(h, &batch);
+}
+
 /* Run the purge pass when it is due (every purge_delay_ms / 2); called
  * where pages are taken and freed, so an idle heap purges at its next
  * page-level call (or trim). */

@@ -70,7 +70,7 @@ SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
   X(retain_budget, (uint64_t)4 << 20, 0, UINT64_MAX, "free pages and cached large blocks the arenas keep committed together, beside retain_ratio: each keeps this over the threads holding arenas, and at least retain_bytes") \
   X(huge_decay_ms, 1000, 0, 3600000, "how long a freed huge block waits in the process's cache for a request of any thread before the helper unmaps it") \
   X(retain_ratio_above, (uint64_t)64 << 20, 0, UINT64_MAX, "busy bytes below which retain_ratio adds nothing: a program whose live blocks take less keeps retain_budget alone") \
-  X(retain_ratio, 100, 0, 10000, "percent of the bytes the live blocks' pages take that the arenas may keep committed in free pages and cached large blocks, beside retain_budget (shared by the threads holding arenas; 0: retain_budget alone)") \
+  X(retain_ratio, 200, 0, 10000, "percent of the bytes the live blocks' pages take that the arenas may keep committed in free pages and cached large blocks, beside retain_budget (shared by the threads holding arenas; 0: retain_budget alone)") \
   X(dontdump, 2, 0, 2, "MADV_DONTDUMP on segments: 0 never, 1 always, 2 auto (when no core would be written)") \
   X(stats, 0, 0, 3, "print statistics at exit: 1 summary, 2 also per arena, 3 (json) scr_process_stats_json's object on one line") \
   X(stats_fd, 2, 0, 1 << 20, "file descriptor the exit report goes to (stderr by default)") \

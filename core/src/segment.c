@@ -121,12 +121,33 @@ static void segmap_clear_tail(uintptr_t base, size_t from, size_t to) {
 
 scr_segment *_scr_segment_attach(scr_heap *h, scr_segment *seg, size_t new_size) {
   size_t old_size = seg->size;
+  scr_segment *split = NULL;
   if (new_size < old_size) {
-    /* the tail goes back; the head, resident, serves the block */
-    segmap_clear_tail((uintptr_t)seg, new_size, old_size);
-    if (_scr_os_unmap((uint8_t *)seg + new_size, old_size - new_size, &h->os) != 0) {
-      _scr_segmap_set((uintptr_t)seg, old_size, seg, h->map_mark);
-      new_size = old_size; /* keeps its tail */
+    /* The head, resident, serves the block.  A tail that holds a huge
+     * block from its next segment boundary on becomes a cached huge
+     * segment of its own (its first page the header): its pages stay
+     * resident for the next request; the rest of the tail goes back. */
+    uintptr_t base = (uintptr_t)seg, end = base + old_size;
+    uintptr_t t = (base + new_size + SCR_SEGMENT_SIZE - 1) & ~(uintptr_t)(SCR_SEGMENT_SIZE - 1);
+    size_t cut = old_size;
+    if (h->hooks.huge_put && seg->huge_offset == SCR_HUGE_OFFSET && t + SCR_HUGE_OFFSET + h->opt.huge_threshold < end)
+      cut = t - base;
+    segmap_clear_tail(base, new_size, cut);
+    if (cut > new_size && _scr_os_unmap((uint8_t *)seg + new_size, cut - new_size, &h->os) != 0) {
+      _scr_segmap_set(base, cut, seg, h->map_mark);
+      new_size = cut; /* keeps that part of its tail */
+    }
+    if (cut < old_size) {
+      split = (scr_segment *)t;
+      memset(split, 0, sizeof *split);
+      split->magic = SCR_SEGMENT_MAGIC;
+      split->heap = h;
+      split->size = end - t;
+      split->kind = SCR_SEG_HUGE;
+      memset(split->page_tag, SCR_TAG_OTHER, sizeof split->page_tag);
+      split->huge_offset = SCR_HUGE_OFFSET;
+      split->huge_size = split->size - SCR_HUGE_OFFSET;
+      _scr_segmap_set(t, split->size, split, h->map_mark); /* its leaves exist */
     }
   } else if (new_size > old_size) {
     scr_segment *moved = NULL;
@@ -156,6 +177,7 @@ scr_segment *_scr_segment_attach(scr_heap *h, scr_segment *seg, size_t new_size)
   h->mmaps++;
   h->reserved += new_size;
   h->bytes += new_size;
+  if (split) h->hooks.huge_put(h, split, h->hooks.arg); /* detached from birth */
   return seg;
 }
 

@@ -169,6 +169,45 @@ static void test_huge_blocks_reused_by_any_thread(void) {
   CHECK_EQ(st.cached_bytes, 0);
 }
 
+/* A cached block taken for a much smaller request leaves the part of its
+ * tail past the next 4 MiB boundary in the cache, resident, as a block of
+ * its own, which serves the next request without a new mapping. */
+static void test_huge_block_tail_stays_cached(void) {
+  scr_trim();
+  scr_process_option_set("retain_budget", "64M");
+  size_t big = (size_t)9 << 20;
+  uint8_t *p = scr_malloc(big);
+  memset(p, 0x77, big);
+  scr_free(p);
+  struct scr_process_stats ps0 = pstats();
+  struct scr_stats st0, st1;
+  scr_stats(&st0);
+  uint8_t *a = scr_malloc((size_t)2 << 20); /* the 9 MiB block, cut */
+  CHECK(a == p);
+  struct scr_process_stats ps1 = pstats();
+  CHECK_EQ(ps1.huge_cache_hits, ps0.huge_cache_hits + 1);
+  CHECK_EQ(ps1.huge_cache_puts, ps0.huge_cache_puts + 1); /* its tail */
+  CHECK(ps1.huge_cache_bytes >= ((size_t)5 << 20));
+  uint8_t *b = scr_malloc((size_t)4 << 20); /* the tail, resident */
+  CHECK(b == p + ((size_t)4 << 20)); /* the next segment boundary, past its header page */
+  CHECK(b[0] == 0x77 && b[((size_t)4 << 20) - 1] == 0x77);
+  scr_stats(&st1);
+  CHECK_EQ(st1.mmap_calls, st0.mmap_calls);
+  CHECK_EQ(pstats().huge_cache_hits, ps0.huge_cache_hits + 2);
+  scr_process_option_set("on_error", "ignore"); /* the tail's block was never handed out as such before */
+  CHECK_EQ(scr_usable_size(b), ((size_t)4 << 20));
+  scr_process_option_set("on_error", "abort");
+  memset(a, 1, (size_t)2 << 20);
+  memset(b, 2, (size_t)4 << 20);
+  scr_free(a);
+  scr_free(b);
+  scr_trim();
+  struct scr_stats st;
+  scr_stats(&st);
+  CHECK_EQ(st.cached_bytes, 0);
+  scr_process_option_set("retain_budget", "4M");
+}
+
 /* The helper thread unmaps a cached huge block huge_decay_ms after it
  * was freed, without any call from the program. */
 static void test_huge_blocks_decay(void) {
@@ -332,6 +371,7 @@ int main(int argc, char **argv) {
   scr_process_option_set("retain_ratio_above", "0"); /* the tests' live sets are small */
   TEST(test_bursts_reuse_freed_pages);
   TEST(test_huge_blocks_reused_by_any_thread);
+  TEST(test_huge_block_tail_stays_cached);
   TEST(test_huge_blocks_decay);
   TEST(test_trim_reaches_busy_threads);
   TEST(test_interior_return);

@@ -186,6 +186,15 @@ static uint64_t proc_budget_ratio_part(void) {
 
 uint64_t _scr_proc_budget(void) { return _scr_proc.opt.retain_budget + proc_budget_ratio_part(); }
 
+/* The huge-block cache's part of it: the fixed part and a quarter of the
+ * proportional one.  Resized cached blocks keep their tails (segment.c),
+ * so more cached bytes mean fewer faults but a higher peak: the issue's
+ * large-block program at one thread (proc_large_reuse 1 400, one run
+ * each, glibc 1.49 s and 613 MB max RSS): a quarter 1.55 s and 537 MB, a
+ * half 1.49 s and 625 MB, all of it 1.98 s and 744 MB (the peak's
+ * growth cost more than the faults it saved), an eighth 1.95 s. */
+uint64_t _scr_proc_budget_huge(void) { return _scr_proc.opt.retain_budget + proc_budget_ratio_part() / 4; }
+
 /* The arena's share of the budget now: the fixed part's share plus the
  * proportional part, less the huge blocks the process caches
  * (huge_cache.c), over the threads holding arenas. */

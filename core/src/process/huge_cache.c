@@ -8,8 +8,11 @@
  * large-block program: 20 live blocks of 1-32 MiB, one replaced per step,
  * took 2.3x glibc's time).
  *
- * Bounds: the bytes cached stay within the process budget (arena.c:
- * _scr_proc_budget, retain_budget plus retain_ratio of the busy bytes);
+ * Bounds: the bytes cached stay within the cache's part of the process
+ * budget (arena.c: _scr_proc_budget_huge, retain_budget plus a quarter of
+ * retain_ratio of the busy bytes); a block taken for a smaller request
+ * leaves its tail here as a block of its own where the tail spans a
+ * segment boundary and a huge block (segment.c: _scr_segment_attach);
  * at most SCR_HUGE_CACHE_MAX blocks; a block cached longer than
  * huge_decay_ms goes back, by the helper thread (discard.c), without a
  * call from the program; scr_trim gives back every one.  Oldest first.
@@ -64,7 +67,7 @@ static void hc_put(scr_heap *h, scr_segment *seg, void *arg) {
   scr_segment *out[SCR_HUGE_CACHE_MAX + 1];
   unsigned nout = 0;
   _scr_arena_busy_publish(a, false); /* the block just left its heap's busy bytes */
-  uint64_t cap = _scr_proc_budget();
+  uint64_t cap = _scr_proc_budget_huge();
   pthread_mutex_lock(&hc.lock);
   bool was_empty = hc.n == 0;
   if (seg->size > cap) {

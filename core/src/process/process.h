@@ -509,6 +509,7 @@ SCR_INTERNAL void _scr_huge_cache_lock(void);   /* fork: held across it */
 SCR_INTERNAL void _scr_huge_cache_unlock(void);
 /* arena.c: the process budget of free memory kept committed (bytes) */
 SCR_INTERNAL uint64_t _scr_proc_budget(void);
+SCR_INTERNAL uint64_t _scr_proc_budget_huge(void); /* the huge-block cache's part */
 
 /* hooks.c: what the arena does when its heap maps a segment or takes a page */
 SCR_INTERNAL extern const struct _scr_heap_hooks _scr_arena_hooks;

@@ -88,6 +88,18 @@ void _scr_large_cache_flush(scr_heap *h) {
 
 /* ---- alloc / free ---- */
 
+/* A large or huge block handed out: memory used before may hold the
+ * freed-block key in its second word (a remote free writes it there,
+ * remote.c, and a small block freed in the same pages did), which a
+ * realloc to a small size would copy into a live small block, and a
+ * second free of that one would then be told a double free (misuse.c).
+ * Every malloc that hands a block out clears it, as the small ones'
+ * do. */
+static void *handed_out(void *block, bool zero) {
+  if (!zero) _scr_block_set_word1(block, 0);
+  return block;
+}
+
 static void *huge_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
   size_t offset = align > SCR_HUGE_OFFSET ? align : SCR_HUGE_OFFSET;
   size_t size = round_up(offset + n, _scr_os_page_size());
@@ -98,7 +110,7 @@ static void *huge_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
     *zero = false;
     h->large_live++;
     h->large_bytes += seg->huge_size;
-    return cached;
+    return handed_out(cached, false);
   }
   if (!_scr_heap_grow_ok(h, size)) {
     errno = ENOMEM;
@@ -114,7 +126,7 @@ static void *huge_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
       h->large_live++;
       h->large_bytes += seg->huge_size;
       scr_validate_heap(h);
-      return huge_block(seg);
+      return handed_out(huge_block(seg), false);
     }
   }
   scr_segment *seg = _scr_segment_map(h, size, align, SCR_SEG_HUGE);
@@ -160,7 +172,7 @@ void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
     *zero = false;
     h->large_live++;
     h->large_bytes += (size_t)pg->span << SCR_PAGE_SHIFT;
-    return block;
+    return handed_out(block, false);
   }
   scr_page *pg = _scr_segment_take_pages(h, span, align, SCR_TAG_OTHER, false);
   if (pg == NULL) {
@@ -176,7 +188,7 @@ void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
   h->large_live++;
   h->large_bytes += bytes;
   scr_validate_heap(h);
-  return _scr_page_start(seg, pg);
+  return handed_out(_scr_page_start(seg, pg), all_zero);
 }
 
 void _scr_large_free(scr_heap *h, scr_segment *seg, void *p) {

@@ -169,6 +169,35 @@ static void test_huge_blocks_reused_by_any_thread(void) {
   CHECK_EQ(st.cached_bytes, 0);
 }
 
+static void *free_it(void *p) {
+  scr_free(p); /* another thread's block: a remote free, which writes the freed-block key into it */
+  return NULL;
+}
+
+/* A huge block that another thread freed (its second word then holds the
+ * freed-block key) serves a malloc from the cache; a realloc of it to a
+ * small size copies its first bytes into a small block, which must not
+ * then look freed: its free is not a double free. */
+static void test_reused_block_is_not_freed(void) {
+  scr_trim();
+  size_t n = (size_t)2 << 20;
+  uint8_t *p = scr_malloc(n);
+  p[0] = 1;
+  pthread_t t;
+  pthread_create(&t, NULL, free_it, p);
+  pthread_join(t, NULL);
+  for (int i = 0; i < 64; i++) scr_free(scr_malloc(20000)); /* the owner drains its remote frees */
+  struct scr_process_stats ps0 = pstats();
+  uint8_t *q = scr_malloc(n); /* from the cache, as it was (first bytes unwritten) */
+  CHECK_EQ(pstats().huge_cache_hits, ps0.huge_cache_hits + 1);
+  uint8_t *r = scr_realloc(q, 100); /* moves: its first 100 bytes come along */
+  CHECK(r != NULL);
+  scr_process_option_set("on_error", "ignore");
+  scr_free(r);
+  CHECK_EQ(pstats().double_frees, ps0.double_frees);
+  scr_process_option_set("on_error", "abort");
+}
+
 /* A cached block taken for a much smaller request leaves the part of its
  * tail past the next 4 MiB boundary in the cache, resident, as a block of
  * its own, which serves the next request without a new mapping. */
@@ -372,6 +401,7 @@ int main(int argc, char **argv) {
   TEST(test_bursts_reuse_freed_pages);
   TEST(test_huge_blocks_reused_by_any_thread);
   TEST(test_huge_block_tail_stays_cached);
+  TEST(test_reused_block_is_not_freed);
   TEST(test_huge_blocks_decay);
   TEST(test_trim_reaches_busy_threads);
   TEST(test_interior_return);

@@ -252,11 +252,20 @@ void *scr_realloc(void *p, size_t n) {
   return q;
 }
 
+/* The interior pages of a's free slots (core/src/interior.c), counted. */
+size_t _scr_arena_return_interior(scr_arena *a) {
+  size_t lazy = 0, n = _scr_heap_return_interior(a->heap, &lazy);
+  SCR_PC_ADD(interior_bytes, n);
+  SCR_PC_ADD(interior_lazy_bytes, lazy);
+  return n;
+}
+
 size_t _scr_arena_trim(scr_arena *a) {
   _scr_recycle_flush(a);
   _scr_pool_flush(a);
   _scr_remote_drain(a);
   size_t n = scr_heap_trim(a->heap);
+  n += _scr_arena_return_interior(a);
   _scr_arena_publish(a);
   return n;
 }
@@ -268,9 +277,18 @@ size_t scr_trim(void) {
   scr_proc *P = &_scr_proc;
   size_t n = 0;
   scr_arena *a = _scr_tl_arena;
-  if (a) n += _scr_arena_trim(a);
+  /* Threads holding arenas trim theirs at their next tick (every 32
+   * calls that reach their heaps): their heaps are theirs alone. */
+  uint64_t epoch = atomic_fetch_add_explicit(&P->trim_epoch, 1, memory_order_relaxed) + 1;
+  if (a) {
+    a->trim_seen = epoch;
+    n += _scr_arena_trim(a);
+  }
   else _scr_pool_flush(NULL);
   n += _scr_share_trim();
+  uint64_t cached = 0;
+  (void)_scr_huge_cache_decay(0, true, &cached);
+  n += cached;
   pthread_mutex_lock(&P->lock);
   for (scr_arena *b = P->parked; b; b = b->next_parked) {
     if (b->poisoned) continue; /* already given back */

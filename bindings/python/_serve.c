@@ -992,7 +992,13 @@ mod_serving(PyObject *module, PyObject *unused)
     Py_DECREF(allocs);
     return NULL;
   }
-  return Py_BuildValue("{sNsN}", "allocators", allocs, "routers", installed);
+  {
+    ServingObject *s;
+    Py_ssize_t open = 0;
+    for (s = serving_top; s != NULL; s = s->below)
+      open++;
+    return Py_BuildValue("{sNsNsn}", "allocators", allocs, "routers", installed, "open", open);
+  }
 }
 
 static PyMethodDef serve_functions[] = {
@@ -1001,7 +1007,8 @@ static PyMethodDef serve_functions[] = {
   {"_reset_heap_peak", mod_reset_heap_peak, METH_NOARGS,
    "Start the peak of _heap_peaks() again from the current sum."},
   {"_serving", mod_serving, METH_NOARGS,
-   "The Allocators routing Python's blocks and the domains whose routers are installed."},
+   "The Allocators routing Python's blocks, the domains whose routers are installed, and "
+   "the number of open serve_python() blocks."},
   {NULL, NULL, 0, NULL},
 };
 

@@ -104,3 +104,9 @@ def memory_usage() -> dict:
         "heapUsed": t["heap_used"],
         "external": t["meta_bytes"],
     }
+
+
+# Memory figures over time (rows, CSV, plots): scralloc.Sampler.
+from .sampler import Sampler  # noqa: E402
+
+__all__.append("Sampler")

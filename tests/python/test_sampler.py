@@ -183,6 +183,14 @@ def test_plot_draws_the_fields():
     assert ax2.get_ylabel() == "count" and list(ax2.get_lines()[0].get_ydata()) == [0, 1, 0]
     with pytest.raises(KeyError, match="no such field"):
         s.plot("nope")
+    s.rows.clear()
+    for i in range(3):
+        s.sample(round=i * 10, phase="x")
+    assert [r["round"] for r in s.rows] == [0, 10, 20] and s.rows[0]["phase"] == "x"
+    ax3 = s.plot("rss", x="round")
+    assert list(ax3.get_lines()[0].get_xdata()) == [0, 10, 20] and ax3.get_xlabel() == "round"
+    with pytest.raises(KeyError, match="no such field"):
+        s.plot("rss", x="nope")
     plt.close("all")
 
 

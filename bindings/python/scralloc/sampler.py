@@ -146,8 +146,10 @@ class Sampler:
 
     # ---- taking rows --------------------------------------------------
 
-    def sample(self):
-        """Take one row now, append it to ``rows`` and return it."""
+    def sample(self, **marks):
+        """Take one row now, append it to ``rows`` and return it.  Keyword
+        arguments are added to the row as they are (``sample(phase="grow",
+        round=3)``), to tell rows apart or to plot against."""
         now = time.monotonic()
         if self.pid is not None:
             row = {"rss": pid_rss(self.pid)}
@@ -159,6 +161,7 @@ class Sampler:
                    "external": t["meta_bytes"]}
             if self._stats is not None:
                 row.update(self._stats())
+        row.update(marks)
         with self._lock:
             if self._t0 is None:
                 self._t0 = now
@@ -250,9 +253,9 @@ class Sampler:
             with open(path_or_file, "w", newline="") as f:
                 write(f)
 
-    def plot(self, fields=DEFAULT_PLOT_FIELDS, ax=None, *, label_prefix=""):
-        """Draw ``fields`` against ``t`` on ``ax`` (a new figure's axes when
-        None) and return the axes.  Byte fields are drawn in MiB; when every
+    def plot(self, fields=DEFAULT_PLOT_FIELDS, ax=None, *, x="t", label_prefix=""):
+        """Draw ``fields`` against ``x`` (seconds, or another field of the
+        rows) on ``ax`` (a new figure's axes when None) and return the axes.  Byte fields are drawn in MiB; when every
         field is a count, the raw values.  Lines that lie on each other stay
         visible: each has its own dash pattern and width.  Needs matplotlib
         (``pip install scralloc[plot]``)."""
@@ -263,7 +266,7 @@ class Sampler:
         if isinstance(fields, str):
             fields = (fields,)
         present = set(self.fields())
-        missing = [f for f in fields if f not in present]
+        missing = [f for f in (*fields, x) if f not in present]
         if missing:
             raise KeyError(f"no such field in the rows: {', '.join(missing)} "
                            f"(there are: {', '.join(sorted(present))})")
@@ -272,12 +275,12 @@ class Sampler:
         in_mib = all(_is_bytes(f) for f in fields)
         styles = [("-", 2.6), ("--", 1.8), (":", 2.2), ("-.", 1.4)]
         for i, f in enumerate(fields):
-            pts = [(r["t"], r[f]) for r in self.rows if r.get(f) is not None]
+            pts = [(r[x], r[f]) for r in self.rows if r.get(f) is not None and r.get(x) is not None]
             ts = [p[0] for p in pts]
             ys = [p[1] / 2**20 if in_mib else p[1] for p in pts]
             ls, lw = styles[i % len(styles)]
             ax.plot(ts, ys, ls, lw=lw, label=label_prefix + f)
-        ax.set_xlabel("seconds")
+        ax.set_xlabel("seconds" if x == "t" else x)
         ax.set_ylabel("MiB" if in_mib else "count")
         ax.legend(fontsize=8)
         return ax

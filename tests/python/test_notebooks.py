@@ -77,3 +77,17 @@ def test_page_retention():
     held = {r: int(v[6]) for r, v in arenas.items()}  # KiB held once every arena is free
     assert held[0] == 0 < held[1] < held[8]
     assert {r: int(v[8]) for r, v in arenas.items()} == held  # trim() gave it all back
+
+
+def test_hoarding():
+    text, figures = run("2_hoarding.ipynb")
+    assert figures == 1
+    rows = {r[0]: [float(v) for v in r[1:7]] for r in table_rows(text, "allocator")}
+    assert "glibc" in rows and "scralloc" in rows
+    live = float(re.search(r"live after the bursts: (\d+) MiB", text).group(1))
+    for name, (run_ms, max_rss, bursts, trim, free, wait) in rows.items():
+        assert run_ms > 0 and max_rss >= live, name
+        assert max_rss >= max(bursts, trim, free, wait) - 1, name  # MiB, rounded
+    # The RFC's complaint: glibc keeps the freed bursts' pages; scralloc
+    # gives them back on free, without malloc_trim.
+    assert rows["scralloc"][2] < rows["glibc"][2]

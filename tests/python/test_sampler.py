@@ -141,21 +141,28 @@ def test_to_csv_path_and_file(tmp_path):
 
 
 def test_pid_sampling_follows_a_child():
-    # The child grows by 64 MiB, says so, waits for a line, then exits.
-    code = "import sys; b = bytearray(64 << 20); print('big', flush=True); sys.stdin.readline()"
+    # The child holds 64 MiB, says so, waits; frees it, says so, waits; exits.
+    code = ("import sys; b = bytearray(64 << 20); print('big', flush=True); sys.stdin.readline(); "
+            "del b; print('small', flush=True); sys.stdin.readline()")
     child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "big"
         s = scralloc.Sampler(pid=child.pid)
         row = s.sample()
-        assert set(row) == {"t", "rss"}
-        assert row["rss"] >= 64 << 20
+        assert set(row) == {"t", "rss", "rss_hwm"}
+        assert row["rss"] >= 64 << 20 and row["rss_hwm"] >= row["rss"]
         assert row["rss"] == pytest.approx(pid_rss(child.pid), rel=0.1)
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "small"
+        s.rows.clear()  # the peak must come from the kernel's count, not from a sample
+        row = s.sample()
+        assert row["rss"] < 48 << 20 and row["rss_hwm"] >= 64 << 20
+        assert s.peak_rss == row["rss_hwm"]
     finally:
         child.communicate("\n", timeout=30)
     assert s.sample()["rss"] is None  # reaped: nothing left to read
-    assert s.peak_rss >= 64 << 20
 
 
 def test_plot_draws_the_fields():

@@ -4,7 +4,8 @@ Each row is a dict:
 
 - ``t``: seconds since the sampler's first sample;
 - ``rss``: the resident set size, from the kernel (this process:
-  ``/proc/self/statm``; another process: ``VmRSS`` of ``/proc/PID/status``);
+  ``/proc/self/statm``; another process: ``VmRSS`` of ``/proc/PID/status``,
+  with ``rss_hwm``, its ``VmHWM``);
 - ``heapTotal``, ``heapUsed``, ``external``: :func:`scralloc.memory_usage`
   (this process only);
 - the source's statistics, flattened (scalar fields only; the per-class
@@ -23,7 +24,7 @@ import time
 
 from . import _scralloc
 
-__all__ = ["Sampler", "preloaded_process_stats", "pid_rss"]
+__all__ = ["Sampler", "preloaded_process_stats", "pid_memory", "pid_rss"]
 
 #: The fields :meth:`Sampler.plot` draws when none are named.
 DEFAULT_PLOT_FIELDS = ("rss", "heapTotal", "heapUsed")
@@ -64,18 +65,28 @@ def preloaded_process_stats():
     raise RuntimeError("scr_process_stats_json: the report kept growing")
 
 
-def pid_rss(pid):
-    """The resident set size of process ``pid`` in bytes (``VmRSS`` of
-    ``/proc/PID/status``); None once the process has exited (or is a
-    zombie, which has no memory left)."""
+def pid_memory(pid):
+    """``{"rss": VmRSS, "rss_hwm": VmHWM}`` of process ``pid`` in bytes,
+    from ``/proc/PID/status`` (VmHWM: the kernel's peak RSS of the program
+    the process runs, counted from its exec); None for both once the
+    process has exited (a zombie has no memory left)."""
+    out = {"rss": None, "rss_hwm": None}
     try:
         with open(f"/proc/{int(pid)}/status", "rb") as f:
             for line in f:
                 if line.startswith(b"VmRSS:"):
-                    return int(line.split()[1]) * 1024
+                    out["rss"] = int(line.split()[1]) * 1024
+                elif line.startswith(b"VmHWM:"):
+                    out["rss_hwm"] = int(line.split()[1]) * 1024
     except (FileNotFoundError, ProcessLookupError):
-        return None
-    return None
+        pass
+    return out
+
+
+def pid_rss(pid):
+    """The resident set size of process ``pid`` in bytes (``VmRSS`` of
+    ``/proc/PID/status``); None once the process has exited."""
+    return pid_memory(pid)["rss"]
 
 
 def _scalars(d, out):
@@ -94,8 +105,8 @@ class Sampler:
     None (the process allocator when it serves malloc, else nothing).
     ``interval``: seconds between samples on the background thread; None
     samples only when asked (and, in the ``with`` form, at entry and exit).
-    ``pid``: sample another process instead (its RSS only; ``source`` must
-    be None); a row whose process has gone has ``rss`` None.
+    ``pid``: sample another process instead (its RSS and peak RSS only;
+    ``source`` must be None); a row whose process has gone has None there.
     """
 
     def __init__(self, source=None, interval=None, *, pid=None):
@@ -152,7 +163,7 @@ class Sampler:
         round=3)``), to tell rows apart or to plot against."""
         now = time.monotonic()
         if self.pid is not None:
-            row = {"rss": pid_rss(self.pid)}
+            row = pid_memory(self.pid)
         else:
             t = _scralloc._heap_totals()
             from . import rss
@@ -219,8 +230,11 @@ class Sampler:
 
     @property
     def peak_rss(self):
-        """The largest ``rss`` seen at the samples (None before any)."""
-        return self._peak("rss")
+        """The largest ``rss`` seen at the samples (None before any); for
+        another process, the kernel's own peak (``rss_hwm``) when larger,
+        which counts the peaks between samples too."""
+        peaks = [p for p in (self._peak("rss"), self._peak("rss_hwm")) if p is not None]
+        return max(peaks) if peaks else None
 
     @property
     def peak_heap_used(self):

@@ -113,6 +113,12 @@ def memory_usage() -> dict:
     }
 
 
+# Memory figures over time (rows, CSV, plots): scralloc.Sampler.
+from .sampler import Sampler  # noqa: E402
+
+__all__.append("Sampler")
+
+
 # ---- peaks, as in tracemalloc (get_traced_memory, reset_peak) ----------
 
 __all__ += ["peak_rss", "reset_peak", "Serving"]

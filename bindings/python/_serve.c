@@ -89,8 +89,10 @@ static scr_py_record *routed_list;
 static pthread_mutex_t raw_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 /* Process-wide sum of every record's used, and its peak (memory_usage()).
- * Relaxed atomics: raw hooks update it without the GIL. */
+ * Under the GIL while no heap serves raw; relaxed atomics once one has
+ * (raw hooks update them without the GIL). */
 static uint64_t total_used, total_peak;
+static int any_locked;          /* a heap served raw once */
 
 /* ---- accounting ---------------------------------------------------- */
 
@@ -115,16 +117,35 @@ used_add(scr_py_record *r, size_t n)
   r->used += n;
   if (r->used > r->peak)
     r->peak = r->used;
-  t = __atomic_add_fetch(&total_used, (uint64_t)n, __ATOMIC_RELAXED);
-  if (t > __atomic_load_n(&total_peak, __ATOMIC_RELAXED))
-    __atomic_store_n(&total_peak, t, __ATOMIC_RELAXED);
+  if (any_locked) {
+    t = __atomic_add_fetch(&total_used, (uint64_t)n, __ATOMIC_RELAXED);
+    if (t > __atomic_load_n(&total_peak, __ATOMIC_RELAXED))
+      __atomic_store_n(&total_peak, t, __ATOMIC_RELAXED);
+  } else {
+    t = total_used += n;
+    if (t > total_peak)
+      total_peak = t;
+  }
 }
 
 static inline void
 used_sub(scr_py_record *r, size_t n)
 {
   r->used -= n;
-  __atomic_sub_fetch(&total_used, (uint64_t)n, __ATOMIC_RELAXED);
+  if (any_locked)
+    __atomic_sub_fetch(&total_used, (uint64_t)n, __ATOMIC_RELAXED);
+  else
+    total_used -= n;
+}
+
+/* The usable size malloc(n) gives: the class's block size for a small
+ * request (no lookup), else the heap's answer. */
+static inline size_t
+usable_of(scr_heap *h, size_t n, void *p)
+{
+  if (n <= SCR_SMALL_MAX)
+    return scr_class_size((unsigned)scr_size_class(n));
+  return scr_heap_usable_size(h, p);
 }
 
 static inline void
@@ -147,11 +168,12 @@ note_free(scr_py_record *r, int d, size_t usable)
   used_sub(r, usable);
 }
 
-/* The routed record whose heap made p, or NULL. */
+/* The routed record whose heap made p, or NULL; *usable: p's usable size
+ * when the record is not NULL. */
 static inline scr_py_record *
-owner_of(const void *p)
+owner_of(const void *p, size_t *usable)
 {
-  scr_heap *h = scr_heap_of(p);
+  scr_heap *h = scr_heap_of(p, usable);
   scr_py_record *r;
   if (h == NULL)
     return NULL;
@@ -170,15 +192,15 @@ heap_alloc(scr_py_record *t, int d, size_t n, int zero)
   rec_lock(t);
   p = zero ? scr_heap_calloc(t->heap, n, 1) : scr_heap_malloc(t->heap, n);
   if (p != NULL)
-    note_alloc(t, d, scr_heap_usable_size(t->heap, p));
+    note_alloc(t, d, usable_of(t->heap, n, p));
   rec_unlock(t);
   return p;
 }
 
+/* Free p, a block of r whose usable size is u. */
 static void
-heap_free(scr_py_record *r, int d, void *p)
+heap_free(scr_py_record *r, int d, void *p, size_t u)
 {
-  size_t u;
   rec_lock(r);
 #if SCR_DEBUG
   {
@@ -191,7 +213,6 @@ heap_free(scr_py_record *r, int d, void *p)
     }
   }
 #endif
-  u = scr_heap_usable_size(r->heap, p);
   scr_heap_free(r->heap, p);
   note_free(r, d, u);
   rec_unlock(r);
@@ -222,13 +243,14 @@ static void
 do_free(router *rt, void *p)
 {
   scr_py_record *r;
+  size_t u;
   if (p == NULL)
     return;
-  r = owner_of(p);
+  r = owner_of(p, &u);
   if (r == NULL)
     rt->base.free(rt->base.ctx, p);
   else
-    heap_free(r, rt->dom, p);
+    heap_free(r, rt->dom, p, u);
 }
 
 static void *
@@ -240,7 +262,7 @@ do_realloc(router *rt, void *p, size_t n)
 
   if (p == NULL)
     return do_malloc(rt, n);
-  r = owner_of(p);
+  r = owner_of(p, &old);
   if (r == NULL)                /* the base's block: only the base knows its size */
     return rt->base.realloc(rt->base.ctx, p, n);
   if (n == 0)
@@ -248,7 +270,6 @@ do_realloc(router *rt, void *p, size_t n)
   t = rt->target;
   if (r == t) {
     rec_lock(r);
-    old = scr_heap_usable_size(r->heap, p);
     q = scr_heap_realloc(r->heap, p, n);
     if (q != NULL) {
       r->dom[rt->dom].calls++;
@@ -265,11 +286,8 @@ do_realloc(router *rt, void *p, size_t n)
   q = do_malloc(rt, n);
   if (q == NULL)
     return NULL;
-  rec_lock(r);
-  old = scr_heap_usable_size(r->heap, p);
-  rec_unlock(r);
   memcpy(q, p, old < n ? old : n);
-  heap_free(r, rt->dom, p);
+  heap_free(r, rt->dom, p, old);
   return q;
 }
 
@@ -739,8 +757,10 @@ Serving_enter(PyObject *op, PyObject *unused)
   pthread_mutex_lock(&raw_mutex);
   if (s->mask & (1u << D_RAW) && !r->locked) {
     /* No raw hook can reach r yet (it is not a raw target); GIL hooks
-     * cannot run now: from here on every heap call on r locks. */
+     * cannot run now: from here on every heap call on r locks, and the
+     * process-wide sums are atomic. */
     r->locked = 1;
+    any_locked = 1;
   }
   route(r, s->alloc);
   r->serving++;

@@ -275,6 +275,12 @@ size_t scr_heap_usable_size(const scr_heap *h, const void *p) {
   return seg ? block_usable(seg, p) : 0;
 }
 
+scr_heap *scr_heap_of(const void *p, size_t *usable) {
+  scr_segment *seg = p ? _scr_segmap_get(p) : NULL;
+  if (usable) *usable = seg ? block_usable(seg, p) : 0;
+  return seg ? seg->heap : NULL;
+}
+
 void *scr_heap_realloc(scr_heap *h, void *p, size_t n) {
   if (p == NULL) return scr_heap_malloc(h, n);
   if (n == 0) {

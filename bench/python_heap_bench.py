@@ -5,7 +5,8 @@ str heavy workload.
     python bench/python_heap_bench.py [--rounds N] [--scale S]
 
 Each run is a fresh child interpreter that times the workload alone (not
-the interpreter's start) and reports its peak RSS (VmHWM) and, under
+the interpreter's start; wall time, and the process's CPU time, which a
+loaded machine disturbs less) and reports its peak RSS (VmHWM) and, under
 serve_python, the heap's peak heapUsed.  The modes run interleaved, in a
 rotated order each round, and the table gives medians over the rounds.
 Modes:
@@ -66,20 +67,20 @@ def peak_rss():
 def child(options_json, scale):
     options = json.loads(options_json)
     if options is None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         workload(scale)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         peak_heap = None
     else:
         import scralloc
 
         a = scralloc.Allocator(**options)
         with a.serve_python():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             workload(scale)
-            wall = time.perf_counter() - t0
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         peak_heap = a.peak_heap_used
-    print(json.dumps({"wall": wall, "peak_rss": peak_rss(), "peak_heap_used": peak_heap}))
+    print(json.dumps({"wall": wall, "cpu": cpu, "peak_rss": peak_rss(), "peak_heap_used": peak_heap}))
 
 
 def run(mode, env_extra, options, scale):
@@ -109,18 +110,22 @@ def main():
         for name, env_extra, options in order:
             results[name].append(run(name, env_extra, options, args.scale))
     base = statistics.median(x["wall"] for x in results["pymalloc"])
+    base_cpu = statistics.median(x["cpu"] for x in results["pymalloc"])
     print(f"\nPython {platform.python_version()} on {platform.machine()}, {os.cpu_count()} CPUs, "
           f"{platform.platform()}; {args.rounds} interleaved rounds, scale {args.scale}; "
           f"medians (`python bench/python_heap_bench.py --rounds {args.rounds}`)\n")
-    print("| Python's allocator | time (s) | vs pymalloc | peak RSS (MiB) | peak heapUsed (MiB) |")
-    print("|---|---:|---:|---:|---:|")
+    print("| Python's allocator | time (s) | vs pymalloc | CPU time (s) | vs pymalloc "
+          "| peak RSS (MiB) | peak heapUsed (MiB) |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
     for name, _, _ in MODES:
         rows = results[name]
         wall = statistics.median(x["wall"] for x in rows)
+        cpu = statistics.median(x["cpu"] for x in rows)
         rss = statistics.median(x["peak_rss"] for x in rows) / 2**20
         heaps = [x["peak_heap_used"] for x in rows if x["peak_heap_used"] is not None]
         heap = f"{statistics.median(heaps) / 2**20:.1f}" if heaps else "-"
-        print(f"| {name} | {wall:.3f} | {100 * (wall / base - 1):+.1f}% | {rss:.1f} | {heap} |")
+        print(f"| {name} | {wall:.3f} | {100 * (wall / base - 1):+.1f}% | {cpu:.3f} | "
+              f"{100 * (cpu / base_cpu - 1):+.1f}% | {rss:.1f} | {heap} |")
 
 
 if __name__ == "__main__":

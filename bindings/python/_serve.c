@@ -138,11 +138,34 @@ used_sub(scr_py_record *r, size_t n)
     total_used -= n;
 }
 
+/* The block size of the class of n for n <= BUCKETED_MAX, by 16-byte
+ * bucket (every class up to there is a multiple of 16, so a bucket has one
+ * class; bucket_init checks it and leaves the table empty otherwise). */
+#define BUCKETED_MAX 1024
+static uint32_t bucket_usable[BUCKETED_MAX / 16 + 1];
+
+static void
+bucket_init(void)
+{
+  size_t b;
+  for (b = 0; b <= BUCKETED_MAX / 16; b++) {
+    size_t lo = b == 0 ? 0 : 16 * b - 15, hi = 16 * b;
+    size_t ulo = scr_class_size((unsigned)scr_size_class(lo));
+    if (ulo != scr_class_size((unsigned)scr_size_class(hi))) {
+      memset(bucket_usable, 0, sizeof bucket_usable);
+      return;
+    }
+    bucket_usable[b] = (uint32_t)ulo;
+  }
+}
+
 /* The usable size malloc(n) gives: the class's block size for a small
  * request (no lookup), else the heap's answer. */
 static inline size_t
 usable_of(scr_heap *h, size_t n, void *p)
 {
+  if (n <= BUCKETED_MAX && bucket_usable[(n + 15) >> 4] != 0)
+    return bucket_usable[(n + 15) >> 4];
   if (n <= SCR_SMALL_MAX)
     return scr_class_size((unsigned)scr_size_class(n));
   return scr_heap_usable_size(h, p);
@@ -1036,6 +1059,7 @@ int
 _scr_py_serve_exec(PyObject *m)
 {
   PyObject *type = PyType_FromModuleAndSpec(m, &Serving_spec, NULL);
+  bucket_init();
   if (type == NULL)
     return -1;
   if (PyModule_AddObjectRef(m, "Serving", type) < 0) {

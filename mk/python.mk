@@ -33,7 +33,7 @@ python-release:
 	SCRALLOC_DEBUG_BUILD=0 $(PYTHON) setup.py -q build_ext --inplace --force \
 	  --build-temp $(PY_BUILD)/release --build-lib $(PY_BUILD)/release-lib
 
-test-python: python
+test-python: python $(B)/release/libscralloc.so
 	PYTHONPATH=$(PY_PKG_DIR)$${PYTHONPATH:+:$$PYTHONPATH} SCRALLOC_EXPECT_DEBUG=1 \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/python
 

@@ -284,8 +284,12 @@ def run_serve(opts, module, args):
 
 def find_library(explicit=None):
     """The libscralloc.so for --preload (see the module's doc), or None."""
+    if explicit:
+        if not os.path.isfile(explicit):
+            raise UsageError(f"--library {explicit}: no such file")
+        return os.path.abspath(explicit)
     here = os.path.dirname(os.path.abspath(scralloc.__file__))
-    candidates = [explicit, os.environ.get("SCRALLOC_LIBRARY"),
+    candidates = [os.environ.get("SCRALLOC_LIBRARY"),
                   os.path.join(here, "libscralloc.so"),
                   os.path.join(here, "..", "..", "..", "build", "release", "libscralloc.so")]
     for c in candidates:

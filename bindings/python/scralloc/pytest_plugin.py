@@ -121,11 +121,9 @@ class ScrallocPlugin:
                         f"({marker.args[0]!r})", pytrace=False)
         return result
 
-    def pytest_sessionfinish(self, session):
+    def pytest_terminal_summary(self, terminalreporter):
         gc.collect()
         self._close_finished()
-
-    def pytest_terminal_summary(self, terminalreporter):
         tr = terminalreporter
         tr.section("scralloc: peak heapUsed per test")
         if not self.results:

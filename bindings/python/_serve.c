@@ -1055,9 +1055,33 @@ static PyMethodDef serve_functions[] = {
   {NULL, NULL, 0, NULL},
 };
 
+/* fork: a raw hook of another thread may hold raw_mutex (and, inside
+ * it, a record's lock: nothing else takes one without the GIL, which the
+ * forking thread holds).  Taking raw_mutex around fork() leaves the child
+ * both unlocked. */
+static void
+fork_prepare(void)
+{
+  pthread_mutex_lock(&raw_mutex);
+}
+
+static void
+fork_done(void)
+{
+  pthread_mutex_unlock(&raw_mutex);
+}
+
 int
 _scr_py_serve_exec(PyObject *m)
 {
+  static int atfork_done;
+  if (!atfork_done) {
+    if (pthread_atfork(fork_prepare, fork_done, fork_done) != 0) {
+      PyErr_SetString(PyExc_OSError, "scralloc: pthread_atfork failed");
+      return -1;
+    }
+    atfork_done = 1;
+  }
   PyObject *type = PyType_FromModuleAndSpec(m, &Serving_spec, NULL);
   bucket_init();
   if (type == NULL)

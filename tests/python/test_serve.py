@@ -4,9 +4,12 @@ Each test leaves nothing routed: blocks Python made on a heap are dropped
 and the heap closed, so the routers come out again (checked by the
 autouse fixture)."""
 import gc
+import os
+import signal
 import sys
 import sysconfig
 import threading
+import time
 import weakref
 
 import pytest
@@ -302,3 +305,46 @@ def test_an_allocator_dropped_while_python_holds_its_blocks_stays_alive():
     del keep
     routed_allocators()                    # a full collection empties CPython's free lists;
     assert w() is None                     # then a safe point drops unused records
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
+def test_fork_inside_with_raw_threads(new):
+    a = new()
+    stop = threading.Event()
+
+    def churn():
+        while not stop.is_set():
+            threading.Thread(target=lambda: None).start()   # raw calls without the GIL
+
+    with a.serve_python(domains=("raw", "mem", "obj")):
+        churners = [threading.Thread(target=churn) for _ in range(3)]
+        for t in churners:
+            t.start()
+        pids = []
+        for _ in range(60):
+            pid = os.fork()
+            if pid == 0:                   # the child: the heap and the routers work
+                code = 0 if len(strs(1000, "child")) == 1000 else 1
+                threading.Thread(target=lambda: None).start()
+                os._exit(code)
+            pids.append(pid)
+        stop.set()
+        for t in churners:
+            t.join()
+    deadline = time.monotonic() + 30       # a child stuck on a lock fails, not hangs
+    stuck = []
+    for pid in pids:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        if not done:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            stuck.append(pid)
+        else:
+            assert os.waitstatus_to_exitcode(status) == 0
+    assert not stuck, f"{len(stuck)} forked children hung (a lock held across fork)"
+    t = churners = pids = pid = status = stuck = done = None
+    drop_and_close(a, limit=64)

@@ -22,18 +22,19 @@ scralloc heap.  Bad addresses are Lua errors, never crashes.
 dependencies = {
    "lua >= 5.4, < 5.5",
 }
+-- bindings/lua/rock.mk builds the module under build/rock and removes it
+-- once installed: the checkout keeps no object file.  The module exports
+-- luaopen_scralloc only.
 build = {
-   type = "builtin",
-   modules = {
-      scralloc = {
-         sources = {
-            "bindings/lua/lscralloc.c",
-            "bindings/lua/scrlalloc.c",
-            "core/src/static.c",
-         },
-         incdirs = { "core/include", "core/src", "bindings/lua" },
-         defines = { "NDEBUG", "SCR_DEBUG=0", "_GNU_SOURCE" },
-         libraries = { "pthread", "dl" },
-      },
+   type = "make",
+   makefile = "bindings/lua/rock.mk",
+   build_variables = {
+      CC = "$(CC)",
+      CFLAGS = "$(CFLAGS)",
+      LIBFLAG = "$(LIBFLAG)",
+      LUA_INCDIR = "$(LUA_INCDIR)",
+   },
+   install_variables = {
+      INST_LIBDIR = "$(LIBDIR)",
    },
 }

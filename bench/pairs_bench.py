@@ -2,7 +2,8 @@
 """Micro-benchmark of the malloc/free fast paths (bench/proc_pairs.c) under
 glibc, jemalloc, mimalloc, tcmalloc and scralloc (LD_PRELOAD), pinned to
 one CPU when taskset is there, rounds interleaved, medians of
-nanoseconds per malloc/free pair, one line per size mix.
+nanoseconds per malloc/free pair, one line per size mix: a Markdown
+table on stdout (the README's copy; bench/update_readme.py).
 
     python3 bench/pairs_bench.py --lib build/release/libscralloc.so --bin build/release/bench
 """
@@ -18,6 +19,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from proc_bench import find_allocators  # noqa: E402  (the same peers, found the same way)
 
 MIXES = ["64", "small", "medium", "page", "large", "stress", "runs"]
+# what each mix of bench/proc_pairs.c draws, for the table
+MIX_NAMES = {
+    "64": "64 B",
+    "small": "small (16-127 B)",
+    "medium": "medium (128 B-4 KiB)",
+    "page": "page (4-16 KiB)",
+    "large": "large (16-64 KiB)",
+    "stress": "stress (the threaded stress's sizes)",
+    "runs": "runs (1,000 of 16-127 B, then their frees)",
+}
 
 
 def main():
@@ -58,7 +69,7 @@ def main():
         med = {n: statistics.median(res[(mix, n)]) for n in names if res[(mix, n)]}
         others = [v for k, v in med.items() if k != "scralloc"]
         ratio = f"{med['scralloc'] / min(others):.2f}x" if "scralloc" in med and others else "-"
-        print(f"| {mix} | " + " | ".join(f"{med[n]:.1f}" if n in med else "failed" for n in names) + f" | {ratio} |")
+        print(f"| {MIX_NAMES[mix]} | " + " | ".join(f"{med[n]:.1f}" if n in med else "failed" for n in names) + f" | {ratio} |")
     shutil.rmtree(tmpdir, ignore_errors=True)
     return 1 if failures else 0
 

@@ -12,7 +12,9 @@ many-threads allocation-heavy churn (after the glibc RFC reproducer; it
 also reports its RSS after everything is freed), and python3 running an
 allocation-heavy script (with pymalloc, and with PYTHONMALLOC=malloc so
 every object comes from the allocator).  Results go to stdout as Markdown
-tables and to --json.
+tables (a table per workload, then a summary table; --readme prints the
+summary alone, as bench/update_readme.py copies it into the README) and
+to --json.
 """
 import argparse
 import json
@@ -128,6 +130,14 @@ def run_measured(launcher, argv, env_extra, preload):
             extra["rss_after_free_mib"] = int(parts[1]) / 1024
         if len(parts) == 2 and parts[0] == "rss_after_wait_kib":
             extra["rss_after_wait_mib"] = int(parts[1]) / 1024
+        if len(parts) > 1 and parts[0] != "proc_launch" and all("=" in p for p in parts[1:]):
+            # a program's own figures, "NAME key=value ...": kept as "NAME.key"
+            for p in parts[1:]:
+                k, _, v = p.partition("=")
+                try:
+                    extra[f"{parts[0]}.{k}"] = float(v)
+                except ValueError:
+                    pass
     if done.returncode != 0 or report is None:
         return done.returncode or 1, {}
     code = os.waitstatus_to_exitcode(int(report["status"]))
@@ -145,7 +155,11 @@ def main():
     ap.add_argument("--json", default="build/bench/process.json")
     ap.add_argument("--profile", action="append", default=[],
                     help="another scralloc row with these options, NAME=VALUE[,NAME=VALUE] (repeatable)")
+    ap.add_argument("--readme", action="store_true",
+                    help="print only the summary table (the README's copy; bench/update_readme.py)")
     args = ap.parse_args()
+    if args.readme:
+        args.profile = None  # the summary has scralloc's default row only
 
     # A private copy of the library: a rebuild meanwhile must not change it.
     tmpdir = tempfile.mkdtemp(prefix="scr-bench-")
@@ -153,7 +167,8 @@ def main():
     shutil.copy(args.lib, lib)
     # [(row name, library or None, extra environment)]
     allocs = [(name, path, {}) for name, path in find_allocators(lib)]
-    allocs += [(f"scralloc {prof}", lib, profile_env(prof)) for prof in DEFAULT_PROFILES + args.profile]
+    if args.profile is not None:
+        allocs += [(f"scralloc {prof}", lib, profile_env(prof)) for prof in DEFAULT_PROFILES + args.profile]
     wls = workloads(args.bin, args.scale)
     launcher = os.path.join(args.bin, "proc_launch")
     results = {w[0]: {a[0]: [] for a in allocs} for w in wls}
@@ -217,23 +232,35 @@ def main():
 
     summary = {}
     paired_summary = {}  # workload -> the paired medians
-    print(f"\nWhole programs, {args.runs} interleaved runs each, medians; "
-          f"ratios are scralloc's figure over the other's (below 1 is better for scralloc).\n")
+    readme_rows = {}  # workload -> the summary table's cells
+    out = open(os.devnull, "w") if args.readme else sys.stdout
+
+    def say(*a):  # the detailed tables: stdout, or nowhere with --readme
+        print(*a, file=out)
+
+    def with_interval(rs):
+        """'median (95% interval)' of paired ratios; the median alone below 6"""
+        ci = median_interval(rs)
+        m = f"{statistics.median(rs):.2f}"
+        return f"{m} ({ci[0]:.2f}-{ci[1]:.2f})" if ci else m
+
+    say(f"\nWhole programs, {args.runs} interleaved runs each, medians; "
+        f"ratios are scralloc's figure over the other's (below 1 is better for scralloc).\n")
     for wname, _, _ in wls:
-        print(f"### {wname}\n")
-        print("| allocator | wall s | user s | sys s | max RSS MiB | minor faults | RSS after free MiB |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        say(f"### {wname}\n")
+        say("| allocator | wall s | user s | sys s | max RSS MiB | minor faults | RSS after free MiB |")
+        say("|---|---:|---:|---:|---:|---:|---:|")
         row = {}
         for aname, _, _ in allocs:
             ms = results[wname][aname]
             if not ms:
-                print(f"| {aname} | failed | | | | | |")
+                say(f"| {aname} | failed | | | | | |")
                 continue
             row[aname] = {k: med(ms, k) for k in ("wall", "utime", "stime", "maxrss_mib", "minflt", "rss_after_free_mib")}
             f = row[aname]
             raf = f"{f['rss_after_free_mib']:.1f}" if f["rss_after_free_mib"] is not None else "-"
-            print(f"| {aname} | {f['wall']:.3f} | {f['utime']:.3f} | {f['stime']:.3f} | {f['maxrss_mib']:.1f} | "
-                  f"{f['minflt']:.0f} | {raf} |")
+            say(f"| {aname} | {f['wall']:.3f} | {f['utime']:.3f} | {f['stime']:.3f} | {f['maxrss_mib']:.1f} | "
+                f"{f['minflt']:.0f} | {raf} |")
         summary[wname] = row
         if "scralloc" in row:
             s = row["scralloc"]
@@ -241,8 +268,8 @@ def main():
             if others:
                 best = min(others, key=lambda k: others[k]["wall"])
                 ratios = ", ".join(f"{k} {s['wall'] / v['wall']:.2f}" for k, v in others.items())
-                print(f"\nscralloc wall ratio (of medians): {ratios}; best other: {best} "
-                      f"({'met' if s['wall'] <= others[best]['wall'] else 'missed'}: wall at or below the best)")
+                say(f"\nscralloc wall ratio (of medians): {ratios}; best other: {best} "
+                    f"({'met' if s['wall'] <= others[best]['wall'] else 'missed'}: wall at or below the best)")
                 # The same comparison run by run: each round ran every
                 # allocator back to back, so the median of the rounds'
                 # ratios is not moved by which allocator a slow spell of
@@ -252,25 +279,41 @@ def main():
                 pr = {k: v for k, v in pr.items() if v}
                 if pr:
                     worst = max(pr, key=lambda k: statistics.median(pr[k]))
-                    print("scralloc wall ratio (paired, median [quartiles] of the rounds' ratios): "
-                          + ", ".join(f"{k} {spread(v)}" for k, v in pr.items())
-                          + f"; closest: {worst} ({verdict(pr[worst], WALL_TARGET)})")
+                    say("scralloc wall ratio (paired, median [quartiles] of the rounds' ratios): "
+                        + ", ".join(f"{k} {spread(v)}" for k, v in pr.items())
+                        + f"; closest: {worst} ({verdict(pr[worst], WALL_TARGET)})")
+                    readme = readme_rows.setdefault(wname, {"wall": f"{s['wall']:.3f}", "rss": f"{s['maxrss_mib']:.1f}"})
+                    readme["closest"] = f"{worst} {with_interval(pr[worst])}"
                     paired_summary.setdefault(wname, {})["wall"] = {k: statistics.median(v) for k, v in pr.items()}
             if wname in after_wait:
                 waited = ", ".join(f"{k} {v:.1f}" for k, v in after_wait[wname].items())
-                print(f"RSS 1.5 s after everything was freed (one run each, MiB): {waited}")
+                say(f"RSS 1.5 s after everything was freed (one run each, MiB): {waited}")
             if "glibc" in row:
                 g = row["glibc"]
-                print(f"scralloc max RSS / glibc: {s['maxrss_mib'] / g['maxrss_mib']:.2f} "
-                      f"({'met' if s['maxrss_mib'] <= g['maxrss_mib'] else 'missed'}: max RSS at or below glibc's); "
-                      f"minor faults / glibc: {s['minflt'] / max(1, g['minflt']):.2f}")
+                say(f"scralloc max RSS / glibc: {s['maxrss_mib'] / g['maxrss_mib']:.2f} "
+                    f"({'met' if s['maxrss_mib'] <= g['maxrss_mib'] else 'missed'}: max RSS at or below glibc's); "
+                    f"minor faults / glibc: {s['minflt'] / max(1, g['minflt']):.2f}")
                 prss = paired(results[wname]["scralloc"], results[wname]["glibc"], "maxrss_mib")
                 if prss:
                     pm = statistics.median(prss)
-                    print(f"scralloc max RSS / glibc (paired): {spread(prss)} "
-                          f"({verdict(prss, RSS_TARGET)})")
+                    say(f"scralloc max RSS / glibc (paired): {spread(prss)} "
+                        f"({verdict(prss, RSS_TARGET)})")
+                    readme = readme_rows.setdefault(wname, {"wall": f"{s['wall']:.3f}", "rss": f"{s['maxrss_mib']:.1f}"})
+                    readme["glibc_rss"] = f"{g['maxrss_mib']:.1f}"
+                    readme["rss_ratio"] = with_interval(prss)
                     paired_summary.setdefault(wname, {})["maxrss_mib_glibc"] = pm
-        print()
+        say()
+    # The summary: one row per workload (the README's copy).
+    print(f"Whole programs, median of {args.runs} interleaved rounds. A ratio is scralloc's figure over "
+          f"the other's within a round: the median over the rounds and, from 6 rounds on, its 95% "
+          f"interval (below 1: scralloc lower). The closest other is the allocator whose wall ratio is highest.\n")
+    print("| workload | scralloc wall s | wall ratio to the closest other | scralloc max RSS MiB "
+          "| glibc max RSS MiB | max RSS ratio to glibc |")
+    print("|---|---:|---|---:|---:|---|")
+    for wname, _, _ in wls:
+        c = readme_rows.get(wname, {})
+        print(f"| {wname} | {c.get('wall', 'failed')} | {c.get('closest', '-')} | {c.get('rss', '-')} "
+              f"| {c.get('glibc_rss', '-')} | {c.get('rss_ratio', '-')} |")
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as f:
         json.dump({"runs": args.runs, "scale": args.scale, "results": results, "medians": summary,

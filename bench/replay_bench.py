@@ -15,7 +15,8 @@ interleaving); every allocator replays every trace.  The replay writes
 whole malloc'd blocks and a calloc'd block's first 64 bytes (see
 malloc_replay.c): it models the program's touches, it does not record
 them, so its figures are for comparing allocators, not for predicting
-the real program's RSS.
+the real program's RSS.  Output: a Markdown table on stdout (--readme
+leaves out the per-trace rows, as bench/update_readme.py copies it).
 """
 import argparse
 import os
@@ -39,6 +40,8 @@ def main():
     ap.add_argument("--bin", required=True, help="folder with malloc_replay and libmalloc_trace.so")
     ap.add_argument("--traces", type=int, default=int(os.environ.get("SCR_REPLAY_TRACES", "6")))
     ap.add_argument("--threads", type=int, default=4, help="the workload's threads")
+    ap.add_argument("--readme", action="store_true",
+                    help="leave out the per-trace rows (the README's copy; bench/update_readme.py)")
     args = ap.parse_args()
     here = os.path.dirname(os.path.abspath(__file__))
     tmpdir = tempfile.mkdtemp(prefix="scr-replay-")
@@ -73,12 +76,13 @@ def main():
           f"(each a run under glibc), every allocator on each\n")
     print("| | " + " | ".join(names) + " |")
     print("|---|" + "---:|" * len(names))
-    for t in range(args.traces):
+    for t in range(0 if args.readme else args.traces):
         row = [f"{res[n][t]['rss_kib'] / 1024:.1f}" if t < len(res[n]) else "-" for n in names]
         print(f"| trace {t} (peak live {res['glibc'][t]['peak_live_kib'] / 1024:.1f} MiB) | " + " | ".join(row) + " |")
     med = {n: statistics.median(r["rss_kib"] for r in res[n]) / 1024 for n in names if res[n]}
     flt = {n: statistics.median(r["minflt"] for r in res[n]) for n in names if res[n]}
-    print("| median max RSS (MiB) | " + " | ".join(f"{med[n]:.1f}" for n in names) + " |")
+    peak = statistics.median(r["peak_live_kib"] for r in res["glibc"]) / 1024 if res["glibc"] else 0
+    print(f"| median max RSS (MiB; the program's peak of live blocks: {peak:.1f}) | " + " | ".join(f"{med[n]:.1f}" for n in names) + " |")
     print("| median minor faults | " + " | ".join(f"{flt[n]:.0f}" for n in names) + " |")
     if "scralloc" in med and "glibc" in med:
         ratios = [s["rss_kib"] / g["rss_kib"] for s, g in zip(res["scralloc"], res["glibc"])]

@@ -6,19 +6,29 @@
 #   make lua-release   the same in build/release/lua/
 #   make test-lua      the adapter's C test, the test file and a bounded fuzz
 #                      under lua5.4 and under scralua, then again in the
-#                      ASan+UBSan builds
+#                      ASan+UBSan builds; scralua beside lua5.4 on the same
+#                      command lines and interactive runs on a terminal
+#                      (tests/lua/test_scralua_cli.py); the rock built by
+#                      luarocks make from a copy (tests/lua/test_rock.sh)
 #   make fuzz-lua      a longer fuzz: make fuzz-lua FUZZ_STEPS=200000 FUZZ_SEED=7
 #   make bench-lua     tests/lua/bench.lua under lua5.4 with glibc (and jemalloc,
 #                      mimalloc, tcmalloc where installed) and under release scralua
 #
 # The module and scralua link the flavour's libscralloc.a (the unity build
-# of core/src/static.c, without SCR_OVERRIDE).
+# of core/src/static.c, without SCR_OVERRIDE).  The module exports
+# luaopen_scralloc only (bindings/lua/scralloc.map).
 
 LUA        ?= lua5.4
 LUA_INC    ?= -I/usr/include/lua5.4
 LUA_LIB    ?= -llua5.4
 LUA_SRC    := bindings/lua/lscralloc.c bindings/lua/scrlalloc.c
 LUA_DEPS   := $(LUA_SRC) bindings/lua/scrlua.h
+# scralua's interactive mode uses GNU readline (line editing, history)
+# when its headers are installed (libreadline-dev), as Debian's lua5.4
+# does; `make SCRALUA_READLINE=` builds without it.
+SCRALUA_READLINE ?= $(if $(wildcard /usr/include/readline/readline.h),1)
+SCRALUA_RL_CFLAGS := $(if $(SCRALUA_READLINE),-DSCRALUA_READLINE)
+SCRALUA_RL_LIBS   := $(if $(SCRALUA_READLINE),-lreadline)
 FUZZ_STEPS ?= 10000
 FUZZ_SEED  ?= $(shell date +%s)
 
@@ -27,17 +37,18 @@ TEST_STEPS  += test-lua
 BENCH_STEPS += bench-lua
 
 define luaflavour
-$(B)/$(1)/lua/scralloc.so: $(LUA_DEPS) $(B)/$(1)/libscralloc.a
+$(B)/$(1)/lua/scralloc.so: $(LUA_DEPS) $(B)/$(1)/libscralloc.a bindings/lua/scralloc.map
 	@mkdir -p $$(dir $$@)
-	$$(CC) $(2) $(WERROR) $(LUA_INC) -shared -o $$@ $(LUA_SRC) $(B)/$(1)/libscralloc.a -ldl
+	$$(CC) $(2) $(WERROR) $(LUA_INC) -shared -Wl,--version-script=bindings/lua/scralloc.map \
+	  -o $$@ $(LUA_SRC) $(B)/$(1)/libscralloc.a -ldl
 $(B)/$(1)/lua/test_adapter: tests/lua/test_adapter.c $(LUA_DEPS) $(B)/$(1)/libscralloc.a
 	@mkdir -p $$(dir $$@)
 	$$(CC) $(2) $(WERROR) $(LUA_INC) -Ibindings/lua -o $$@ $$< bindings/lua/scrlalloc.c \
 	  $(B)/$(1)/libscralloc.a $(LUA_LIB) -lm -ldl
 $(B)/$(1)/lua/scralua: bindings/lua/scralua.c $(LUA_DEPS) $(B)/$(1)/libscralloc.a
 	@mkdir -p $$(dir $$@)
-	$$(CC) $(2) $(WERROR) $(LUA_INC) -o $$@ bindings/lua/scralua.c $(LUA_SRC) \
-	  $(B)/$(1)/libscralloc.a $(LUA_LIB) -lm -ldl
+	$$(CC) $(2) $(WERROR) $(LUA_INC) $(SCRALUA_RL_CFLAGS) -o $$@ bindings/lua/scralua.c $(LUA_SRC) \
+	  $(B)/$(1)/libscralloc.a $(LUA_LIB) $(SCRALUA_RL_LIBS) -lm -ldl
 endef
 $(eval $(call luaflavour,debug,$(DBG_FLAGS)))
 $(eval $(call luaflavour,release,$(REL_FLAGS)))
@@ -56,6 +67,13 @@ test-lua: lua $(LUA_ASAN)/scralua $(LUA_DBG)/test_adapter $(LUA_ASAN)/test_adapt
 	ASAN_OPTIONS=detect_leaks=1 $(LUA_ASAN)/test_adapter
 	@echo "== lua: tests (lua5.4 + debug module)"
 	$(LUA_ENV) SCRALUA=$(abspath $(LUA_DBG)/scralua) $(LUA) tests/lua/test_scralloc.lua
+	@echo "== lua: the module exports luaopen_scralloc only"
+	@syms=$$(nm -D --defined-only $(LUA_DBG)/scralloc.so | awk '{print $$3}' | tr '\n' ' '); \
+	  [ "$$syms" = "luaopen_scralloc " ] || { echo "FAIL: exported: $$syms"; exit 1; }
+	@echo "== lua: the LuaRocks package, built from a copy of the checkout"
+	tests/lua/test_rock.sh $(LUA)
+	@echo "== lua: scralua beside lua5.4: the same command lines, inputs and interactive runs on a terminal"
+	$(PYTHON) tests/lua/test_scralua_cli.py $(LUA_DBG)/scralua $(LUA)
 	@echo "== lua: fuzz (lua5.4 + debug module)"
 	$(LUA_ENV) $(LUA) tests/lua/fuzz.lua $(FUZZ_STEPS) 1
 	@echo "== lua: fuzz inside scralua (debug)"
@@ -64,6 +82,7 @@ test-lua: lua $(LUA_ASAN)/scralua $(LUA_DBG)/test_adapter $(LUA_ASAN)/test_adapt
 	$(LUA_ENV) ASAN_OPTIONS=detect_leaks=1 SCRALUA=$(abspath $(LUA_ASAN)/scralua) \
 	  $(LUA_ASAN)/scralua tests/lua/test_scralloc.lua
 	$(LUA_ENV) ASAN_OPTIONS=detect_leaks=1 $(LUA_ASAN)/scralua tests/lua/fuzz.lua $(FUZZ_STEPS) 3
+	ASAN_OPTIONS=detect_leaks=1 $(PYTHON) tests/lua/test_scralua_cli.py $(LUA_ASAN)/scralua $(LUA)
 
 fuzz-lua: lua
 	$(LUA_ENV) $(LUA) tests/lua/fuzz.lua $(FUZZ_STEPS) $(FUZZ_SEED)

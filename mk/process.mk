@@ -40,12 +40,19 @@ $(B)/release/bench/malloc_replay: bench/malloc_replay.c bench/malloc_trace.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -O2 -Wall -Wextra $(WERROR) -pthread -o $@ $<
 
+# One misuse of malloc per run (tests/preload/misuse_check.c), as death tests.
+$(B)/release/tests/misuse_check: tests/preload/misuse_check.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O1 -Wall -Wextra $(WERROR) -pthread -o $@ $< -ldl
+
 test-preload: $(B)/release/libscralloc.so $(B)/debug/libscralloc.so $(B)/release/tests/override_check $(REPLAY_BIN) \
-  $(B)/release/bench/proc_launch $(B)/release/tests/thread_exit_check
+  $(B)/release/bench/proc_launch $(B)/release/tests/thread_exit_check $(B)/release/tests/misuse_check
 	LD_PRELOAD=$(B)/release/libscralloc.so $(B)/release/tests/override_check
 	LD_PRELOAD=$(B)/debug/libscralloc.so $(B)/release/tests/override_check
 	LD_PRELOAD=$(B)/release/libscralloc.so $(B)/release/tests/thread_exit_check
 	LD_PRELOAD=$(B)/debug/libscralloc.so $(B)/release/tests/thread_exit_check
+	$(PYTHON) tests/preload/misuse_check.py $(B)/release/tests/misuse_check $(B)/release/libscralloc.so
+	$(PYTHON) tests/preload/misuse_check.py $(B)/release/tests/misuse_check $(B)/debug/libscralloc.so
 	tests/preload/run.sh $(B)/release/libscralloc.so
 	SCR_PRELOAD_QUICK=1 tests/preload/run.sh $(B)/debug/libscralloc.so
 	tests/preload/replay_check.sh $(B)/debug/libscralloc.so $(B)/release/bench

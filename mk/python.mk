@@ -1,10 +1,11 @@
 # Python binding (issue 3): the checked extension and its tests.
 #
-#   make test-python   build scralloc._scralloc in place with the core's
-#                      validators on (SCR_DEBUG=3, -O1 -g) and run pytest on
-#                      tests/python (Hypothesis CI profile: deterministic,
+#   make test-python   build the package with the core's validators on
+#                      (SCR_DEBUG=3, -O1 -g) into build/python/debug-lib and
+#                      run pytest on tests/python with that directory first
+#                      on PYTHONPATH (Hypothesis CI profile: deterministic,
 #                      bounded); SCRALLOC_HYPOTHESIS_LONG=1 runs it long
-#   make python        the same in-place checked build, without the tests
+#   make python        the same checked build, without the tests
 #   make bench-python  the seed's table (200,000 pairs, retain 0 and 1),
 #                      with the release extension built in place, then
 #                      bench/python_heap_bench.py (serve_python against
@@ -13,28 +14,31 @@
 #                      build/python/release-pkg, runs CPython's regression
 #                      slice under serve_python (tests/python/test_cpython_slice.py)
 #
-# The in-place extension lands in bindings/python/scralloc/; the tests put
-# bindings/python first on sys.path, so they use it even if a release
-# `pip install .` is present.  --force: the debug and release builds share
-# one output name, so never trust a stale one.
+# The checked build never goes into the source tree: only a release
+# extension is ever built in place (bench-python, `pip install -e .`), so an
+# editable install cannot pick up the checked one.  build_py copies the
+# package's Python files next to the checked extension, so
+# build/python/debug-lib is a whole package.
 
 PY_PKG_DIR := bindings/python
 PY_BUILD   := $(B)/python
+PY_DEBUG_LIB := $(PY_BUILD)/debug-lib
 
 .PHONY: python python-release test-python bench-python
 TEST_STEPS  += test-python
 BENCH_STEPS += bench-python
 
 python:
-	SCRALLOC_DEBUG_BUILD=1 SCRALLOC_WERROR=1 $(PYTHON) setup.py -q build_ext --inplace --force \
-	  --build-temp $(PY_BUILD)/debug --build-lib $(PY_BUILD)/debug-lib
+	rm -rf $(PY_DEBUG_LIB)/scralloc/*.py $(PY_DEBUG_LIB)/scralloc/*.pyi
+	SCRALLOC_DEBUG_BUILD=1 SCRALLOC_WERROR=1 $(PYTHON) setup.py -q build_py --build-lib $(PY_DEBUG_LIB) \
+	  build_ext --build-temp $(PY_BUILD)/debug --build-lib $(PY_DEBUG_LIB)
 
 python-release:
 	SCRALLOC_DEBUG_BUILD=0 $(PYTHON) setup.py -q build_ext --inplace --force \
 	  --build-temp $(PY_BUILD)/release --build-lib $(PY_BUILD)/release-lib
 
 test-python: python $(B)/release/libscralloc.so
-	PYTHONPATH=$(PY_PKG_DIR)$${PYTHONPATH:+:$$PYTHONPATH} SCRALLOC_EXPECT_DEBUG=1 \
+	PYTHONPATH=$(PY_DEBUG_LIB)$${PYTHONPATH:+:$$PYTHONPATH} SCRALLOC_EXPECT_DEBUG=1 \
 	  $(PYTHON) -m pytest -q -p no:cacheprovider tests/python
 
 bench-python: python-release

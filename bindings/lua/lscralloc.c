@@ -82,9 +82,18 @@ static size_t lscr_checksize(lua_State *L, int idx, const char *what) {
 }
 
 /* The usable size of a live block at p, or a Lua error naming what. */
+/* The usable size of the live block at p, or an error naming what the
+ * call did.  A free block is a double free only for free and realloc;
+ * for read, write and usable_size it is the use of a freed block. */
 static size_t lscr_checkblock(lua_State *L, lscr_alloc *A, void *p, const char *what) {
   size_t us = 0;
   int err = scr_heap_usable_size_checked(A->acct.heap, p, &us);
+  if (err == SCR_EDOUBLEFREE && strcmp(what, "free") != 0 && strcmp(what, "realloc") != 0) {
+    char addr[32];
+    snprintf(addr, sizeof addr, "0x%" PRIxPTR, (uintptr_t)p);
+    luaL_error(L, "%s(%s): use of a freed block (SCR_EDOUBLEFREE: the block was freed "
+               "before this call)", what, addr);
+  }
   if (err != SCR_OK)
     lscr_error(L, what, p, err, NULL);
   return us;

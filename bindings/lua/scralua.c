@@ -4,15 +4,25 @@
  * Command line: the same as `lua` (script and arguments, the `arg` table,
  * -e -l -i -v -E -W, "--" and "-"), plus
  *   -S        print the heap's figures at exit (also SCRALLOC_STATS=1;
- *             SCRALLOC_STATS=json prints them as JSON)
+ *             SCRALLOC_STATS=json prints them as JSON) on stderr, or
+ *             appended to the file SCRALLOC_STATS_FILE names
+ * scralua takes SCRALLOC_STATS and SCRALLOC_STATS_FILE out of its
+ * environment, so the programs a script starts (io.popen, os.execute)
+ * do not write reports of their own into the output the script reads.
  * The heap takes its options from the SCRALLOC_<NAME> variables.  The
  * module is preloaded: `require "scralloc"` works without a C path, and
  * scralloc.heap_stats() reports the heap this interpreter runs on. */
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+#if defined(SCRALUA_READLINE)
+#include <readline/history.h>
+#include <readline/readline.h>
+#endif
 
 #include "lauxlib.h"
 #include "lualib.h"
@@ -35,6 +45,8 @@ static scrl_warn sr_warn;
 static int sr_stats;                 /* print figures at exit */
 static int sr_closed;                /* the main state is closed */
 static int sr_printed;               /* figures already printed */
+static char *sr_stats_file;          /* SCRALLOC_STATS_FILE, or NULL for stderr */
+static FILE *sr_out;                 /* where the figures go, once opened */
 
 /* ---- messages ------------------------------------------------------ */
 
@@ -47,8 +59,10 @@ static void sr_message(const char *prog, const char *msg) {
 
 static int sr_report(lua_State *L, int status) {
   if (status != LUA_OK) {
+    /* a non-string reaches here only as the value the reference
+     * interpreter prints with "%s" of NULL: glibc's "(null)" */
     const char *msg = lua_tostring(L, -1);
-    sr_message(sr_progname, msg != NULL ? msg : "(error object is not a string)");
+    sr_message(sr_progname, msg != NULL ? msg : "(null)");
     lua_pop(L, 1);
   }
   return status;
@@ -83,12 +97,38 @@ static void sr_version(void) {
 
 /* ---- heap figures -------------------------------------------------- */
 
+/* The figures go to stderr, or are appended to SCRALLOC_STATS_FILE
+ * (stderr, with a message, when it cannot be opened). */
+static void sr_open_stats(void) {
+  if (sr_out != NULL)
+    return;
+  sr_out = stderr;
+  if (sr_stats_file == NULL)
+    return;
+  FILE *f = fopen(sr_stats_file, "a");
+  if (f == NULL) {
+    fprintf(stderr, "scralua: cannot open SCRALLOC_STATS_FILE '%s': %s\n", sr_stats_file,
+            strerror(errno));
+    return;
+  }
+  sr_out = f;
+}
+
+static void sr_close_stats(void) {
+  if (sr_out != NULL && sr_out != stderr)
+    fclose(sr_out);
+  sr_out = NULL;
+  free(sr_stats_file);
+  sr_stats_file = NULL;
+}
+
 /* name=value for every figure, then the size classes in use as
  * block_size:live/pages; SCRALLOC_STATS=json prints the JSON instead. */
 static void sr_print_stats(void) {
   if (!sr_stats || sr_printed || sr_heap == NULL)
     return;
   sr_printed = 1;
+  sr_open_stats();
   const char *when = sr_closed ? "after lua_close" : "at exit";
   if (sr_stats == 2) {
     char small[4096];
@@ -96,27 +136,27 @@ static void sr_print_stats(void) {
     size_t n = scr_heap_stats_json(sr_heap, small, sizeof small);
     if (n >= sizeof small && (buf = malloc(n + 1)) != NULL)
       scr_heap_stats_json(sr_heap, buf, n + 1);
-    fprintf(stderr, "scralua: heap %s: %s\n", when, buf != NULL ? buf : small);
+    fprintf(sr_out, "scralua: heap %s: %s\n", when, buf != NULL ? buf : small);
     if (buf != small)
       free(buf);
   } else {
     struct scr_stats st;
     scr_heap_stats(sr_heap, &st);
-    fprintf(stderr, "scralua: heap %s:", when);
-#define SR_FIELD_(name, doc) fprintf(stderr, " " #name "=%llu", (unsigned long long)st.name);
+    fprintf(sr_out, "scralua: heap %s:", when);
+#define SR_FIELD_(name, doc) fprintf(sr_out, " " #name "=%llu", (unsigned long long)st.name);
     SCR_STATS_FIELDS(SR_FIELD_)
 #undef SR_FIELD_
-    fprintf(stderr, "\nscralua: classes in use (block_size:live/pages):");
+    fprintf(sr_out, "\nscralua: classes in use (block_size:live/pages):");
     for (int i = 0; i < SCR_CLASS_COUNT; i++)
       if (st.classes[i].pages != 0)
-        fprintf(stderr, " %llu:%llu/%llu", (unsigned long long)st.classes[i].block_size,
+        fprintf(sr_out, " %llu:%llu/%llu", (unsigned long long)st.classes[i].block_size,
                 (unsigned long long)st.classes[i].live, (unsigned long long)st.classes[i].pages);
-    fprintf(stderr, "\n");
+    fprintf(sr_out, "\n");
   }
-  fprintf(stderr, "scralua: lua peak %zu bytes in live blocks, %llu allocations, %llu refused\n",
+  fprintf(sr_out, "scralua: lua peak %zu bytes in live blocks, %llu allocations, %llu refused\n",
           sr_acct.peak, (unsigned long long)sr_acct.allocs,
           (unsigned long long)sr_acct.failures);
-  fflush(stderr);
+  fflush(sr_out);
 }
 
 /* ---- calling Lua --------------------------------------------------- */
@@ -127,9 +167,19 @@ static void sr_stop(lua_State *L, lua_Debug *ar) {
   luaL_error(L, "interrupted!");
 }
 
+/* Without SA_RESTART, as the reference interpreter: a read blocked in
+ * io.read returns at Ctrl-C and the hook stops the script. */
+static void sr_setsignal(int sig, void (*handler)(int)) {
+  struct sigaction sa;
+  sa.sa_handler = handler;
+  sa.sa_flags = 0;
+  sigemptyset(&sa.sa_mask);
+  sigaction(sig, &sa, NULL);
+}
+
 /* A hook is the only thing a signal handler may safely give Lua. */
 static void sr_on_sigint(int sig) {
-  signal(sig, SIG_DFL);
+  sr_setsignal(sig, SIG_DFL);  /* a second Ctrl-C ends the process */
   lua_sethook(sr_interrupted_L, sr_stop,
               LUA_MASKCALL | LUA_MASKRET | LUA_MASKLINE | LUA_MASKCOUNT, 1);
 }
@@ -151,9 +201,9 @@ static int sr_call(lua_State *L, int nargs, int nres) {
   lua_pushcfunction(L, sr_traceback);
   lua_insert(L, base);
   sr_interrupted_L = L;
-  signal(SIGINT, sr_on_sigint);
+  sr_setsignal(SIGINT, sr_on_sigint);
   int status = lua_pcall(L, nargs, nres, base);
-  signal(SIGINT, SIG_DFL);
+  sr_setsignal(SIGINT, SIG_DFL);
   lua_remove(L, base);
   return status;
 }
@@ -212,14 +262,45 @@ static int sr_script(lua_State *L, char **argv, int script) {
 
 /* ---- interactive mode ---------------------------------------------- */
 
-/* Push the next line of stdin (without its newline); 0 at end of input. */
+/* Lines come from GNU readline when scralua is built with it (as the
+ * reference lua is on Debian): line editing, and history of the lines
+ * run.  Without it, from stdin with the prompt on stdout. */
+#if defined(SCRALUA_READLINE)
+static void sr_initreadline(void) { rl_readline_name = "lua"; }
+static void sr_saveline(const char *line) { add_history(line); }
+#else
+static void sr_initreadline(void) {}
+static void sr_saveline(const char *line) { (void)line; }
+#endif
+
+/* The prompt is tostring(_PROMPT) (or _PROMPT2), so a table with
+ * __tostring works; an unset one leaves nil on the stack and means the
+ * default.  The value stays on the stack until a line is read. */
+static const char *sr_prompt(lua_State *L, int first) {
+  if (lua_getglobal(L, first ? "_PROMPT" : "_PROMPT2") == LUA_TNIL)
+    return first ? "> " : ">> ";
+  const char *p = luaL_tolstring(L, -1, NULL);
+  lua_remove(L, -2);
+  return p;
+}
+
+/* Push the next line (without its newline) in place of the prompt; 0 at
+ * end of input, with the prompt's value left on the stack (the reference
+ * interpreter reports that value when input ends inside a statement). */
 static int sr_readline(lua_State *L, int first) {
-  const char *name = first ? "_PROMPT" : "_PROMPT2";
-  lua_getglobal(L, name);
-  const char *prompt = lua_tostring(L, -1);
-  fputs(prompt != NULL ? prompt : first ? "> " : ">> ", stdout);
+  const char *prompt = sr_prompt(L, first);
+#if defined(SCRALUA_READLINE)
+  char *line = readline(prompt);
+  if (line == NULL)
+    return 0;
+  size_t len = strlen(line);
+  if (len > 0 && line[len - 1] == '\n')
+    len--;
+  lua_pushlstring(L, line, len);
+  free(line);
+#else
+  fputs(prompt, stdout);
   fflush(stdout);
-  lua_pop(L, 1);
   luaL_Buffer b;
   luaL_buffinit(L, &b);
   char chunk[512];
@@ -238,6 +319,8 @@ static int sr_readline(lua_State *L, int first) {
     lua_pop(L, 1);
     return 0;
   }
+#endif
+  lua_remove(L, -2);  /* the prompt */
   if (first && lua_tostring(L, -1)[0] == '=') {  /* "= expr", as Lua 5.2 had */
     lua_pushfstring(L, "return %s", lua_tostring(L, -1) + 1);
     lua_remove(L, -2);
@@ -252,32 +335,37 @@ static int sr_incomplete(lua_State *L, int status) {
   size_t len;
   const char *msg = lua_tolstring(L, -1, &len);
   static const char mark[] = "<eof>";
-  return len >= sizeof mark - 1 && strcmp(msg + len - (sizeof mark - 1), mark) == 0;
+  if (len >= sizeof mark - 1 && strcmp(msg + len - (sizeof mark - 1), mark) == 0) {
+    lua_pop(L, 1);
+    return 1;
+  }
+  return 0;
 }
 
 /* Load the next statement or expression; -1 at end of input.  The
- * line is at index 1; the loaded function (or error) ends on top. */
+ * line is at index 1; the loaded function (or error) ends on top.  A
+ * line that loads as "return line;" is an expression. */
 static int sr_loadline(lua_State *L) {
   lua_settop(L, 0);
   if (!sr_readline(L, 1))
     return -1;
-  const char *expr = lua_pushfstring(L, "return %s;", lua_tostring(L, 1));
+  const char *line = lua_tostring(L, 1);
+  const char *expr = lua_pushfstring(L, "return %s;", line);
   int status = luaL_loadbuffer(L, expr, strlen(expr), "=stdin");
-  lua_remove(L, -2);
   if (status == LUA_OK) {
+    lua_remove(L, -2);
+    if (line[0] != '\0')
+      sr_saveline(line);
     lua_remove(L, 1);
     return status;
   }
-  lua_pop(L, 1);
-  for (;;) {
+  lua_pop(L, 2);
+  for (;;) {  /* a statement, maybe over several lines */
     size_t len;
     const char *code = lua_tolstring(L, 1, &len);
     status = luaL_loadbuffer(L, code, len, "=stdin");
-    if (!sr_incomplete(L, status))
-      break;
-    lua_pop(L, 1);
-    if (!sr_readline(L, 0)) {  /* end of input inside a statement */
-      status = luaL_loadbuffer(L, code, len, "=stdin");
+    if (!sr_incomplete(L, status) || !sr_readline(L, 0)) {
+      sr_saveline(code);
       break;
     }
     lua_pushliteral(L, "\n");
@@ -291,6 +379,7 @@ static int sr_loadline(lua_State *L) {
 static void sr_repl(lua_State *L) {
   const char *prog = sr_progname;
   sr_progname = NULL;
+  sr_initreadline();
   int status;
   while ((status = sr_loadline(L)) != -1) {
     if (status == LUA_OK)
@@ -439,8 +528,10 @@ static int sr_main(lua_State *L) {
     if (isatty(0)) {
       sr_version();
       sr_repl(L);
-    } else if (sr_run_loaded(L, luaL_loadfile(L, NULL)) != LUA_OK) {
-      return 0;
+    } else {
+      /* as the reference interpreter: an error in a program read from
+       * stdin without "-" is reported, and the exit status stays 0 */
+      sr_run_loaded(L, luaL_loadfile(L, NULL));
     }
   }
   lua_pushboolean(L, 1);
@@ -453,6 +544,12 @@ int main(int argc, char **argv) {
   const char *env = getenv("SCRALLOC_STATS");
   if (env != NULL && env[0] != '\0' && strcmp(env, "0") != 0)
     sr_stats = strcmp(env, "json") == 0 ? 2 : 1;
+  env = getenv("SCRALLOC_STATS_FILE");
+  if (env != NULL && env[0] != '\0')
+    sr_stats_file = strdup(env);
+  /* the report is this process's: children do not inherit the request */
+  unsetenv("SCRALLOC_STATS");
+  unsetenv("SCRALLOC_STATS_FILE");
   scr_options opt;
   scr_options_init(&opt);
   scr_options_from_env(&opt);
@@ -481,9 +578,11 @@ int main(int argc, char **argv) {
     sr_closed = 1;
     struct scr_stats st;
     scr_heap_stats(sr_heap, &st);
-    fprintf(stderr, "scralua: after lua_close: allocs=%llu mmaps=%llu bytes=%llu\n",
+    sr_open_stats();
+    fprintf(sr_out, "scralua: after lua_close: allocs=%llu mmaps=%llu bytes=%llu\n",
             (unsigned long long)st.allocs, (unsigned long long)st.mmaps,
             (unsigned long long)st.bytes);
+    sr_close_stats();
   } else {
     lua_close(L);
     sr_closed = 1;

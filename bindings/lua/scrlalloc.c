@@ -7,6 +7,7 @@
  * Lua assumes a shrink never fails, so a shrink the heap cannot do keeps
  * the old block, which is at least as large as asked. */
 #include <stdio.h>
+#include <string.h>
 
 #include "lauxlib.h"
 #include "scrlua.h"
@@ -80,25 +81,37 @@ static int scrl_panic(lua_State *L) {
   return 0;  /* Lua aborts */
 }
 
-/* Control messages start with '@' and are single-part; "@on"/"@off"
- * switch printing; other control messages are ignored. */
+/* A control message is a whole message (one piece, tocont == 0) that
+ * starts with '@': "@on" and "@off" switch printing, others are ignored.
+ * Pieces of a multi-part message are never control messages, so
+ * warn("@off", "x", "@off") prints "@offx@off" while warnings are on.
+ * While they are off every piece is checked on its own, as lauxlib does:
+ * the last piece of a message can switch them on. */
+static int scrl_warn_control(scrl_warn *w, const char *msg, int tocont) {
+  if (tocont || msg[0] != '@')
+    return 0;
+  if (strcmp(msg + 1, "on") == 0)
+    w->on = 1;
+  else if (strcmp(msg + 1, "off") == 0)
+    w->on = 0;
+  return 1;
+}
+
 static void scrl_warnf(void *ud, const char *msg, int tocont) {
   scrl_warn *w = (scrl_warn *)ud;
-  if (!w->cont && *msg == '@') {
-    if (msg[1] == 'o' && msg[2] == 'n' && msg[3] == '\0')
-      w->on = 1;
-    else if (msg[1] == 'o' && msg[2] == 'f' && msg[3] == 'f' && msg[4] == '\0')
-      w->on = 0;
+  if (!w->on) {
+    scrl_warn_control(w, msg, tocont);
     return;
   }
-  if (w->on) {
-    if (!w->cont)
-      fputs("Lua warning: ", stderr);
-    fputs(msg, stderr);
-    if (!tocont)
-      fputs("\n", stderr);
-    fflush(stderr);
+  if (!w->cont) {
+    if (scrl_warn_control(w, msg, tocont))
+      return;
+    fputs("Lua warning: ", stderr);
   }
+  fputs(msg, stderr);
+  if (!tocont)
+    fputs("\n", stderr);
+  fflush(stderr);
   w->cont = tocont;
 }
 

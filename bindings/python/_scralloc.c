@@ -71,6 +71,8 @@ struct AllocatorObject {
   PyObject *weakreflist;        /* weak references */
   AllocatorObject *next;        /* next open allocator of the module */
   AllocatorObject **pprev;      /* link that points at this one; NULL when unlinked */
+  int initialized;              /* __init__ (or from_env) opened the heap once */
+  int closing;                  /* __exit__ ran with views alive: the heap goes with the last one */
   scr_py_record *rec;           /* _serve.c's record: lock, peak, serve_python */
 };
 
@@ -106,6 +108,15 @@ type_state(PyTypeObject *tp)
 
 /* ---- errors -------------------------------------------------------- */
 
+/* An address in hex, 0 as 0x0 ("%p" prints NULL as "(nil)" on glibc). */
+#define ADDR_TEXT_LEN 24
+static const char *
+addr_text(char buf[ADDR_TEXT_LEN], uintptr_t addr)
+{
+  PyOS_snprintf(buf, ADDR_TEXT_LEN, "0x%llx", (unsigned long long)addr);
+  return buf;
+}
+
 static const char *
 reason_of(int err)
 {
@@ -130,6 +141,7 @@ static PyObject *
 raise_scr(module_state *st, int err, const char *op, uintptr_t addr)
 {
   PyObject *type, *msg, *exc, *val;
+  char at[ADDR_TEXT_LEN];
 
   switch (err) {
   case SCR_ENOMEM:
@@ -150,7 +162,7 @@ raise_scr(module_state *st, int err, const char *op, uintptr_t addr)
     PyErr_Format(PyExc_SystemError, "%s: unexpected scralloc error %d", op, err);
     return NULL;
   }
-  msg = PyUnicode_FromFormat("%s(%p): %s", op, (void *)addr, strerror_of(err));
+  msg = PyUnicode_FromFormat("%s(%s): %s", op, addr_text(at, addr), strerror_of(err));
   if (msg == NULL)
     return NULL;
   exc = PyObject_CallOneArg(type, msg);
@@ -176,6 +188,116 @@ fail:
   Py_XDECREF(val);
   Py_DECREF(exc);
   return NULL;
+}
+
+/* The core's reports (a SCRALLOC_* value it ignores, a failed munmap, the
+ * validator's findings) become Python warnings of category
+ * scralloc.ScrallocWarning (a RuntimeWarning) instead of lines on fd 2.
+ * The handler is process-wide (this extension's copy of the core is its
+ * own), set at import, and may run on any thread: on one that holds the
+ * GIL (a call from Python) it warns at once; on one without it (a thread
+ * of the core's own) it takes the GIL first.  (The only such thread, the
+ * process allocator's helper, starts from scr_malloc's paths, which this
+ * binding never calls, so no core lock is held while one waits for the
+ * GIL.)  Once the interpreter is finalizing the report goes to stderr, as
+ * the core would write it.
+ *
+ * A warning made an error by a filter cannot leave a void callback: it
+ * is written as unraisable, except inside a call that asked for it
+ * (report_raises), which then raises it. */
+static _Thread_local int report_raises;
+
+/* The pending exception, taken (NULL if none) and put back. */
+static PyObject *
+exc_take(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyErr_GetRaisedException();
+#else
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  if (type == NULL)
+    return NULL;
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (tb != NULL && value != NULL)
+    PyException_SetTraceback(value, tb);
+  Py_XDECREF(type);
+  Py_XDECREF(tb);
+  return value;
+#endif
+}
+
+static void
+exc_put(PyObject *exc)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+  PyErr_SetRaisedException(exc);
+#else
+  if (exc != NULL)
+    PyErr_Restore(Py_NewRef((PyObject *)Py_TYPE(exc)), exc, PyException_GetTraceback(exc));
+#endif
+}
+
+static int
+thread_holds_gil(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+  return PyThreadState_GetUnchecked() != NULL;
+#elif PY_VERSION_HEX >= 0x030C0000
+  return _PyThreadState_UncheckedGet() != NULL;  /* thread-local since 3.12 */
+#else
+  return PyGILState_Check();
+#endif
+}
+
+static int
+interpreter_finalizing(void)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing();
+#else
+  return _Py_IsFinalizing();
+#endif
+}
+
+static void
+report_to_warnings(int err, const char *msg, void *arg)
+{
+  PyGILState_STATE gil = PyGILState_UNLOCKED;
+  int ensured = 0;
+  PyObject *name, *mod, *category = NULL, *pending;
+
+  if (!Py_IsInitialized() || interpreter_finalizing()) {
+    fprintf(stderr, "scralloc: %s (%s)\n", msg, strerror_of(err));
+    return;
+  }
+  if (!thread_holds_gil()) {
+    gil = PyGILState_Ensure();
+    ensured = 1;
+  }
+  pending = exc_take();
+  /* This interpreter's category (each one that imports has its own). */
+  name = PyUnicode_FromString("scralloc._scralloc");
+  mod = name != NULL ? PyImport_GetModule(name) : NULL;
+  Py_XDECREF(name);
+  if (mod != NULL) {
+    category = PyObject_GetAttrString(mod, "ScrallocWarning");
+    Py_DECREF(mod);
+  }
+  PyErr_Clear();
+  if (PyErr_WarnFormat(category != NULL ? category : PyExc_RuntimeWarning, 1, "scralloc: %s",
+                       msg) < 0) {
+    if (report_raises && pending == NULL)
+      pending = exc_take();  /* the caller raises it */
+    else if (report_raises)
+      PyErr_Clear();  /* the caller raises the first one */
+    else
+      PyErr_WriteUnraisable(NULL);
+  }
+  Py_XDECREF(category);
+  exc_put(pending);
+  if (ensured)
+    PyGILState_Release(gil);
 }
 
 /* An unchecked allocation call returned NULL: errno says why. */
@@ -451,12 +573,14 @@ fail:
 
 /* ---- Block: the exporter behind Allocator.view() ------------------- */
 
+static void allocator_destroy(AllocatorObject *a);
+
 static int
 Block_getbuffer(PyObject *op, Py_buffer *view, int flags)
 {
   BlockObject *b = (BlockObject *)op;
 
-  if (b->dead || b->alloc->heap == NULL || b->alloc->views == NULL) {
+  if (b->dead || b->alloc->heap == NULL || b->alloc->closing || b->alloc->views == NULL) {
     PyErr_SetString(PyExc_BufferError,
                     "this view of a scralloc block has expired; call Allocator.view() again");
     view->obj = NULL;
@@ -498,6 +622,10 @@ Block_releasebuffer(PyObject *op, Py_buffer *view)
       PyErr_WriteUnraisable(op);
     PyErr_Restore(type, value, tb);
 #endif
+    /* The allocator's with block ended while views were alive: this was
+     * the last one. */
+    if (b->alloc->closing && PyDict_GET_SIZE(b->alloc->views) == 0)
+      allocator_destroy(b->alloc);
   }
 }
 
@@ -529,9 +657,10 @@ static PyObject *
 Block_repr(PyObject *op)
 {
   BlockObject *b = (BlockObject *)op;
-  return PyUnicode_FromFormat("<scralloc block %p, %zd bytes, %zd export%s%s>", (void *)b->addr,
-                              b->len, b->exports, b->exports == 1 ? "" : "s",
-                              b->dead ? ", expired" : "");
+  char at[ADDR_TEXT_LEN];
+  return PyUnicode_FromFormat("<scralloc block %s, %zd bytes, %zd export%s%s>",
+                              addr_text(at, b->addr), b->len, b->exports,
+                              b->exports == 1 ? "" : "s", b->dead ? ", expired" : "");
 }
 
 static PyMemberDef Block_members[] = {
@@ -588,23 +717,28 @@ allocator_unlink(AllocatorObject *a)
   a->pprev = NULL;
 }
 
-/* The heap of an open allocator, or NULL with ValueError. */
+/* The heap of an open allocator, or NULL with ValueError.  An allocator
+ * whose with block ended while views were alive is closed already for
+ * every call; only its views still reach its memory. */
 static scr_heap *
 open_heap(AllocatorObject *a)
 {
-  if (a->heap == NULL)
+  if (!a->initialized)
+    PyErr_SetString(PyExc_ValueError, "Allocator.__init__() was not called");
+  else if (a->heap == NULL || a->closing)
     PyErr_SetString(PyExc_ValueError, "operation on a closed allocator");
-  return a->heap;
+  else
+    return a->heap;
+  return NULL;
 }
 
+/* A bare Allocator: it has a heap once __init__ (or from_env) opens one,
+ * as a socket has a descriptor once __init__ made it. */
 static PyObject *
-allocator_create(PyTypeObject *type, const scr_options *opt)
+Allocator_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-  module_state *st = type_state(type);
-  AllocatorObject *a;
-  scr_heap *h;
+  AllocatorObject *a = (AllocatorObject *)type->tp_alloc(type, 0);
 
-  a = (AllocatorObject *)type->tp_alloc(type, 0);
   if (a == NULL)
     return NULL;
   a->views = PyDict_New();
@@ -612,35 +746,67 @@ allocator_create(PyTypeObject *type, const scr_options *opt)
     Py_DECREF(a);
     return NULL;
   }
-  errno = 0;
-  h = scr_heap_new(opt);
-  if (h == NULL) {
-    Py_DECREF(a);
-    return raise_scr(st, SCR_ENOMEM, "Allocator", 0);
-  }
-  a->heap = h;
-  a->rec = _scr_py_record_new(h);
+  a->rec = _scr_py_record_new();
   if (a->rec == NULL) {
     Py_DECREF(a);
     return PyErr_NoMemory();
   }
-  allocator_link(st, a);
   return (PyObject *)a;
 }
 
-static PyObject *
-Allocator_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+/* Open the heap, once in an allocator's life: a second __init__ would
+ * drop the first heap's blocks (and their views) without a word. */
+static int
+allocator_open(AllocatorObject *a, const scr_options *opt)
 {
+  module_state *st = type_state(Py_TYPE(a));
+  scr_heap *h;
+
+  if (a->initialized) {
+    PyErr_SetString(PyExc_RuntimeError,
+                    "Allocator.__init__() called on an allocator already initialized; "
+                    "make a new Allocator");
+    return -1;
+  }
+  errno = 0;
+  h = scr_heap_new(opt);
+  if (h == NULL) {
+    raise_scr(st, SCR_ENOMEM, "Allocator", 0);
+    return -1;
+  }
+  a->heap = h;
+  a->initialized = 1;
+  _scr_py_record_open(a->rec, h);
+  allocator_link(st, a);
+  return 0;
+}
+
+static PyObject *
+allocator_create(PyTypeObject *type, const scr_options *opt)
+{
+  PyObject *a = Allocator_new(type, NULL, NULL);
+
+  if (a != NULL && allocator_open((AllocatorObject *)a, opt) < 0)
+    Py_CLEAR(a);
+  return a;
+}
+
+static int
+Allocator_init(PyObject *op, PyObject *args, PyObject *kwds)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
   scr_options opt;
 
+  if (a->initialized)
+    return allocator_open(a, NULL);  /* the RuntimeError, before any parsing */
   if (PyTuple_GET_SIZE(args) != 0) {
     PyErr_SetString(PyExc_TypeError, "Allocator() takes only keyword arguments");
-    return NULL;
+    return -1;
   }
   scr_options_init(&opt);
   if (options_from_kwargs(kwds, &opt) < 0)
-    return NULL;
-  return allocator_create(type, &opt);
+    return -1;
+  return allocator_open(a, &opt);
 }
 
 static PyObject *
@@ -653,17 +819,33 @@ Allocator_from_env(PyObject *cls, PyObject *args, PyObject *kwds)
     return NULL;
   }
   scr_options_init(&opt);
+  report_raises = 1;  /* a bad SCRALLOC_* value warns; an error under -W error */
   scr_options_from_env(&opt);
-  if (options_from_kwargs(kwds, &opt) < 0)
+  report_raises = 0;
+  if (PyErr_Occurred() || options_from_kwargs(kwds, &opt) < 0)
     return NULL;
   return allocator_create((PyTypeObject *)cls, &opt);
 }
 
-/* Close: refused while a view is exported (like mmap.close()). */
+/* Give every byte back (no view may be alive). */
+static void
+allocator_destroy(AllocatorObject *a)
+{
+  allocator_unlink(a);
+  if (a->heap != NULL) {
+    scr_heap_destroy(a->heap);
+    _scr_py_after_close(a->rec);
+  }
+  a->heap = NULL;
+  a->closing = 0;
+}
+
+/* Close: refused while a view is exported (like mmap.close()); nothing
+ * to do once closed, or closing (the last view's release closes it). */
 static int
 allocator_close(AllocatorObject *a)
 {
-  if (a->heap == NULL)
+  if (a->heap == NULL || a->closing)
     return 0;
   if (a->views != NULL && PyDict_GET_SIZE(a->views) > 0) {
     PyErr_Format(PyExc_BufferError,
@@ -673,10 +855,7 @@ allocator_close(AllocatorObject *a)
   }
   if (_scr_py_before_close(a->rec) < 0)
     return -1;
-  allocator_unlink(a);
-  scr_heap_destroy(a->heap);
-  a->heap = NULL;
-  _scr_py_after_close(a->rec);
+  allocator_destroy(a);
   return 0;
 }
 
@@ -697,12 +876,30 @@ Allocator_clear(PyObject *op)
   return 0;
 }
 
+/* An allocator dropped open warns, as unclosed files and sockets do;
+ * tp_dealloc gives its memory back all the same. */
+static void
+Allocator_finalize(PyObject *op)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
+  PyObject *pending;
+
+  if (a->heap == NULL || a->closing)
+    return;
+  pending = exc_take();
+  if (PyErr_ResourceWarning(op, 1, "unclosed allocator %R", op) < 0)
+    PyErr_WriteUnraisable(op);
+  exc_put(pending);
+}
+
 static void
 Allocator_dealloc(PyObject *op)
 {
   AllocatorObject *a = (AllocatorObject *)op;
   PyTypeObject *tp = Py_TYPE(op);
 
+  if (PyObject_CallFinalizerFromDealloc(op) < 0)
+    return;  /* resurrected by a warning filter that kept it */
   PyObject_GC_UnTrack(op);
   if (a->weakreflist != NULL)
     PyObject_ClearWeakRefs(op);
@@ -737,6 +934,7 @@ refuse_if_exported(AllocatorObject *a, const char *op, uintptr_t addr)
 {
   PyObject *key;
   BlockObject *b;
+  char at[ADDR_TEXT_LEN];
 
   if (a->views == NULL || PyDict_GET_SIZE(a->views) == 0)
     return 0;
@@ -747,8 +945,8 @@ refuse_if_exported(AllocatorObject *a, const char *op, uintptr_t addr)
   Py_DECREF(key);
   if (b == NULL)
     return PyErr_Occurred() ? -1 : 0;
-  PyErr_Format(PyExc_BufferError, "cannot %s block %p: %zd memoryview export(s) exist", op,
-               (void *)addr, b->exports);
+  PyErr_Format(PyExc_BufferError, "cannot %s block %s: %zd memoryview export(s) exist", op,
+               addr_text(at, addr), b->exports);
   return -1;
 }
 
@@ -1062,7 +1260,7 @@ Allocator_validate(PyObject *op, PyObject *unused)
   _scr_py_unlock(((AllocatorObject *)op)->rec);
   if (err != SCR_OK) {
     PyErr_SetString(PyExc_RuntimeError,
-                    "scralloc heap validation failed (details went to the error handler)");
+                    "scralloc heap validation failed (the details came as ScrallocWarning)");
     return NULL;
   }
   Py_RETURN_NONE;
@@ -1084,10 +1282,25 @@ Allocator_enter(PyObject *op, PyObject *unused)
   return Py_NewRef(op);
 }
 
+/* Leaving a with block closes the allocator.  With views still alive
+ * (a view kept past the block, or held by the traceback of the block's
+ * exception) it is closed for every call at once and its memory goes back
+ * when the last view is released: no BufferError that would hide the
+ * block's own exception, and no heap left open. */
 static PyObject *
 Allocator_exit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 {
-  if (allocator_close((AllocatorObject *)op) < 0)
+  AllocatorObject *a = (AllocatorObject *)op;
+
+  if (check_nargs("__exit__", nargs, 3) < 0)
+    return NULL;
+  if (a->heap != NULL && !a->closing && _scr_py_before_close(a->rec) < 0)
+    return NULL;  /* Python's objects still live on the heap */
+  if (a->heap != NULL && a->views != NULL && PyDict_GET_SIZE(a->views) > 0) {
+    a->closing = 1;
+    Py_RETURN_FALSE;
+  }
+  if (allocator_close(a) < 0)
     return NULL;
   Py_RETURN_FALSE;
 }
@@ -1112,7 +1325,8 @@ Allocator_get_stat(PyObject *op, void *closure)
 static PyObject *
 Allocator_get_closed(PyObject *op, void *closure)
 {
-  return PyBool_FromLong(((AllocatorObject *)op)->heap == NULL);
+  AllocatorObject *a = (AllocatorObject *)op;
+  return PyBool_FromLong(a->heap == NULL || a->closing);
 }
 
 static PyObject *
@@ -1147,7 +1361,7 @@ Allocator_repr(PyObject *op)
   struct scr_stats s;
   scr_options opt;
 
-  if (a->heap == NULL)
+  if (a->heap == NULL || a->closing)
     return PyUnicode_FromFormat("<scralloc.Allocator closed at %p>", (void *)a);
   memset(&s, 0, sizeof s);
   _scr_py_heap_stats(a->rec, &s);
@@ -1184,24 +1398,27 @@ static PyGetSetDef Allocator_getset[] = {
 
 static PyMethodDef Allocator_methods[] = {
   {"malloc", Allocator_malloc, METH_O,
-   "malloc(size, /) -> int\n--\n\nAllocate size bytes; return the block's address."},
+   "malloc($self, size, /)\n--\n\nAllocate size bytes; return the block's address (an int)."},
   {"calloc", (PyCFunction)(void (*)(void))Allocator_calloc, METH_FASTCALL,
-   "calloc(count, size, /) -> int\n--\n\nAllocate count*size zeroed bytes."},
+   "calloc($self, count, size, /)\n--\n\nAllocate count*size zeroed bytes; return the address."},
   {"aligned_alloc", (PyCFunction)(void (*)(void))Allocator_aligned_alloc, METH_FASTCALL,
-   "aligned_alloc(alignment, size, /) -> int\n--\n\nAllocate size bytes aligned to alignment "
-   "(a power of two)."},
+   "aligned_alloc($self, alignment, size, /)\n--\n\nAllocate size bytes aligned to alignment "
+   "(a power of two); return the address."},
   {"realloc", (PyCFunction)(void (*)(void))Allocator_realloc, METH_FASTCALL,
-   "realloc(addr, size, /) -> int\n--\n\nResize a block; realloc(0, n) is malloc(n), "
-   "realloc(addr, 0) frees and returns 0."},
-  {"free", Allocator_free, METH_O, "free(addr, /) -> None\n--\n\nFree a block; free(0) does nothing."},
+   "realloc($self, addr, size, /)\n--\n\nResize a block; return its address.  realloc(0, n) is "
+   "malloc(n), realloc(addr, 0) frees and returns 0."},
+  {"free", Allocator_free, METH_O,
+   "free($self, addr, /)\n--\n\nFree a block; free(0) does nothing."},
   {"usable_size", Allocator_usable_size, METH_O,
-   "usable_size(addr, /) -> int\n--\n\nThe usable size of a live block (0 for 0)."},
+   "usable_size($self, addr, /)\n--\n\nThe usable size of a live block (0 for 0)."},
   {"check", Allocator_check, METH_O,
-   "check(addr, /) -> None\n--\n\nRaise InvalidPointerError unless addr is a live block."},
+   "check($self, addr, /)\n--\n\nRaise InvalidPointerError unless addr is a live block."},
   {"owns", Allocator_owns, METH_O,
-   "owns(addr, /) -> bool\n--\n\nTrue if addr is a live block of this allocator."},
+   "owns($self, addr, /)\n--\n\nTrue if addr is a live block of this allocator."},
   {"view", Allocator_view, METH_O,
-   "view(addr, /) -> memoryview\n--\n\nA writable memoryview over the block's usable size."},
+   "view($self, addr, /)\n--\n\nA writable memoryview over the block's usable size.  While "
+   "it is alive the block cannot be freed or resized and close() raises BufferError; "
+   "leaving a with block closes the allocator once the last view is released."},
   {"trim", Allocator_trim, METH_NOARGS,
    "trim($self, /)\n--\n\nGive back every retained page and cached block; return the bytes."},
   {"stats", Allocator_stats, METH_NOARGS,
@@ -1211,10 +1428,11 @@ static PyMethodDef Allocator_methods[] = {
   {"validate", Allocator_validate, METH_NOARGS,
    "validate($self, /)\n--\n\nRun the core's heap validator; RuntimeError if it fails."},
   {"close", Allocator_close, METH_NOARGS,
-   "close($self, /)\n--\n\nGive every byte back to the OS; BufferError while views exist."},
+   "close($self, /)\n--\n\nGive every byte back to the OS; BufferError while views exist.  "
+   "Closing twice does nothing."},
   {"from_env", (PyCFunction)(void (*)(void))Allocator_from_env,
    METH_CLASS | METH_VARARGS | METH_KEYWORDS,
-   "from_env(**options)\n--\n\nAn Allocator whose options come from the SCRALLOC_<NAME> "
+   "from_env($type, /, **options)\n--\n\nAn Allocator whose options come from the SCRALLOC_<NAME> "
    "environment variables, then from the keywords."},
   {"serve_python", (PyCFunction)(void (*)(void))_scr_py_serve_python,
    METH_VARARGS | METH_KEYWORDS,
@@ -1223,8 +1441,11 @@ static PyMethodDef Allocator_methods[] = {
    "allocator; its blocks are freed into it after the block ends too."},
   {"reset_peak", _scr_py_reset_peak, METH_NOARGS,
    "reset_peak($self, /)\n--\n\nStart peak_heap_used again from the current heap_used."},
-  {"__enter__", Allocator_enter, METH_NOARGS, NULL},
-  {"__exit__", (PyCFunction)(void (*)(void))Allocator_exit, METH_FASTCALL, NULL},
+  {"__enter__", Allocator_enter, METH_NOARGS, "__enter__($self, /)\n--\n\nReturn self."},
+  {"__exit__", (PyCFunction)(void (*)(void))Allocator_exit, METH_FASTCALL,
+   "__exit__($self, exc_type, exc, tb, /)\n--\n\nClose the allocator; return False.  With "
+   "views still alive it is closed for every call at once, and its memory goes back when "
+   "the last view is released (the block's own exception, if any, propagates)."},
   {NULL, NULL, 0, NULL},
 };
 
@@ -1233,13 +1454,19 @@ static PyMemberDef Allocator_members[] = {
   {NULL, 0, 0, 0, NULL},
 };
 
+/* The text signature, "Allocator(*, retain=1, ...)", is made at import
+ * from the option table (allocator_type_new). */
 PyDoc_STRVAR(Allocator_doc,
              "Allocator(**options)\n--\n\n"
              "A scralloc heap: its own pages, counters and retention policy.\n"
-             "Keywords are the core options (see scralloc.OPTIONS), e.g. retain=1.");
+             "Keywords are the core options (see scralloc.OPTIONS), e.g. retain=1.\n"
+             "Dropped without close() (or a with block), it warns (ResourceWarning) and\n"
+             "gives its memory back.");
 
 static PyType_Slot Allocator_slots[] = {
   {Py_tp_new, Allocator_new},
+  {Py_tp_init, Allocator_init},
+  {Py_tp_finalize, Allocator_finalize},
   {Py_tp_dealloc, Allocator_dealloc},
   {Py_tp_traverse, Allocator_traverse},
   {Py_tp_clear, Allocator_clear},
@@ -1261,6 +1488,37 @@ static PyType_Spec Allocator_spec = {
   ,
   .slots = Allocator_slots,
 };
+
+/* The Allocator type, its docstring's signature listing every option
+ * with its default (the type copies the docstring). */
+static PyTypeObject *
+allocator_type_new(PyObject *m)
+{
+  PyType_Slot slots[sizeof Allocator_slots / sizeof Allocator_slots[0]];
+  PyType_Spec spec = Allocator_spec;
+  const char *body = strstr(Allocator_doc, "\n--\n\n");
+  char doc[2048];
+  size_t i, len = 0;
+  int n;
+
+  n = PyOS_snprintf(doc, sizeof doc, "Allocator(*");
+  for (i = 0; n > 0 && (size_t)n < sizeof doc - len && i < OPTION_COUNT; i++) {
+    len += (size_t)n;
+    n = PyOS_snprintf(doc + len, sizeof doc - len, ", %s=%llu", option_table[i].name,
+                      option_table[i].def);
+  }
+  if (n > 0 && (size_t)n < sizeof doc - len) {
+    len += (size_t)n;
+    n = PyOS_snprintf(doc + len, sizeof doc - len, ")%s", body != NULL ? body : "");
+  }
+  memcpy(slots, Allocator_slots, sizeof slots);
+  if (n > 0 && (size_t)n < sizeof doc - len)  /* else the static "Allocator(**options)" */
+    for (i = 0; slots[i].slot != 0; i++)
+      if (slots[i].slot == Py_tp_doc)
+        slots[i].pfunc = doc;
+  spec.slots = slots;
+  return (PyTypeObject *)PyType_FromModuleAndSpec(m, &spec, NULL);
+}
 
 scr_py_record *
 _scr_py_record_of(PyObject *self)
@@ -1390,20 +1648,22 @@ mod_debug_advance_clock(PyObject *module, PyObject *arg)
 
 static PyMethodDef module_methods[] = {
   {"_heap_totals", mod_heap_totals, METH_NOARGS,
-   "Sums of heap_total, heap_used, meta_bytes, bytes over the open allocators."},
+   "_heap_totals($module, /)\n--\n\nSums of heap_total, heap_used, meta_bytes, bytes over the "
+   "open allocators."},
   {"process_stats", mod_process_stats, METH_NOARGS,
-   "process_stats()\n--\n\nThe process allocator's stats() dict, or None when this build "
+   "process_stats($module, /)\n--\n\nThe process allocator's stats() dict, or None when this build "
    "has no process allocator."},
   {"size_class", mod_size_class, METH_O,
-   "size_class(size, /)\n--\n\nThe size class of a request, -1 above SMALL_MAX."},
-  {"strerror", mod_strerror, METH_O, "strerror(code, /)\n--\n\nThe text of a scralloc error code."},
+   "size_class($module, size, /)\n--\n\nThe size class of a request, -1 above SMALL_MAX."},
+  {"strerror", mod_strerror, METH_O,
+   "strerror($module, code, /)\n--\n\nThe text of a scralloc error code."},
   {"debug_fail_os_call", mod_debug_fail_os_call, METH_O,
-   "debug_fail_os_call(n, /)\n--\n\nMake the n-th OS call from now fail with ENOMEM (0 "
+   "debug_fail_os_call($module, n, /)\n--\n\nMake the n-th OS call from now fail with ENOMEM (0 "
    "disables).  Process-wide; for tests."},
   {"debug_os_calls", mod_debug_os_calls, METH_NOARGS,
-   "debug_os_calls()\n--\n\nOS calls made by the whole process so far."},
+   "debug_os_calls($module, /)\n--\n\nOS calls made by the whole process so far."},
   {"debug_advance_clock", mod_debug_advance_clock, METH_O,
-   "debug_advance_clock(ms, /)\n--\n\nMove the clock purge_delay_ms is measured on ms "
+   "debug_advance_clock($module, ms, /)\n--\n\nMove the clock purge_delay_ms is measured on ms "
    "milliseconds ahead.  Process-wide; for tests."},
   {NULL, NULL, 0, NULL},
 };
@@ -1506,7 +1766,7 @@ module_exec(PyObject *m)
   st->Block_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Block_spec, NULL);
   if (st->Block_type == NULL)
     return -1;
-  st->Allocator_type = (PyTypeObject *)PyType_FromModuleAndSpec(m, &Allocator_spec, NULL);
+  st->Allocator_type = allocator_type_new(m);
   if (st->Allocator_type == NULL)
     return -1;
   if (PyModule_AddType(m, st->Allocator_type) < 0 || PyModule_AddType(m, st->Block_type) < 0)
@@ -1528,6 +1788,14 @@ module_exec(PyObject *m)
       st->InvalidPointerError, NULL);
   if (st->DoubleFreeError == NULL)
     return -1;
+  if (add_new(m, "ScrallocWarning",
+              PyErr_NewExceptionWithDoc(
+                  "scralloc.ScrallocWarning",
+                  "What the core reports outside a call's result: a SCRALLOC_* environment "
+                  "value it ignores, a failed munmap, the heap validator's findings.",
+                  PyExc_RuntimeWarning, NULL)) < 0)
+    return -1;
+  scr_set_error_handler(report_to_warnings, NULL);
   if (PyModule_AddObjectRef(m, "InvalidPointerError", st->InvalidPointerError) < 0 ||
       PyModule_AddObjectRef(m, "DoubleFreeError", st->DoubleFreeError) < 0)
     return -1;

@@ -488,7 +488,7 @@ prune(void)
 /* ---- records and the Allocator's wrappers -------------------------- */
 
 scr_py_record *
-_scr_py_record_new(scr_heap *h)
+_scr_py_record_new(void)
 {
   scr_py_record *r = calloc(1, sizeof *r);
   if (r == NULL)
@@ -497,8 +497,13 @@ _scr_py_record_new(scr_heap *h)
     free(r);
     return NULL;
   }
-  r->heap = h;
   return r;
+}
+
+void
+_scr_py_record_open(scr_py_record *r, scr_heap *h)
+{
+  r->heap = h;
 }
 
 void
@@ -960,9 +965,18 @@ _scr_py_serve_python(PyObject *self, PyObject *args, PyObject *kwds)
 #endif
   if (domains != NULL && parse_domains(domains, &mask) < 0)
     return NULL;
-  if (r->heap == NULL) {
-    PyErr_SetString(PyExc_ValueError, "operation on a closed allocator");
-    return NULL;
+  {
+    /* closed, closing (its with block ended while views lived), or never
+     * initialized: the Allocator's own test says */
+    PyObject *closed = PyObject_GetAttrString(self, "closed");
+    int is_closed = closed == NULL ? -1 : PyObject_IsTrue(closed);
+    Py_XDECREF(closed);
+    if (is_closed < 0)
+      return NULL;
+    if (is_closed || r->heap == NULL) {
+      PyErr_SetString(PyExc_ValueError, "operation on a closed allocator");
+      return NULL;
+    }
   }
   module = PyType_GetModule(Py_TYPE(self));
   if (module == NULL)

@@ -20,8 +20,11 @@ typedef struct scr_py_record scr_py_record;
 scr_py_record *_scr_py_record_of(PyObject *self);
 
 /* ---- defined in _serve.c ---- */
-/* A record for a new heap; NULL (no exception set) when out of memory. */
-scr_py_record *_scr_py_record_new(scr_heap *h);
+/* A record for a new Allocator (no heap yet); NULL (no exception set)
+ * when out of memory.  _scr_py_record_open gives it the heap __init__
+ * made. */
+scr_py_record *_scr_py_record_new(void);
+void _scr_py_record_open(scr_py_record *r, scr_heap *h);
 /* Frees the record of an Allocator being deallocated (never routed then:
  * routing holds a reference to the Allocator). */
 void _scr_py_record_free(scr_py_record *r);

@@ -8,10 +8,17 @@
  *  - the process allocator (scr_malloc and friends, and the malloc symbols
  *    of libscralloc.so): thread-safe, one arena per thread.
  *
- * Bad input: the unchecked calls (scr_heap_free, scr_heap_realloc, ...)
- * trust their pointer, as malloc/free do.  The *_checked calls classify any
- * address exactly (foreign, interior, never handed out, double free) and
- * return an error code; the heap stays consistent afterwards.
+ * Bad input never crashes a call (docs/misuse.md says what is detected
+ * and how).  A NULL heap, a destroyed one (while its descriptor is not
+ * taken again by a new heap: a magic word tells), a NULL output or name:
+ * the error code or the no-op written next to each function, and a
+ * report through the error handler where the call has no error code.  A
+ * bad pointer given to the unchecked heap calls (scr_heap_free,
+ * scr_heap_realloc, scr_heap_usable_size) is detected (foreign, interior,
+ * never handed out, double free), reported through the error handler and
+ * the call ignored; the *_checked calls classify any address exactly and
+ * return the error code.  The process allocator's free & co. do as
+ * SCRALLOC_ON_ERROR says (abort by default, as glibc).
  */
 #ifndef SCRALLOC_H
 #define SCRALLOC_H
@@ -62,9 +69,12 @@ typedef enum scr_error {
 SCR_API const char *scr_strerror(int err);
 
 /* A handler called when scralloc detects misuse or an internal failure in
- * a call that cannot return an error code (an unchecked free of a bad
- * pointer in a debug build, a failed munmap).  Default: print to stderr
- * in debug builds, nothing in release builds.  Safe to call while other
+ * a call that cannot return an error code (an unchecked heap free of a bad
+ * pointer, a call on a NULL or destroyed heap, a failed munmap, a bad
+ * SCRALLOC_<NAME> in the environment).  Default: print to stderr in debug
+ * builds and with SCRALLOC_VERBOSE=1, nothing otherwise (the environment's
+ * warnings always print).  The process allocator's misuse reports do not
+ * come here: they follow SCRALLOC_ON_ERROR.  Safe to call while other
  * threads run, but a report racing the change may pair the old function
  * with the new argument: set it before starting threads. */
 typedef void scr_error_handler(int err, const char *msg, void *arg);
@@ -101,9 +111,13 @@ typedef struct scr_options {
 #undef SCR_OPTION_FIELD_
 } scr_options;
 
-SCR_API void scr_options_init(scr_options *opt);     /* defaults */
-SCR_API void scr_options_from_env(scr_options *opt); /* override from SCRALLOC_<NAME> */
-/* Set one option by name from text ("4M", "0"); returns SCR_OK or SCR_EINVAL. */
+SCR_API void scr_options_init(scr_options *opt);     /* defaults; NULL: no-op */
+/* Override from SCRALLOC_<NAME>; a value that is not one, or out of the
+ * option's range, is ignored with a warning naming the range.  NULL: no-op. */
+SCR_API void scr_options_from_env(scr_options *opt);
+/* Set one option by name from text ("4M", "0"); returns SCR_OK, or
+ * SCR_EINVAL for a NULL argument, an unknown name, bad text or a value
+ * out of range (nothing set). */
 SCR_API int scr_options_set(scr_options *opt, const char *name, const char *value);
 
 /* ---- statistics ---------------------------------------------------- */
@@ -164,27 +178,42 @@ typedef struct scr_heap scr_heap;
 /* NULL opt means defaults (environment not read).  Returns NULL with errno
  * ENOMEM when the heap's descriptor cannot be mapped. */
 SCR_API scr_heap *scr_heap_new(const scr_options *opt);
-/* Close: unmaps every segment and mapping, live blocks included. NULL ok. */
+/* Close: unmaps every segment and mapping, live blocks included.  NULL:
+ * no-op; a destroyed heap: no-op, reported (SCR_EINVAL).  The descriptor's
+ * first OS page stays mapped, marked destroyed, for the next scr_heap_new. */
 SCR_API void scr_heap_destroy(scr_heap *h);
+/* NULL out: no-op; NULL or destroyed h: no-op, reported (SCR_EINVAL). */
 SCR_API void scr_heap_options(const scr_heap *h, scr_options *out);
 
 /* malloc(0) returns a unique minimum-size block.  Overflowing or absurd
  * sizes return NULL with errno ENOMEM; a bad alignment (zero, not a power
- * of two) returns NULL with errno EINVAL. */
+ * of two) returns NULL with errno EINVAL.  A NULL or destroyed heap:
+ * NULL with errno EINVAL, reported. */
 SCR_API void *scr_heap_malloc(scr_heap *h, size_t n);
 SCR_API void *scr_heap_calloc(scr_heap *h, size_t count, size_t size);
 SCR_API void *scr_heap_aligned_alloc(scr_heap *h, size_t alignment, size_t n);
 /* realloc(NULL, n) = malloc(n).  realloc(p, 0) frees p and returns NULL
- * (glibc's behaviour).  On failure p is untouched and NULL is returned. */
+ * (glibc's behaviour).  On failure p is untouched and NULL is returned.
+ * A p that is not a live block of h: reported, NULL with errno EINVAL.
+ * A NULL or destroyed heap: NULL with errno EINVAL, reported. */
 SCR_API void *scr_heap_realloc(scr_heap *h, void *p, size_t n);
-SCR_API void scr_heap_free(scr_heap *h, void *p);          /* NULL ok */
-SCR_API size_t scr_heap_usable_size(const scr_heap *h, const void *p); /* 0 for NULL */
+/* NULL p: no-op.  A p that is not a live block of h (foreign, interior,
+ * never handed out, already free): reported with its code, ignored.  A
+ * NULL or destroyed heap: no-op, reported. */
+SCR_API void scr_heap_free(scr_heap *h, void *p);
+/* 0 for NULL p, and for a p that is not a live block of h (reported);
+ * 0 for a NULL or destroyed heap (reported). */
+SCR_API size_t scr_heap_usable_size(const scr_heap *h, const void *p);
 
 /* Checked forms: exact classification of any address, never a crash.
  * NULL is SCR_EFOREIGN for check and usable_size_checked, SCR_OK (nothing
- * to do) for free_checked, and malloc for realloc_checked.  A block whose
- * memory went back to the OS is no longer this heap's: freeing it again is
- * SCR_EFOREIGN or SCR_ENOTALLOC rather than SCR_EDOUBLEFREE, but it is
+ * to do) for free_checked, and malloc for realloc_checked.  A NULL or
+ * destroyed heap is SCR_EINVAL, and so is a NULL out for realloc_checked
+ * (out is optional for usable_size_checked).  A block whose page went
+ * back (to its segment, or with it to the OS) is still a double free
+ * while that page is among the last 16 pages (or large blocks) the heap
+ * gave back; past that it is no longer this heap's, and freeing it again
+ * is SCR_EFOREIGN or SCR_ENOTALLOC rather than SCR_EDOUBLEFREE, but
  * always an error. */
 SCR_API int scr_heap_check(const scr_heap *h, const void *p);  /* SCR_OK if p is a live block */
 SCR_API int scr_heap_free_checked(scr_heap *h, void *p);        /* NULL -> SCR_OK */
@@ -194,16 +223,19 @@ SCR_API int scr_heap_usable_size_checked(const scr_heap *h, const void *p, size_
 /* Give back every retained page and cached large block; returns the number
  * of committed bytes given back.  With no live block, afterwards
  * allocs == mmaps == bytes == 0. */
-SCR_API size_t scr_heap_trim(scr_heap *h);
+SCR_API size_t scr_heap_trim(scr_heap *h); /* NULL or destroyed: 0, reported */
 
+/* NULL out: no-op; NULL or destroyed h: *out zeroed, reported. */
 SCR_API void scr_heap_stats(const scr_heap *h, struct scr_stats *out);
 /* Writes the stats as one JSON object; returns the length it needs (like
- * snprintf: the output is complete when the result < len). */
+ * snprintf: the output is complete when the result < len).  NULL buf: the
+ * length only.  NULL or destroyed h, NULL st: "" and 0. */
 SCR_API size_t scr_heap_stats_json(const scr_heap *h, char *buf, size_t len);
 SCR_API size_t scr_stats_json(const struct scr_stats *st, char *buf, size_t len);
 
 /* Runs the heap validator (every page, every queue, every counter);
- * returns SCR_OK or SCR_EINVAL and reports through the error handler. */
+ * returns SCR_OK or SCR_EINVAL and reports through the error handler.
+ * NULL or destroyed h: SCR_EINVAL. */
 SCR_API int scr_heap_validate(const scr_heap *h);
 
 /* The heap whose mapping holds p (any address; NULL when no heap's does),
@@ -241,22 +273,29 @@ SCR_API void scr_debug_batch_decommits(int on);
 
 SCR_API void *scr_malloc(size_t n);
 SCR_API void *scr_calloc(size_t count, size_t size);
-SCR_API void *scr_realloc(void *p, size_t n);       /* moves foreign-arena blocks into the caller's */
-/* NULL ok; memory scralloc does not own is ignored (counted in
- * foreign_frees, reported with SCRALLOC_VERBOSE=1 and in checked builds).
- * A double free is undefined, as with malloc; checked builds report it
- * (SCR_EDOUBLEFREE) and ignore it. */
+/* Moves another arena's block into the caller's.  A p that is not a live
+ * block: as scr_free (on_error), then NULL with errno EINVAL. */
+SCR_API void *scr_realloc(void *p, size_t n);
+/* NULL: no-op.  A p that is not a live block of an arena (not scralloc's,
+ * as memory of a scr_heap the program made; inside a block; never handed
+ * out; already free, wherever it waits) is counted by kind
+ * (scr_process_stats) and handled as SCRALLOC_ON_ERROR (option on_error)
+ * says: abort (default) prints "scralloc: free(0x...): double free" on
+ * stderr and calls abort(); warn prints it and ignores the call; ignore
+ * only counts.  Which cases are found exactly: docs/misuse.md. */
 SCR_API void scr_free(void *p);
 SCR_API void *scr_aligned_alloc(size_t alignment, size_t n);
-SCR_API size_t scr_usable_size(const void *p);      /* 0 for NULL or memory scralloc does not own */
+/* 0 for NULL; a p that is not a live block: as scr_free (on_error), then 0. */
+SCR_API size_t scr_usable_size(const void *p);
 /* Frees n blocks; sets of 16384 or more are freed in descending address
- * order (the array is reordered) so later allocations come back ascending. */
+ * order (the array is reordered) so later allocations come back ascending.
+ * NULL ptrs: no-op; each pointer as scr_free. */
 SCR_API void scr_free_many(void **ptrs, size_t n);
 /* Gives back the caller's arena's and every parked arena's free pages and
  * cached blocks now; returns the committed bytes given back. */
 SCR_API size_t scr_trim(void);
 /* Process-wide figures: the sum over every arena (the caller's exact, the
- * others as of their last snapshot). */
+ * others as of their last snapshot).  NULL out: no-op. */
 SCR_API void scr_stats(struct scr_stats *out);
 
 /* X(name, description); every field is a uint64_t. */
@@ -274,7 +313,10 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(cache_grows, "blocks by which threads' full cache lists of 4 KiB and larger blocks grew within cache_grow (cumulative)") \
   X(remote_frees, "blocks freed by another thread than their arena's")          \
   X(remote_pending, "remote frees not yet taken by their arena")                \
-  X(foreign_frees, "frees of memory scralloc does not own (ignored)")           \
+  X(foreign_frees, "frees, reallocs and usable sizes of memory scralloc does not own (SCRALLOC_ON_ERROR)") \
+  X(double_frees, "frees of blocks already free, and reallocs and usable sizes of them (SCRALLOC_ON_ERROR)") \
+  X(interior_frees, "frees, reallocs and usable sizes of addresses inside a block, not its start (SCRALLOC_ON_ERROR)") \
+  X(unallocated_frees, "frees, reallocs and usable sizes of slots or pages never handed out (SCRALLOC_ON_ERROR)") \
   X(realloc_moves, "reallocs that moved a block into the caller's arena")       \
   X(discards, "parked arenas whose free pages were returned")                   \
   X(discard_bytes, "committed bytes returned by discards")                      \
@@ -299,15 +341,19 @@ struct scr_process_stats {
   SCR_PROCESS_STATS_FIELDS(SCR_PSTATS_FIELD_)
 #undef SCR_PSTATS_FIELD_
 };
-SCR_API void scr_process_stats(struct scr_process_stats *out);
+SCR_API void scr_process_stats(struct scr_process_stats *out); /* NULL: no-op */
 /* Per-arena heap figures (arena i in creation order): SCR_OK, or SCR_EINVAL
- * when there is no arena i. */
+ * when there is no arena i (*out zeroed) or out is NULL. */
 SCR_API int scr_arena_stats(unsigned i, struct scr_stats *out);
 /* {"heap": {scr_stats}, "process": {...}} as JSON; returns the length it
- * needs, like snprintf. */
+ * needs, like snprintf (NULL buf: the length only). */
 SCR_API size_t scr_process_stats_json(char *buf, size_t len);
 /* Process options at run time (name as in SCRALLOC_<NAME>, lower case):
- * SCR_OK or SCR_EINVAL; get returns UINT64_MAX for an unknown name. */
+ * SCR_OK, or SCR_EINVAL for a NULL argument, an unknown name, text that is
+ * not a value or a value out of the option's range (nothing set; the
+ * environment's SCRALLOC_<NAME> gets a warning naming the range).  Words:
+ * on_error abort|warn|ignore, stats json, discard poison, on/off.  get
+ * returns UINT64_MAX for an unknown or NULL name. */
 SCR_API int scr_process_option_set(const char *name, const char *value);
 SCR_API uint64_t scr_process_option_get(const char *name);
 /* Runs the process allocator's validator (arena lists, counts, states):

@@ -6,6 +6,7 @@
  * or missing page, an emptied page, large blocks) is a slow path. */
 #include "heap_fast.h"
 #include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* Requests above this are refused outright (ENOMEM): room for a header
@@ -17,22 +18,59 @@ static size_t heap_desc_size(void) {
   return (sizeof(scr_heap) + ps - 1) & ~(ps - 1);
 }
 
+/* Destroyed heaps' descriptors: their first OS page stays mapped (magic
+ * 0), so that a call on a destroyed heap reads "destroyed" rather than
+ * faulting, the rest goes back to the OS (MADV_DONTNEED), and the next
+ * scr_heap_new takes one.  A stale pointer to a descriptor taken again
+ * names the new heap: that is the case the magic word cannot tell. */
+static scr_heap *dead_heaps;       /* linked through meta_next */
+static _Atomic int dead_lock;      /* a spin lock: heaps are made and destroyed rarely */
+static void dead_lock_take(void) {
+  while (atomic_exchange_explicit(&dead_lock, 1, memory_order_acquire)) {
+  }
+}
+static void dead_lock_drop(void) { atomic_store_explicit(&dead_lock, 0, memory_order_release); }
+
+bool _scr_heap_live(const scr_heap *h) { return h != NULL && h->magic == SCR_HEAP_MAGIC; }
+
+/* A call on a NULL or destroyed heap: reported, and the caller returns
+ * its documented error. */
+static __attribute__((noinline)) void heap_bad(const char *call, const scr_heap *h) {
+  _scr_report(SCR_EINVAL, "%s(%p): %s heap", call, (const void *)h, h == NULL ? "NULL" : "destroyed");
+}
+#define HEAP_OR_RETURN(call, h, ...)         \
+  do {                                       \
+    if (SCR_UNLIKELY(!_scr_heap_live(h))) {  \
+      heap_bad(call, h);                     \
+      return __VA_ARGS__;                    \
+    }                                        \
+  } while (0)
+
 scr_heap *scr_heap_new(const scr_options *opt) {
+  _scr_misuse_init();
   /* The descriptor has a mapping of its own (not counted in the heap's
    * figures): a heap that holds nothing shows mmaps == bytes == 0. */
-  scr_heap *h = _scr_os_map_aligned(heap_desc_size(), _scr_os_page_size(), NULL);
+  dead_lock_take();
+  scr_heap *h = dead_heaps;
+  if (h) dead_heaps = h->meta_next;
+  dead_lock_drop();
+  if (h) memset(h, 0, sizeof *h);
+  else h = _scr_os_map_aligned(heap_desc_size(), _scr_os_page_size(), NULL);
   if (h == NULL) {
     errno = ENOMEM;
     return NULL;
   }
   if (opt) h->opt = *opt; else scr_options_init(&h->opt);
   _scr_options_clamp(&h->opt);
+  h->magic = SCR_HEAP_MAGIC;
   scr_validate_heap(h);
   return h;
 }
 
 void scr_heap_destroy(scr_heap *h) {
   if (h == NULL) return;
+  HEAP_OR_RETURN("scr_heap_destroy", h);
+  h->magic = 0;
   while (h->segments) {
     scr_segment *seg = h->segments;
     h->segments = seg->next;
@@ -42,10 +80,19 @@ void scr_heap_destroy(scr_heap *h) {
     if (_scr_os_unmap(seg, seg->size, &h->os) != 0)
       _scr_report(SCR_ENOMEM, "munmap failed while closing a heap: %zu bytes stay mapped", seg->size);
   }
-  _scr_os_unmap(h, heap_desc_size(), NULL);
+  size_t ps = _scr_os_page_size();
+  if (heap_desc_size() > ps) _scr_os_decommit((uint8_t *)h + ps, heap_desc_size() - ps, false, NULL);
+  dead_lock_take();
+  h->meta_next = dead_heaps;
+  dead_heaps = h;
+  dead_lock_drop();
 }
 
-void scr_heap_options(const scr_heap *h, scr_options *out) { *out = h->opt; }
+void scr_heap_options(const scr_heap *h, scr_options *out) {
+  if (out == NULL) return;
+  HEAP_OR_RETURN("scr_heap_options", h);
+  *out = h->opt;
+}
 
 bool _scr_heap_grow_ok(const scr_heap *h, size_t more) {
   return h->opt.limit_bytes == 0 || (h->bytes + more <= h->opt.limit_bytes && h->bytes + more >= more);
@@ -88,6 +135,7 @@ static scr_page *page_for_class(scr_heap *h, unsigned c) {
     h->class_pages[c]++;
     h->empty_count[c]++;
     pg->zero = 0; /* reused memory is not zero */
+    _scr_gone_note(h, pg->start, pg->block_size, pg->capacity); /* its blocks of class k */
     _scr_page_format(pg, c);
     return pg;
   }
@@ -150,6 +198,7 @@ static void *small_calloc(scr_heap *h, unsigned c, size_t n) {
 /* An empty page of class pg->cls leaves its queue and goes back to its
  * segment (decommitted, or unmapped with the segment). */
 static void page_release(scr_heap *h, scr_page *pg) {
+  _scr_gone_note(h, pg->start, pg->block_size, pg->capacity);
   _scr_queue_remove(h, pg);
   h->class_pages[pg->cls]--;
   scr_segment *seg = _scr_page_segment(pg);
@@ -173,7 +222,8 @@ void _scr_heap_page_emptied(scr_heap *h, scr_page *pg) {
 
 /* ---- entry points ---- */
 
-void *scr_heap_malloc(scr_heap *h, size_t n) {
+/* malloc on a heap known to be live (the process allocator's arenas). */
+void *_scr_heap_malloc(scr_heap *h, size_t n) {
   if (SCR_LIKELY(n <= SCR_SMALL_MAX)) return _scr_small_alloc(h, _scr_class_of(n));
   if (n > SCR_MAX_REQUEST) {
     errno = ENOMEM;
@@ -183,7 +233,21 @@ void *scr_heap_malloc(scr_heap *h, size_t n) {
   return _scr_large_alloc(h, n, SCR_PAGE_SIZE, &zero);
 }
 
+void *scr_heap_malloc(scr_heap *h, size_t n) {
+  if (SCR_UNLIKELY(!_scr_heap_live(h))) {
+    heap_bad("scr_heap_malloc", h);
+    errno = EINVAL;
+    return NULL;
+  }
+  return _scr_heap_malloc(h, n);
+}
+
 void *scr_heap_calloc(scr_heap *h, size_t count, size_t size) {
+  if (SCR_UNLIKELY(!_scr_heap_live(h))) {
+    heap_bad("scr_heap_calloc", h);
+    errno = EINVAL;
+    return NULL;
+  }
   size_t n;
   if (__builtin_mul_overflow(count, size, &n) || n > SCR_MAX_REQUEST) {
     errno = ENOMEM;
@@ -197,6 +261,11 @@ void *scr_heap_calloc(scr_heap *h, size_t count, size_t size) {
 }
 
 void *scr_heap_aligned_alloc(scr_heap *h, size_t align, size_t n) {
+  if (SCR_UNLIKELY(!_scr_heap_live(h))) {
+    heap_bad("scr_heap_aligned_alloc", h);
+    errno = EINVAL;
+    return NULL;
+  }
   if (align == 0 || (align & (align - 1)) != 0) {
     errno = EINVAL;
     return NULL;
@@ -205,7 +274,7 @@ void *scr_heap_aligned_alloc(scr_heap *h, size_t align, size_t n) {
     errno = ENOMEM;
     return NULL;
   }
-  if (align <= SCR_MIN_ALIGN) return scr_heap_malloc(h, n);
+  if (align <= SCR_MIN_ALIGN) return _scr_heap_malloc(h, n);
   size_t want = n < align ? align : n;
   if (want <= SCR_SMALL_MAX) {
     /* A class whose size is a multiple of align: every slot is aligned,
@@ -241,12 +310,15 @@ static size_t block_usable(scr_segment *seg, const void *p) {
   return _scr_large_usable(seg, p);
 }
 
-void scr_heap_free(scr_heap *h, void *p) {
+/* Free p, a block of h or not (NULL included), without the misuse
+ * checks: the process allocator's frees of blocks it has classified, or
+ * that come from its own lists (remote stacks, caches, the pool). */
+void _scr_heap_free_block(scr_heap *h, void *p) {
   /* The segment a block is in: the one the last free used when the address
    * arithmetic lands there (it only ever holds a NORMAL segment of this
    * heap, whose base is never a block), else the segment map. */
   scr_segment *seg = _scr_segment_of(p);
-  if (SCR_LIKELY(seg == h->last_free_seg && p != NULL)) {
+  if (SCR_LIKELY(seg == h->last_free_seg && seg != NULL)) {
     scr_page *pg = small_page_of(seg, p);
     if (SCR_LIKELY(pg != NULL)) {
       _scr_small_free(h, pg, p);
@@ -270,7 +342,58 @@ void scr_heap_free(scr_heap *h, void *p) {
   _scr_large_free(h, seg, p);
 }
 
-size_t scr_heap_usable_size(const scr_heap *h, const void *p) {
+/* p, an address in seg (a segment of h), is not plainly a live block of
+ * size class: the slot test and the freed-block key (misuse.c), and a
+ * slot the page never carved.  False for every live small block (but one
+ * holding the key by chance); true for every large one (classified). */
+static inline bool heap_block_suspect(const scr_segment *seg, const void *p) {
+  if (seg->kind != SCR_SEG_NORMAL) return true;
+  uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
+  unsigned tag = seg->page_tag[idx];
+  if (_scr_block_suspect(p, tag)) return true;
+  const scr_page *pg = _scr_class_page((scr_segment *)seg, idx, tag);
+  return (size_t)((const uint8_t *)p - pg->start) >= (size_t)pg->capacity * pg->block_size;
+}
+
+/* The exact verdict on p for h's unchecked entry points (call names the
+ * entry point): SCR_OK, or the misuse, reported through the error
+ * handler.  The caller then ignores the call. */
+static __attribute__((noinline)) int heap_misuse(const scr_heap *h, const void *p, const char *call) {
+  int r = _scr_classify(h, p);
+  if (r != SCR_OK) _scr_report(r, "%s(%p): %s (ignored)", call, p, _scr_misuse_what(r, call));
+  return r;
+}
+
+/* The segment of h that holds p, when p is a live block of h; else NULL
+ * after the misuse was reported. */
+static inline scr_segment *heap_checked_segment(const scr_heap *h, const void *p, const char *call) {
+  scr_segment *seg = own_segment(h, p);
+  if (SCR_LIKELY(seg != NULL && !heap_block_suspect(seg, p))) return seg;
+  return heap_misuse(h, p, call) == SCR_OK ? seg : NULL;
+}
+
+void scr_heap_free(scr_heap *h, void *p) {
+  HEAP_OR_RETURN("scr_heap_free", h);
+  /* The fast path of _scr_heap_free_block, with the misuse tests. */
+  scr_segment *seg = _scr_segment_of(p);
+  if (SCR_LIKELY(seg == h->last_free_seg && seg != NULL)) {
+    uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
+    unsigned tag = seg->page_tag[idx];
+    if (SCR_LIKELY(tag < SCR_CLASS_COUNT)) {
+      scr_page *pg = _scr_class_page(seg, idx, tag);
+      if (SCR_LIKELY(!_scr_block_suspect(p, tag) &&
+                     (size_t)((uint8_t *)p - pg->start) < (size_t)pg->capacity * pg->block_size)) {
+        _scr_small_free(h, pg, p);
+        return;
+      }
+    }
+  }
+  if (p == NULL) return;
+  if (heap_checked_segment(h, p, "scr_heap_free") == NULL) return;
+  _scr_heap_free_block(h, p);
+}
+
+size_t _scr_heap_usable_size(const scr_heap *h, const void *p) {
   scr_segment *seg = own_segment(h, p);
   return seg ? block_usable(seg, p) : 0;
 }
@@ -281,10 +404,18 @@ scr_heap *scr_heap_of(const void *p, size_t *usable) {
   return seg ? seg->heap : NULL;
 }
 
-void *scr_heap_realloc(scr_heap *h, void *p, size_t n) {
-  if (p == NULL) return scr_heap_malloc(h, n);
+size_t scr_heap_usable_size(const scr_heap *h, const void *p) {
+  HEAP_OR_RETURN("scr_heap_usable_size", h, 0);
+  if (p == NULL) return 0;
+  scr_segment *seg = heap_checked_segment(h, p, "scr_heap_usable_size");
+  return seg ? block_usable(seg, p) : 0;
+}
+
+/* realloc of p, a live block of h (or NULL), without the misuse checks. */
+void *_scr_heap_realloc(scr_heap *h, void *p, size_t n) {
+  if (p == NULL) return _scr_heap_malloc(h, n);
   if (n == 0) {
-    scr_heap_free(h, p);
+    _scr_heap_free_block(h, p);
     return NULL;
   }
   if (n > SCR_MAX_REQUEST) {
@@ -312,11 +443,24 @@ void *scr_heap_realloc(scr_heap *h, void *p, size_t n) {
     void *q = _scr_large_realloc_inplace(h, seg, p, n);
     if (q) return q;
   }
-  void *q = scr_heap_malloc(h, _scr_realloc_size(usable, n));
+  void *q = _scr_heap_malloc(h, _scr_realloc_size(usable, n));
   if (q == NULL) return NULL;
   memcpy(q, p, n < usable ? n : usable);
-  scr_heap_free(h, p);
+  _scr_heap_free_block(h, p);
   return q;
+}
+
+void *scr_heap_realloc(scr_heap *h, void *p, size_t n) {
+  if (SCR_UNLIKELY(!_scr_heap_live(h))) {
+    heap_bad("scr_heap_realloc", h);
+    errno = EINVAL;
+    return NULL;
+  }
+  if (p != NULL && heap_checked_segment(h, p, "scr_heap_realloc") == NULL) {
+    errno = EINVAL;
+    return NULL;
+  }
+  return _scr_heap_realloc(h, p, n);
 }
 
 /* ---- trim ---- */
@@ -335,6 +479,7 @@ static void release_retained(scr_heap *h) {
 }
 
 size_t scr_heap_trim(scr_heap *h) {
+  HEAP_OR_RETURN("scr_heap_trim", h, 0);
   uint64_t before = h->bytes;
   release_retained(h);
   _scr_large_cache_flush(h);

@@ -6,6 +6,15 @@
 
 #include "internal.h"
 
+/* The page carved one more slot: its slot_limit (types.h) grows by the
+ * class's step, for each page of its run. */
+static inline void _scr_page_carved(const scr_page *pg) {
+  scr_segment *seg = _scr_page_segment(pg);
+  unsigned first = _scr_page_index(seg, pg);
+  uint32_t v = seg->slot_limit[first] + _scr_misuse.geom[pg->cls].step;
+  for (unsigned i = first; i < first + pg->span; i++) __atomic_store_n(&seg->slot_limit[i], v, __ATOMIC_RELAXED);
+}
+
 /* Take a block from a page that has one (free list first, then bump). */
 static inline void *_scr_page_alloc(scr_heap *h, scr_page *pg) {
   scr_block *b = pg->free;
@@ -13,7 +22,14 @@ static inline void *_scr_page_alloc(scr_heap *h, scr_page *pg) {
     SCR_UNPOISON(b, pg->block_size);
     pg->free = b->next;
     __builtin_prefetch(pg->free, 1); /* the next malloc's block */
-  } else b = (scr_block *)(pg->start + (size_t)pg->capacity++ * pg->block_size);
+    _scr_block_set_word1(b, 0);      /* no longer free (misuse.c: the key) */
+  } else {
+    uint32_t cap = pg->capacity;     /* (atomic: _scr_page_capacity's readers) */
+    __atomic_store_n(&pg->capacity, cap + 1, __ATOMIC_RELAXED);
+    _scr_page_carved(pg);
+    b = (scr_block *)(pg->start + (size_t)cap * pg->block_size);
+    if (!pg->zero) _scr_block_set_word1(b, 0); /* reused memory may hold an old key there */
+  }
   if (SCR_UNLIKELY(pg->used++ == 0)) {
     h->empty_count[pg->cls]--;
     h->retained_pages -= pg->span;
@@ -52,6 +68,7 @@ static inline void _scr_small_free(scr_heap *h, scr_page *pg, void *p) {
   scr_assert(((uint8_t *)p - pg->start) % pg->block_size == 0);
   scr_block *b = p;
   b->next = pg->free;
+  _scr_block_set_word1(b, _scr_misuse.key); /* free (misuse.c) */
   pg->free = b;
   SCR_POISON(b, pg->block_size);
   h->class_live[pg->cls]--;

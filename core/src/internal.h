@@ -40,9 +40,15 @@ typedef struct _scr_out { char *buf; size_t len, pos; } _scr_out;
 SCR_INTERNAL void _scr_out_put(_scr_out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* error.c */
+SCR_INTERNAL extern _Atomic int _scr_verbose; /* reports without a handler go to stderr in release builds too */
 SCR_INTERNAL void _scr_report(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A bad SCRALLOC_<NAME> value: to the handler, else on stderr in every build. */
-SCR_INTERNAL void _scr_report_env(const char *name, const char *value);
+/* A bad SCRALLOC_<NAME> value: to the handler, else on stderr in every
+ * build, once per name.  lo <= hi: the value was out of that range (said
+ * in the message); lo > hi: not a value at all. */
+SCR_INTERNAL void _scr_report_env(const char *name, const char *value, uint64_t lo, uint64_t hi);
+/* A SCRALLOC_<NAME> that names no option: on stderr, once, with the
+ * closest option's name. */
+SCR_INTERNAL void _scr_report_unknown_env(const char *name, const char *closest);
 
 /* prim/os.c: every OS call of the core.  Each counts into `c` (may be NULL)
  * and honours the failure injection. */
@@ -56,6 +62,7 @@ SCR_INTERNAL void *_scr_os_remap(void *old, size_t old_size, size_t new_size, vo
 SCR_INTERNAL bool _scr_os_inject_failure(void);
 SCR_INTERNAL size_t _scr_os_page_size(void);
 SCR_INTERNAL uint64_t _scr_os_now_ms(void);
+SCR_INTERNAL uint64_t _scr_os_random_u64(void);
 
 /* options.c */
 SCR_INTERNAL void _scr_options_clamp(scr_options *opt);
@@ -176,6 +183,16 @@ SCR_INTERNAL void _scr_large_cache_flush(scr_heap *h);
 
 /* classify.c: what an address is for a heap */
 SCR_INTERNAL int _scr_classify(const scr_heap *h, const void *p);
+SCR_INTERNAL void _scr_gone_note(scr_heap *h, const void *start, uint32_t block, uint32_t count);
+
+/* heap.c: the entry points without the checks of the public ones (the
+ * heap is live, p was classified or comes from the allocator's own
+ * lists) */
+SCR_INTERNAL bool _scr_heap_live(const scr_heap *h); /* not NULL, not destroyed */
+SCR_INTERNAL void *_scr_heap_malloc(scr_heap *h, size_t n);
+SCR_INTERNAL void _scr_heap_free_block(scr_heap *h, void *p);
+SCR_INTERNAL void *_scr_heap_realloc(scr_heap *h, void *p, size_t n);
+SCR_INTERNAL size_t _scr_heap_usable_size(const scr_heap *h, const void *p);
 
 /* process allocator's hooks into the core */
 SCR_INTERNAL scr_heap *_scr_heap_of(const void *p);
@@ -193,6 +210,47 @@ SCR_INTERNAL uint64_t _scr_heap_unused_bytes(const scr_heap *h);
 SCR_INTERNAL void _scr_heap_set_owner(scr_heap *h, void *owner, uintptr_t map_mark); /* before its first segment */
 SCR_INTERNAL void *_scr_heap_owner(const scr_heap *h);
 SCR_INTERNAL void _scr_heap_set_hooks(scr_heap *h, const struct _scr_heap_hooks *hooks);
+
+/* misuse.c: the freed-block key and the slot test (misuse.c says how).
+ * Read-only once _scr_misuse_init has run (the first heap made). */
+typedef struct _scr_slot_geom {
+  uint64_t magic;                        /* floor(2^64 / size) + 1 */
+  uint32_t limit;                        /* reserved * step: off * magic < limit <=> a slot start below the last whole slot */
+  uint32_t mask;                         /* offset of an address in its page (run) */
+  uint32_t step;                         /* size * magic mod 2^64: a slot's share of a limit */
+  uint32_t pad_;
+} _scr_slot_geom;
+typedef struct _scr_misuse_globals {
+  _Alignas(64) uint64_t key;             /* in the second word of every free small block */
+  _scr_slot_geom geom[SCR_TAG_OTHER + 1];/* by page tag; OTHER's fails every address */
+} _scr_misuse_globals;
+SCR_INTERNAL extern _scr_misuse_globals _scr_misuse;
+SCR_INTERNAL void _scr_misuse_init(void);
+/* The words for a misuse kind (SCR_EDOUBLEFREE, ...) given to call
+ * ("free", "realloc", ...): a freed block is a "double free" to a free,
+ * "freed already" to the others. */
+SCR_INTERNAL const char *_scr_misuse_what(int kind, const char *call);
+/* The second word of block p (ASan builds: a free block is poisoned). */
+SCR_NO_ASAN static inline uint64_t _scr_block_word1(const void *p) { return ((const uint64_t *)p)[1]; }
+static inline void _scr_block_set_word1(void *p, uint64_t v) { ((uint64_t *)p)[1] = v; }
+/* Block p, on a page with tag `tag`, is not plainly a live block: not a
+ * slot start below the page's last whole slot, or it holds the freed-block
+ * key.  False for every live block but one holding the key by chance; the
+ * caller classifies a true exactly. */
+static inline bool _scr_block_suspect(const void *p, unsigned tag) {
+  const _scr_slot_geom *g = &_scr_misuse.geom[tag];
+  uint64_t off = (uintptr_t)p & g->mask;
+  /* || : the key is read only at a slot start of a size class's page,
+   * memory that is mapped and readable (a huge mapping may end short of
+   * its last 4 MiB, a poisoned free page is not readable). */
+  return off * g->magic >= g->limit || _scr_block_word1(p) == _scr_misuse.key;
+}
+/* The bump index of small page pg, read by a thread that does not hold
+ * its heap (the slot test of another arena's block): relaxed atomics on
+ * both sides. */
+static inline uint32_t _scr_page_capacity(const scr_page *pg) {
+  return __atomic_load_n(&pg->capacity, __ATOMIC_RELAXED);
+}
 
 /* validation: expensive checks at state changes in SCR_DEBUG >= 3 builds */
 #if SCR_DEBUG >= 3

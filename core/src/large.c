@@ -55,6 +55,7 @@ static scr_segment *segment_of_block(void *block) {
  * whole mapping to the OS.  false when that failed (the block stays). */
 static bool large_release(scr_heap *h, void *block) {
   scr_segment *seg = segment_of_block(block);
+  _scr_gone_note(h, block, 1, 1);
   if (seg->kind == SCR_SEG_HUGE) return _scr_segment_unmap(h, seg);
   unsigned first = (unsigned)(((uintptr_t)block - (uintptr_t)seg) >> SCR_PAGE_SHIFT);
   unsigned span = seg->pages[first].span;
@@ -133,7 +134,7 @@ static void mark_span(scr_segment *seg, unsigned first, unsigned span, bool cach
   }
 }
 
-void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
+static void *large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
   if (n == 0) n = 1; /* aligned_alloc(big, 0): still a unique block */
   if (n > h->opt.huge_threshold || align > SCR_SEGMENT_SIZE / 2) return huge_alloc(h, n, align, zero);
   size_t bytes = round_up(n, SCR_PAGE_SIZE);
@@ -164,6 +165,17 @@ void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
   h->large_bytes += bytes;
   scr_validate_heap(h);
   return _scr_page_start(seg, pg);
+}
+
+/* A large or huge block, its second word cleared where the memory is not
+ * known to be zero: reused memory may hold the freed-block key there (a
+ * free wrote it, or the pages were a size class's), and a realloc that
+ * moves the block down to a size class copies that word into the small
+ * block, which its free would then take for a double free (misuse.c). */
+void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
+  void *p = large_alloc(h, n, align, zero);
+  if (p != NULL && !*zero) _scr_block_set_word1(p, 0);
+  return p;
 }
 
 void _scr_large_free(scr_heap *h, scr_segment *seg, void *p) {

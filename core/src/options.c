@@ -8,6 +8,7 @@
 #include <strings.h>
 
 void scr_options_init(scr_options *opt) {
+  if (opt == NULL) return;
 #define X(type, name, def, lo, hi, doc) opt->name = (type)(def);
   SCR_OPTIONS(X)
 #undef X
@@ -73,12 +74,16 @@ const char *_scr_env_option(const char *name, char *env, size_t len) {
 }
 
 void scr_options_from_env(scr_options *opt) {
+  if (opt == NULL) return;
   char env[64];
-#define X(type, name, def, lo, hi, doc)                                  \
-  {                                                                      \
-    const char *v = _scr_env_option(#name, env, sizeof env);             \
-    if (v && scr_options_set(opt, #name, v) != SCR_OK)                   \
-      _scr_report_env(env, v);                                            \
+  uint64_t v;
+#define X(type, name, def, lo, hi, doc)                                        \
+  {                                                                            \
+    const char *s = _scr_env_option(#name, env, sizeof env);                   \
+    if (s && scr_options_set(opt, #name, s) != SCR_OK) {                       \
+      bool range = _scr_parse_size(s, &v) == SCR_OK;                           \
+      _scr_report_env(env, s, range ? (uint64_t)(lo) : 1, range ? (uint64_t)(hi) : 0); \
+    }                                                                          \
   }
   SCR_OPTIONS(X)
 #undef X

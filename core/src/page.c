@@ -15,7 +15,8 @@ void _scr_page_format(scr_page *pg, unsigned cls) {
   pg->span = (uint8_t)span;
   pg->block_size = _scr_class_sizes[cls];
   pg->reserved = (uint32_t)(span * SCR_PAGE_SIZE / pg->block_size);
-  pg->capacity = 0;
+  __atomic_store_n(&pg->capacity, 0, __ATOMIC_RELAXED); /* (_scr_page_capacity's readers) */
+  for (unsigned i = first; i < first + span; i++) __atomic_store_n(&seg->slot_limit[i], 0, __ATOMIC_RELAXED);
   pg->used = 0;
   pg->free = NULL;
   pg->in_queue = 0;

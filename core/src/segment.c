@@ -131,6 +131,7 @@ static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigne
   for (unsigned i = first; i < first + n; i++) {
     scr_page *pg = &seg->pages[i];
     pg->zero = (zero >> i) & 1;
+    pg->freed_block = 0;
   }
   scr_page *pg = &seg->pages[first];
   if (h->hooks.page_acquired)
@@ -246,8 +247,11 @@ void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, u
   uint64_t bits = _scr_run_mask(first, n);
   for (unsigned i = first; i < first + n; i++) {
     scr_page *pg = &seg->pages[i];
+    bool block_start = pg->kind == SCR_PAGE_LARGE;
     memset(pg, 0, sizeof *pg);
+    pg->freed_block = block_start;
     seg->page_tag[i] = SCR_TAG_OTHER;
+    __atomic_store_n(&seg->slot_limit[i], 0, __ATOMIC_RELAXED);
   }
   SCR_UNPOISON((uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT), (size_t)n << SCR_PAGE_SHIFT);
   seg->free_mask |= bits;

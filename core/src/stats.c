@@ -11,7 +11,12 @@ uint64_t _scr_heap_used_bytes(const scr_heap *h) {
 }
 
 void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
+  if (st == NULL) return;
   memset(st, 0, sizeof *st);
+  if (!_scr_heap_live(h)) {
+    _scr_report(SCR_EINVAL, "scr_heap_stats(%p): %s heap", (const void *)h, h ? "destroyed" : "NULL");
+    return;
+  }
   uint64_t small_live = 0;
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     scr_class_stats *cs = &st->classes[c];
@@ -57,8 +62,10 @@ void _scr_out_put(_scr_out *o, const char *fmt, ...) {
 }
 
 size_t scr_stats_json(const struct scr_stats *st, char *buf, size_t len) {
+  if (buf == NULL) len = 0; /* the length it needs */
   _scr_out o = {buf, len, 0};
   if (len) buf[0] = '\0';
+  if (st == NULL) return 0;
   _scr_out_put(&o, "{");
 #define X(name, doc) _scr_out_put(&o, "\"%s\":%llu,", #name, (unsigned long long)st->name);
   SCR_STATS_FIELDS(X)
@@ -78,6 +85,11 @@ size_t scr_stats_json(const struct scr_stats *st, char *buf, size_t len) {
 }
 
 size_t scr_heap_stats_json(const scr_heap *h, char *buf, size_t len) {
+  if (buf == NULL) len = 0;
+  if (!_scr_heap_live(h)) {
+    if (len) buf[0] = '\0';
+    return 0;
+  }
   struct scr_stats st;
   scr_heap_stats(h, &st);
   return scr_stats_json(&st, buf, len);

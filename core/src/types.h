@@ -71,6 +71,7 @@ typedef struct scr_page {
   uint32_t capacity;           /* slots carved so far (bump index) */
   uint32_t reserved;           /* slots that fit in the page */
   uint32_t block_size;         /* bytes per slot (SMALL) */
+  uint64_t pad_;
   uint8_t kind;                /* scr_page_kind */
   uint8_t cls;                 /* size class (SMALL, RUN_TAIL) */
   uint8_t zero;                /* bytes not yet carved read as zero */
@@ -78,8 +79,10 @@ typedef struct scr_page {
   uint8_t cached;              /* LARGE: sits in the large cache */
   uint8_t head;                /* TAIL, RUN_TAIL: index of the first page of the block or run */
   uint8_t span;                /* LARGE: pages in the block; SMALL: pages in the run (1 or SCR_MEDIUM_SPAN) */
+  uint8_t freed_block;         /* FREE: a large block started here and was freed (classify: a second free is a double free) */
   struct scr_page *next, *prev;/* class queue */
 } scr_page;
+_Static_assert(sizeof(scr_page) == 64, "a descriptor is a line: its index is a shift");
 
 typedef enum scr_segment_kind { SCR_SEG_NORMAL = 0, SCR_SEG_HUGE = 1 } scr_segment_kind;
 
@@ -118,6 +121,14 @@ typedef struct scr_segment {
    * readers never share a line with the descriptors the owner writes on
    * every malloc and free.  page_tag[i] == scr_page_tag_of(&pages[i]). */
   _Alignas(64) uint8_t page_tag[SCR_PAGES_PER_SEGMENT];
+  /* For each page of a size class (every page of a medium run): its
+   * capacity times the class's slot step (misuse.c), so that
+   *   off * magic < slot_limit[i]  <=>  off is a slot the page carved,
+   * the free fast path's test, whose load needs only the page's index (not
+   * its tag); 0 for every other page.  Written by the holder when the page
+   * carves a slot, read by any thread: relaxed atomics.  Lines of their
+   * own. */
+  _Alignas(64) uint32_t slot_limit[SCR_PAGES_PER_SEGMENT];
   scr_page pages[SCR_PAGES_PER_SEGMENT]; /* NORMAL: descriptors */
 } scr_segment;
 
@@ -149,6 +160,19 @@ typedef struct scr_cached {
 
 #define SCR_LARGE_CACHE_MAX 1024
 
+/* A run of blocks given back: a small page's slots when the page went
+ * back to its segment, or one large block.  Every block of it is free, so
+ * a checked call on one that the segment map no longer shows as a live
+ * block is a double free, not a foreign pointer.
+ *   it covers start + k * block for 0 <= k < count */
+typedef struct scr_gone {
+  uintptr_t start;              /* first block */
+  uint32_t block;               /* bytes per block (1 for a large block) */
+  uint32_t count;               /* blocks handed out (0: an unused entry) */
+} scr_gone;
+
+#define SCR_GONE_MAX 16         /* runs remembered per heap, newest replacing oldest */
+
 struct _scr_heap_hooks {
   void (*segment_mapped)(scr_heap *h, void *base, size_t size, void *arg);
   /* cls: the size class the pages are for, SCR_TAG_OTHER for a large block */
@@ -164,7 +188,9 @@ struct _scr_heap_hooks {
  *   over_pages * SCR_PAGE_SIZE < opt.decommit_batch (or over_pages == 0)
  *   bytes == SCR_PAGE_SIZE * (committed pages, any kind) + sum(huge sizes)
  *   mmaps == number of segments on `segments` */
+#define SCR_HEAP_MAGIC 0x53435248454150ull /* "SCRHEAP": a heap not yet destroyed */
 struct scr_heap {
+  uint64_t magic;                        /* SCR_HEAP_MAGIC while the heap lives, 0 once destroyed */
   scr_page *queue[SCR_CLASS_COUNT];      /* head of each class queue */
   scr_page *queue_tail[SCR_CLASS_COUNT]; /* tail of each class queue */
   uint32_t empty_count[SCR_CLASS_COUNT]; /* retained pages per class */
@@ -188,6 +214,8 @@ struct scr_heap {
   uint32_t cache_count;                  /* entries in cache */
   size_t cache_bytes;                    /* bytes in cache */
   scr_cached cache[SCR_LARGE_CACHE_MAX]; /* freed large blocks, oldest first */
+  scr_gone gone[SCR_GONE_MAX];           /* runs given back, for checked calls (classify.c) */
+  uint32_t gone_next;                    /* next entry of gone to replace */
   /* The process allocator's: its arena, and 1 while that arena is parked
    * (process.h: _scr_arena_parked), on one line that only changes at park
    * and claim, which every thread that frees a block of the heap reads. */

@@ -91,7 +91,10 @@ static bool validate(const scr_heap *h) {
   return true;
 }
 
-int scr_heap_validate(const scr_heap *h) { return validate(h) ? SCR_OK : SCR_EINVAL; }
+int scr_heap_validate(const scr_heap *h) {
+  if (!_scr_heap_live(h)) return SCR_EINVAL;
+  return validate(h) ? SCR_OK : SCR_EINVAL;
+}
 
 void _scr_heap_validate_or_abort(const scr_heap *h) {
   if (!validate(h)) _scr_assert_fail("heap validator", __FILE__, __LINE__);

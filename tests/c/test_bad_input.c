@@ -101,14 +101,44 @@ static void double_frees(void) {
   void *again = scr_heap_malloc(h, 64);
   CHECK(again == small);
   CHECK_EQ(scr_heap_free_checked(h, again), SCR_OK);
-  /* once its memory went back to the OS, a freed block is foreign */
+  /* once its memory went back (to the segment, or to the OS), a freed
+   * block is still a double free: the heap remembers the runs it gave back */
   scr_heap_trim(h);
-  CHECK_EQ(scr_heap_check(h, huge), SCR_EFOREIGN);
-  CHECK(scr_heap_check(h, span) == SCR_ENOTALLOC);
+  expect_error(h, huge, SCR_EDOUBLEFREE);
+  expect_error(h, span, SCR_EDOUBLEFREE);
   CHECK_EQ(scr_heap_free_checked(h, keep), SCR_OK);
   scr_heap_trim(h);
-  CHECK_EQ(scr_heap_free_checked(h, keep), SCR_EFOREIGN);
   CHECK_EQ(stats(h).mmaps, 0);
+  expect_error(h, keep, SCR_EDOUBLEFREE);
+  expect_error(h, small, SCR_EDOUBLEFREE); /* a slot of the same page */
+  expect_error(h, (char *)small + 16, SCR_EFOREIGN); /* not a block start */
+  scr_heap_destroy(h);
+}
+
+/* retain = 0, no large cache: every free gives its page (and segment) back
+ * at once.  The last 16 runs given back are remembered; past them a freed
+ * block is foreign or never allocated, an error all the same. */
+static void double_frees_after_release(void) {
+  scr_options opt;
+  scr_options_init(&opt);
+  opt.retain = 0;
+  opt.large_cache = 0;
+  scr_heap *h = scr_heap_new(&opt);
+  void *huge = scr_heap_malloc(h, 3u << 20);
+  CHECK_EQ(scr_heap_free_checked(h, huge), SCR_OK);
+  CHECK_EQ(stats(h).mmaps, 0);
+  expect_error(h, huge, SCR_EDOUBLEFREE);
+  for (int i = 0; i < 15; i++) { /* 15 more runs: 16 remembered */
+    void *p = scr_heap_malloc(h, 64);
+    CHECK_EQ(scr_heap_free_checked(h, p), SCR_OK);
+    expect_error(h, p, SCR_EDOUBLEFREE);
+  }
+  expect_error(h, huge, SCR_EDOUBLEFREE);
+  void *p = scr_heap_malloc(h, 64); /* a small block never sits where the huge one did */
+  CHECK_EQ(scr_heap_free_checked(h, p), SCR_OK);
+  int r = scr_heap_check(h, huge);
+  CHECK(r == SCR_EFOREIGN || r == SCR_ENOTALLOC);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
   scr_heap_destroy(h);
 }
 
@@ -203,6 +233,7 @@ int main(void) {
   TEST(foreign_addresses);
   TEST(interior_and_never_allocated);
   TEST(double_frees);
+  TEST(double_frees_after_release);
   TEST(absurd_sizes_and_alignments);
   TEST(unchecked_misuse_reaches_the_handler);
   TEST(error_strings);

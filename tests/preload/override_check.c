@@ -97,9 +97,15 @@ int main(void) {
   for (int i = 0; i < 2000; i++) many[i] = malloc((size_t)(i * 37 % 70000) + 1);
   for (int i = 0; i < 2000; i++) free(many[i]);
   (void)malloc_trim(0);
+  /* not scralloc's: with SCRALLOC_ON_ERROR=ignore, counted and ignored, no
+   * crash (the default, abort, is tests/preload/misuse_check.py's) */
+  int (*option_set)(const char *, const char *) =
+      (int (*)(const char *, const char *))dlsym(RTLD_DEFAULT, "scr_process_option_set");
+  CHECK(option_set != NULL && option_set("on_error", "ignore") == 0);
   int local = 0;
-  fr(&local); /* not scralloc's: ignored, no crash */
+  fr(&local);
   CHECK(malloc_usable_size(&local) == 0);
+  if (option_set) option_set("on_error", "abort");
 
   /* glibc's own names are scralloc's code: their blocks are scralloc's,
    * and a block they free is the next malloc's of its class (the thread's

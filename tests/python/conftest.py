@@ -14,8 +14,10 @@ import pytest
 
 try:
     import scralloc  # noqa: F401
-except ImportError:  # a checkout with an in-place build and no install
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bindings", "python"))
+except ImportError:  # a checkout with no install: `make python`'s checked build, else in place
+    _root = os.path.join(os.path.dirname(__file__), "..", "..")
+    sys.path[:0] = [os.path.join(_root, "build", "python", "debug-lib"),
+                    os.path.join(_root, "bindings", "python")]
     import scralloc  # noqa: F401
 
 from hypothesis import HealthCheck, settings

@@ -2,6 +2,7 @@
 import gc
 import json
 import pickle
+import warnings
 import weakref
 
 import pytest
@@ -219,6 +220,20 @@ def test_view_blocks_free_realloc_close(a):
     a.close()
 
 
+def dropped_open(*drop):
+    """Run the calls that drop the last reference to an open allocator: it
+    warns (ResourceWarning) once; the warning, which holds the allocator
+    as its source, is then let go."""
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        for f in drop:
+            f()
+        gc.collect()
+    assert [w.category for w in seen] == [ResourceWarning]
+    del seen[:]
+    gc.collect()
+
+
 def test_view_survives_allocator_reference_drop():
     a = scralloc.Allocator()
     ref = weakref.ref(a)
@@ -229,19 +244,20 @@ def test_view_survives_allocator_reference_drop():
     assert ref() is not None  # the view keeps the heap alive
     mv[:4] = b"live"
     assert bytes(mv[:4]) == b"live"
-    mv.release()
-    gc.collect()
+    dropped_open(mv.release)
     assert ref() is None
 
 
-def test_view_close_in_with_block_raises():
-    with pytest.raises(BufferError):
-        with scralloc.Allocator() as a:
-            mv = a.view(a.malloc(10))
-    assert not a.closed
+def test_view_alive_at_with_exit_closes_with_the_last_view():
+    with scralloc.Allocator() as a:
+        mv = a.view(a.malloc(10))
+    assert a.closed  # for every call at once
+    with pytest.raises(ValueError):
+        a.malloc(1)
+    mv[0] = 1  # the view still reaches its block
     mv.release()
-    a.close()
     assert a.closed
+    a.close()  # closing again does nothing
 
 
 def test_expired_block_refuses_new_exports(a):
@@ -274,7 +290,7 @@ def test_view_in_garbage_cycle():
     h.alloc = a
     h.mv = a.view(a.malloc(128))
     del a, h
-    gc.collect()
+    dropped_open()
     assert ref() is None
 
 
@@ -504,8 +520,7 @@ def test_memory_usage_sums_allocators():
     a.free(pa)
     b.free(pb)
     a.close()
-    del b
-    gc.collect()
+    b.close()
     assert scralloc.memory_usage()["heapUsed"] == base["heapUsed"]
 
 

@@ -10,9 +10,15 @@ to the OS.
 Addresses are plain ints.  Every address handed back to the allocator is
 checked: a foreign, interior or never-allocated address raises
 InvalidPointerError (a ValueError), a double free DoubleFreeError (a
-subclass of it); the allocator stays usable after either.
+subclass of it); the allocator stays usable after either.  The exception's
+``code`` is one of the error codes of :class:`Error`.
+
+What the core reports outside a call's result (a ``SCRALLOC_*`` environment
+value it ignores, a failed munmap) arrives as a ScrallocWarning.
 """
+import enum as _enum
 import os as _os
+from typing import TypedDict as _TypedDict
 
 from ._scralloc import (
     CLASS_COUNT,
@@ -30,6 +36,7 @@ from ._scralloc import (
     Allocator,
     DoubleFreeError,
     InvalidPointerError,
+    ScrallocWarning,
     __version__,
     debug_fail_os_call,
     debug_os_calls,
@@ -45,6 +52,17 @@ __all__ = [
     "Allocator",
     "InvalidPointerError",
     "DoubleFreeError",
+    "ScrallocWarning",
+    "Error",
+    "OK",
+    "ENOMEM",
+    "EINVAL",
+    "EFOREIGN",
+    "EINTERIOR",
+    "ENOTALLOC",
+    "EDOUBLEFREE",
+    "MemoryUsage",
+    "OptionInfo",
     "memory_usage",
     "rss",
     "process_stats",
@@ -70,6 +88,48 @@ __all__ = [
 ]
 
 
+class Error(_enum.IntEnum):
+    """The scralloc error codes, the C API's ``SCR_*`` values.
+
+    ``InvalidPointerError.code`` is one of them, and :func:`strerror` gives
+    the text of each."""
+
+    OK = _scralloc.SCR_OK  #: success
+    ENOMEM = _scralloc.SCR_ENOMEM  #: out of memory: the OS refused, or limit_bytes
+    EINVAL = _scralloc.SCR_EINVAL  #: invalid size or alignment
+    EFOREIGN = _scralloc.SCR_EFOREIGN  #: not an address of this allocator
+    EINTERIOR = _scralloc.SCR_EINTERIOR  #: inside a block, not its start
+    ENOTALLOC = _scralloc.SCR_ENOTALLOC  #: a position never handed out
+    EDOUBLEFREE = _scralloc.SCR_EDOUBLEFREE  #: a block that is already free
+
+
+OK = Error.OK
+ENOMEM = Error.ENOMEM
+EINVAL = Error.EINVAL
+EFOREIGN = Error.EFOREIGN
+EINTERIOR = Error.EINTERIOR
+ENOTALLOC = Error.ENOTALLOC
+EDOUBLEFREE = Error.EDOUBLEFREE
+
+
+class OptionInfo(_TypedDict):
+    """One entry of :data:`OPTIONS`."""
+
+    default: int
+    min: int
+    max: int
+    doc: str
+
+
+class MemoryUsage(_TypedDict):
+    """What :func:`memory_usage` returns."""
+
+    rss: int
+    heapTotal: int
+    heapUsed: int
+    external: int
+
+
 def rss() -> int:
     """The resident set size of this process in bytes, from the kernel's
     own accounting (/proc/self/statm on Linux; elsewhere the peak RSS that
@@ -86,7 +146,7 @@ def rss() -> int:
         return peak if sys.platform == "darwin" else peak * 1024
 
 
-def memory_usage() -> dict:
+def memory_usage() -> MemoryUsage:
     """Process memory in the shape of Node's ``process.memoryUsage()``.
 
     - ``rss``: resident set size, from the kernel (see :func:`rss`);

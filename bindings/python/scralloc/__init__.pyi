@@ -1,6 +1,49 @@
+from enum import IntEnum
 from types import TracebackType
-from typing import Any, Final, TypedDict, final
-from typing import Iterable, Literal
+from typing import Any, Final, Iterable, Literal, TypedDict, final
+
+__all__ = [
+    "Allocator",
+    "InvalidPointerError",
+    "DoubleFreeError",
+    "ScrallocWarning",
+    "Error",
+    "OK",
+    "ENOMEM",
+    "EINVAL",
+    "EFOREIGN",
+    "EINTERIOR",
+    "ENOTALLOC",
+    "EDOUBLEFREE",
+    "MemoryUsage",
+    "OptionInfo",
+    "memory_usage",
+    "rss",
+    "process_stats",
+    "size_class",
+    "strerror",
+    "debug_fail_os_call",
+    "debug_os_calls",
+    "debug_advance_clock",
+    "PAGE_SIZE",
+    "SEGMENT_SIZE",
+    "SMALL_MAX",
+    "MIN_ALIGN",
+    "CLASS_COUNT",
+    "SIZE_CLASSES",
+    "OPTIONS",
+    "STATS_FIELDS",
+    "CLASS_STATS_FIELDS",
+    "DEBUG",
+    "HAVE_PROCESS",
+    "VERSION",
+    "version_info",
+    "__version__",
+    "Sampler",
+    "peak_rss",
+    "reset_peak",
+    "Serving",
+]
 
 __version__: Final[str]
 VERSION: Final[str]
@@ -30,6 +73,24 @@ class InvalidPointerError(ValueError):
     code: int | None
 
 class DoubleFreeError(InvalidPointerError): ...
+class ScrallocWarning(RuntimeWarning): ...
+
+class Error(IntEnum):
+    OK = 0
+    ENOMEM = 1
+    EINVAL = 2
+    EFOREIGN = 3
+    EINTERIOR = 4
+    ENOTALLOC = 5
+    EDOUBLEFREE = 6
+
+OK: Final = Error.OK
+ENOMEM: Final = Error.ENOMEM
+EINVAL: Final = Error.EINVAL
+EFOREIGN: Final = Error.EFOREIGN
+EINTERIOR: Final = Error.EINTERIOR
+ENOTALLOC: Final = Error.ENOTALLOC
+EDOUBLEFREE: Final = Error.EDOUBLEFREE
 
 class MemoryUsage(TypedDict):
     rss: int
@@ -41,8 +102,8 @@ class MemoryUsage(TypedDict):
 
 @final
 class Allocator:
-    def __new__(
-        cls,
+    def __init__(
+        self,
         *,
         retain: int = ...,
         retain_bytes: int = ...,
@@ -53,7 +114,7 @@ class Allocator:
         limit_bytes: int = ...,
         purge_delay_ms: int = ...,
         decommit_batch: int = ...,
-    ) -> Allocator: ...
+    ) -> None: ...
     @classmethod
     def from_env(cls, **options: int) -> Allocator: ...
     def malloc(self, size: int, /) -> int: ...
@@ -77,7 +138,7 @@ class Allocator:
         exc: BaseException | None,
         tb: TracebackType | None,
         /,
-    ) -> bool: ...
+    ) -> Literal[False]: ...
     @property
     def allocs(self) -> int: ...
     @property
@@ -146,7 +207,7 @@ class Sampler:
     @property
     def peak_heap_used(self) -> int | None: ...
     def fields(self) -> list[str]: ...
-    def to_csv(self, path_or_file: Any, /) -> None: ...
+    def to_csv(self, path_or_file: Any) -> None: ...
     def plot(self, fields: str | tuple[str, ...] | list[str] = ..., ax: Any = ..., *, x: str = ..., label_prefix: str = ...) -> Any: ...
 
 # Python's own allocations on a heap (Allocator.serve_python)

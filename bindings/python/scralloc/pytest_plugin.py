@@ -24,6 +24,8 @@ import re
 
 import pytest
 
+import scralloc
+
 _UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2,
           "MIB": 1024**2, "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}
 
@@ -65,9 +67,6 @@ def pytest_configure(config):
 
 class ScrallocPlugin:
     def __init__(self, config):
-        import scralloc
-
-        self.scralloc = scralloc
         self.top = config.getoption("scralloc_top")
         self.options = {}
         for item in config.getoption("scralloc_option"):
@@ -97,7 +96,7 @@ class ScrallocPlugin:
                 raise pytest.UsageError(f"{item.nodeid}: scralloc_limit takes one size, e.g. "
                                         f"scralloc_limit('24 MB')")
             limit = parse_limit(marker.args[0])
-        a = self.scralloc.Allocator(**self.options)
+        a = scralloc.Allocator(**self.options)
         try:
             with a.serve_python():
                 result = yield

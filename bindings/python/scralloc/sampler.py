@@ -22,7 +22,7 @@ import os
 import threading
 import time
 
-from . import _scralloc
+from . import _scralloc  # type: ignore[attr-defined]  # (the stub declares the package, not the extension)
 
 __all__ = ["Sampler", "preloaded_process_stats", "pid_memory", "pid_rss"]
 

@@ -54,6 +54,23 @@ uint64_t _scr_os_now_ms(void) {
          atomic_load_explicit(&clock_offset_ms, memory_order_relaxed);
 }
 
+/* 64 random bits for the freed-block key (misuse.c): the kernel's
+ * getrandom (no file, no malloc: it runs inside the first malloc), else
+ * the clock mixed with an address that ASLR moves. */
+uint64_t _scr_os_random_u64(void) {
+  uint64_t v = 0;
+#ifdef SYS_getrandom
+  if (syscall(SYS_getrandom, &v, sizeof v, 1 /* GRND_NONBLOCK */) == (long)sizeof v) return v;
+#endif
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  v = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)&v;
+  v ^= v >> 33;
+  v *= 0xff51afd7ed558ccdull;
+  v ^= v >> 33;
+  return v;
+}
+
 size_t _scr_os_page_size(void) {
   static _Atomic size_t ps; /* any thread may be first: the same value */
   size_t v = atomic_load_explicit(&ps, memory_order_relaxed);

@@ -23,6 +23,7 @@ void _scr_proc_init_slow(void) {
   pthread_mutex_lock(&proc_init_lock);
   if (!atomic_load_explicit(&_scr_proc.inited, memory_order_relaxed)) {
     scr_proc *P = &_scr_proc;
+    _scr_misuse_init();
     _scr_proc_options_init(&P->opt);
     _scr_proc_options_from_env(&P->opt);
     scr_options_init(&P->heap_opt);
@@ -50,6 +51,8 @@ void _scr_proc_init_slow(void) {
     P->heap_opt.large_cache = 8;
     P->heap_opt.large_cache_bytes = (size_t)4 << 20;
     scr_options_from_env(&P->heap_opt);
+    _scr_proc_unknown_env_names();
+    atomic_store(&_scr_verbose, P->opt.verbose != 0);
     P->thp_mode = _scr_proc_thp_mode();
     P->core_dumps = _scr_proc_core_dumps();
     P->populate_ok = P->opt.prefault ? _scr_proc_populate_probe() : 0;

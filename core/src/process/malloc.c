@@ -10,12 +10,6 @@
 #include <string.h>
 
 
-void _scr_proc_bad_free(const void *p) {
-  SCR_PC_ADD(foreign_frees, 1);
-  if (_scr_proc.opt.verbose || SCR_DEBUG > 0)
-    _scr_report(SCR_EFOREIGN, "free of %p, which no scralloc arena owns (ignored)", p);
-}
-
 /* Everything malloc does beyond the thread's cache; a is the caller's
  * arena or NULL (none claimed yet). */
 static __attribute__((noinline)) void *proc_malloc_general(scr_arena *a, size_t n) {
@@ -121,6 +115,7 @@ static inline scr_arena *proc_arena_of_heap(scr_heap *h) { return (scr_arena *)_
  * path found them. */
 static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, scr_arena *a) {
   if (p == NULL) return;
+  if (SCR_UNLIKELY(_scr_proc_check("free", p) != SCR_OK)) return; /* reported (misuse.c) */
   scr_segment *seg = _scr_segmap_seg(e);
   if (a == NULL && seg != NULL && _scr_share_wanted() && _scr_share_enter() != NULL) {
     scr_free(p);
@@ -154,10 +149,7 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
     _scr_arena_tick(a);
     return;
   }
-  if (SCR_UNLIKELY(o == NULL)) {
-    _scr_proc_bad_free(p);
-    return;
-  }
+  scr_assert(o != NULL); /* _scr_proc_check: an arena's block */
   _scr_remote_push(o, p);
 }
 
@@ -189,28 +181,39 @@ __attribute__((aligned(64))) void scr_free(void *p) {
   if (SCR_LIKELY(seg != NULL && a != NULL)) {
     uintptr_t idx;
     unsigned tag = _scr_block_tag(seg, p, &idx);
-    if (SCR_LIKELY(_scr_recycle_may_keep(a, _scr_segmap_mark(e)) && _scr_recycle_put(a, seg, idx, tag, p)))
+    scr_recycled *r = &a->rc[tag]; /* (SCR_TAG_OTHER's: no room, a test no address passes) */
+    if (SCR_UNLIKELY(_scr_proc_block_suspect_r(seg, p, r))) return proc_free_general(p, e, a);
+    if (SCR_LIKELY(_scr_recycle_may_keep(a, _scr_segmap_mark(e)) && r->room != 0)) {
+#if SCR_DEBUG > 0
+      if (_scr_recycle_refused(r, seg, idx, tag, p)) return;
+#endif
+      _scr_recycle_push(r, tag, p);
       return;
+    }
     return proc_free_refused(p, e, a, idx, tag);
   }
   proc_free_general(p, e, a);
 }
 
-size_t scr_usable_size(const void *p) {
+/* call: the name the misuse line gives (malloc_usable_size under
+ * LD_PRELOAD, scr_usable_size otherwise). */
+size_t _scr_proc_usable_size_named(const void *p, const char *call) {
   if (p == NULL) return 0;
-  scr_heap *h = _scr_heap_of(p);
-  if (h == NULL || proc_arena_of_heap(h) == NULL) return 0;
-  return proc_heap_usable_size(h, p);
+  _scr_proc_init(); /* (the option the report reads) */
+  if (_scr_proc_check(call, p) != SCR_OK) return 0;
+  return proc_heap_usable_size(_scr_heap_of(p), p);
 }
+
+size_t scr_usable_size(const void *p) { return _scr_proc_usable_size_named(p, "scr_usable_size"); }
 
 void *scr_realloc(void *p, size_t n) {
   if (p == NULL) return scr_malloc(n);
-  scr_heap *h = _scr_heap_of(p);
-  if (SCR_UNLIKELY(h == NULL || proc_arena_of_heap(h) == NULL)) {
-    _scr_proc_bad_free(p);
+  _scr_proc_init();
+  if (SCR_UNLIKELY(_scr_proc_check("realloc", p) != SCR_OK)) {
     errno = EINVAL;
     return NULL;
   }
+  scr_heap *h = _scr_heap_of(p);
   SCR_SHARE_RETURN(SCR_UNLIKELY(_scr_tl_arena == NULL), scr_realloc(p, n));
   scr_arena *a = _scr_arena_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
@@ -267,4 +270,3 @@ SCR_HIDDEN_ALIAS(_scr_proc_calloc, scr_calloc);
 SCR_HIDDEN_ALIAS(_scr_proc_realloc, scr_realloc);
 SCR_HIDDEN_ALIAS(_scr_proc_free, scr_free);
 SCR_HIDDEN_ALIAS(_scr_proc_aligned_alloc, scr_aligned_alloc);
-SCR_HIDDEN_ALIAS(_scr_proc_usable_size, scr_usable_size);

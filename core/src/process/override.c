@@ -113,18 +113,22 @@ SCR_EXPORT __typeof(valloc) __libc_valloc SCR_ALIAS_OF(valloc);
 SCR_EXPORT __typeof(pvalloc) __libc_pvalloc SCR_ALIAS_OF(pvalloc);
 SCR_EXPORT void cfree(void *p) SCR_ALIAS_OF(scr_free);
 
-SCR_EXPORT size_t malloc_usable_size(void *p) { return _scr_proc_usable_size(p); }
+SCR_EXPORT size_t malloc_usable_size(void *p) { return _scr_proc_usable_size_named(p, "malloc_usable_size"); }
 SCR_EXPORT int malloc_trim(size_t pad) {
   (void)pad;
   return scr_trim() > 0;
 }
+/* The size is not checked (glibc does not either); the pointer is, under
+ * the call's own name. */
 SCR_EXPORT void free_sized(void *p, size_t n) {
   (void)n;
+  if (p != NULL && _scr_proc_check("free_sized", p) != SCR_OK) return;
   _scr_proc_free(p);
 }
 SCR_EXPORT void free_aligned_sized(void *p, size_t alignment, size_t n) {
   (void)alignment;
   (void)n;
+  if (p != NULL && _scr_proc_check("free_aligned_sized", p) != SCR_OK) return;
   _scr_proc_free(p);
 }
 

@@ -106,6 +106,7 @@ void *_scr_pool_refill_slow(scr_arena *a, unsigned c) {
   SCR_UNPOISON(b, _scr_class_sizes[c]);
   r->head = *(void **)b;
   r->room -= k - 1;
+  _scr_block_set_word1(b, 0); /* handed out: no longer free */
   return b;
 }
 

@@ -32,12 +32,14 @@
  * the shared library. */
 #define SCR_HIDDEN_ALIAS(local, target) \
   extern __typeof(target) local __attribute__((alias(#target), visibility("hidden")))
-SCR_HIDDEN_ALIAS(proc_heap_malloc, scr_heap_malloc);
 SCR_HIDDEN_ALIAS(proc_heap_calloc, scr_heap_calloc);
 SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
-SCR_HIDDEN_ALIAS(proc_heap_realloc, scr_heap_realloc);
-SCR_HIDDEN_ALIAS(proc_heap_free, scr_heap_free);
-SCR_HIDDEN_ALIAS(proc_heap_usable_size, scr_heap_usable_size);
+/* An arena's heap is live, and the process layer checks the pointers it
+ * is given itself (misuse.c): the heap's entry points without checks. */
+#define proc_heap_malloc _scr_heap_malloc
+#define proc_heap_realloc _scr_heap_realloc
+#define proc_heap_free _scr_heap_free_block
+#define proc_heap_usable_size _scr_heap_usable_size
 
 /* ---- options (one table; environment SCRALLOC_<NAME>) ---- */
 /* X(name, default, min, max, description); every value is a uint64_t.
@@ -67,9 +69,16 @@ SCR_HIDDEN_ALIAS(proc_heap_usable_size, scr_heap_usable_size);
   X(share_contended, 8, 1, 256, "times within 256 calls a thread on the shared arena finds it taken (another thread allocating that moment) before it claims its own; it waits for it the times before (1: claims its own at the first)") \
   X(retain_budget, (uint64_t)4 << 20, 0, UINT64_MAX, "empty pages the arenas keep committed together: each keeps this over the threads holding arenas, and at least retain_bytes") \
   X(dontdump, 2, 0, 2, "MADV_DONTDUMP on segments: 0 never, 1 always, 2 auto (when no core would be written)") \
-  X(stats, 0, 0, 2, "print statistics at exit: 1 summary, 2 also per arena")        \
+  X(stats, 0, 0, 3, "print statistics at exit: 1 summary, 2 also per arena, 3 (json) scr_process_stats_json's object on one line") \
   X(stats_fd, 2, 0, 1 << 20, "file descriptor the exit report goes to (stderr by default)") \
-  X(verbose, 0, 0, 1, "report frees of memory scralloc does not own")
+  X(verbose, 0, 0, 1, "1: say on stderr every misuse (SCRALLOC_ON_ERROR=ignore too) and every internal failure (a failed munmap) the allocator meets") \
+  X(on_error, 0, 0, 2, "what free, realloc, malloc_usable_size of a bad pointer (double free, interior, never allocated, not scralloc's) does: abort (0) says it on stderr and calls abort(), warn (1) says it and ignores the call, ignore (2) only counts it")
+
+/* on_error's values (the option's words: abort, warn, ignore) */
+#define SCR_STATS_JSON 3 /* stats=json */
+#define SCR_ON_ERROR_ABORT 0
+#define SCR_ON_ERROR_WARN 1
+#define SCR_ON_ERROR_IGNORE 2
 
 /* Atomic: scr_process_option_set changes them under the process lock
  * while other threads read them without it (plain reads and writes of
@@ -99,7 +108,13 @@ typedef struct scr_recycled {
   void *head;
   uint32_t room;                    /* blocks the list may still take: max less its length */
   uint32_t max;                     /* the list's cap (recycle.c: bytes and blocks per class) */
+  /* the class's slot test (core/src/misuse.c: _scr_misuse.geom[class]), on
+   * the line the free fast path reads anyway */
+  uint64_t magic;
+  uint32_t mask;
+  uint32_t pad_;
 } scr_recycled;
+_Static_assert(sizeof(scr_recycled) == 32, "two lists a line, none across two");
 
 /* Two groups of fields, a cache line (or more) each, by who writes them:
  * other threads (remote, drain_req), and the holder (from heap on).  The
@@ -152,8 +167,8 @@ typedef struct scr_arena {
   uintptr_t own_mark;               /* its segments' mark in the segment map (UINTPTR_MAX: none) */
   uint64_t cache_grown;             /* bytes its lists' caps grew past their base (recycle.c) (holder) */
   /* Recycled blocks per class (holder).  On a line boundary, so that no
-   * list's 16 bytes straddle two lines: the malloc and free fast paths
-   * touch one line per call (the seventeenth session's layout put every
+   * list's 32 bytes straddle two lines: the malloc and free fast paths
+   * touch one line per call (an earlier layout put every
    * fourth class's head and count on two).  One list more, for tag
    * SCR_TAG_OTHER, always empty and full (room 0): a free looks a
    * block's list up by its page's tag without testing the tag first, and
@@ -209,7 +224,10 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
 #define SCR_PROC_COUNTERS(X)                                                   \
   X(claims, "arenas claimed by threads")                                       \
   X(parks, "arenas parked at thread exit")                                     \
-  X(foreign_frees, "frees of memory no scralloc arena owns (ignored)")         \
+  X(foreign_frees, "frees of memory no scralloc arena owns")                  \
+  X(double_frees, "frees of blocks already free")                              \
+  X(interior_frees, "frees of addresses inside a block, not at its start")     \
+  X(unallocated_frees, "frees of slots or pages never handed out")             \
   X(realloc_moves, "reallocs that moved a block into the caller's arena")      \
   X(discards, "parked arenas whose free pages were returned")                  \
   X(discard_bytes, "committed bytes the discards returned")                    \
@@ -248,6 +266,7 @@ SCR_INTERNAL extern scr_proc_counters _scr_pc;
 SCR_INTERNAL void _scr_proc_options_init(scr_proc_options *o);
 SCR_INTERNAL void _scr_proc_options_from_env(scr_proc_options *o);
 SCR_INTERNAL int _scr_proc_option_set(scr_proc_options *o, const char *name, const char *value);
+SCR_INTERNAL void _scr_proc_unknown_env_names(void);
 
 /* os_linux.c: the OS calls of the process layer */
 SCR_INTERNAL int _scr_proc_thp_mode(void);
@@ -373,7 +392,7 @@ static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark) {
   bool keep = (mark == a->own_mark) | ((mark != 0) & (held > 1));
   /* The empty asm makes the compiler compute keep as written: left to
    * itself, it turned the or into two branches again when the code
-   * around changed (the twenty-first session's list of tag OTHER). */
+   * around changed (when the list of tag OTHER came). */
   __asm__("" : "+r"(keep));
   return keep;
 }
@@ -381,6 +400,7 @@ static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark) {
  * builds poison the rest). */
 static inline void _scr_recycle_push(scr_recycled *r, unsigned c, void *p) {
   *(void **)p = r->head;
+  _scr_block_set_word1(p, _scr_misuse.key); /* free (core/src/misuse.c) */
   SCR_POISON(p, _scr_class_sizes[c]); /* ASan: a use after free is caught */
   r->head = p;
   r->room--;
@@ -409,6 +429,7 @@ static inline void *_scr_recycle_take(scr_arena *a, unsigned c) {
   r->head = *(void **)b;
   __builtin_prefetch(r->head, 1); /* the next malloc's block */
   r->room++;
+  _scr_block_set_word1(b, 0); /* handed out: no longer free */
   return b;
 }
 
@@ -509,8 +530,34 @@ static inline int _scr_share_wanted(void) {
     }                                                                      \
   } while (0)
 
+/* misuse.c: bad pointers given to free, realloc & co. */
+SCR_INTERNAL int _scr_proc_classify(const void *p, uintptr_t e);
+SCR_INTERNAL void _scr_proc_misuse(const char *call, const void *p, int kind) __attribute__((cold, noinline));
+SCR_INTERNAL int _scr_proc_check(const char *call, const void *p);
+/* p, in seg on a page whose class has list r, is not plainly a live
+ * block of an arena: not one of the slots its page carved (the slot test,
+ * core/src/misuse.c, against the page's slot_limit in the segment header,
+ * which its holder writes: a relaxed load that needs the page's index
+ * only, not its tag), or it holds the freed-block key.  Always true for
+ * tag OTHER (large blocks, huge ones, free pages: classified on the slow
+ * side): their slot_limit and the list's magic are 0. */
+static inline bool _scr_proc_block_suspect_r(const scr_segment *seg, const void *p, const scr_recycled *r) {
+  uint64_t off = (uintptr_t)p & r->mask;
+  uintptr_t idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
+  return off * r->magic >= __atomic_load_n(&seg->slot_limit[idx], __ATOMIC_RELAXED) ||
+         _scr_block_word1(p) == _scr_misuse.key;
+}
+/* The same by the page's tag, for callers that have no list at hand. */
+static inline bool _scr_proc_block_suspect(const scr_segment *seg, const void *p, unsigned tag) {
+  const _scr_slot_geom *g = &_scr_misuse.geom[tag];
+  uint64_t off = (uintptr_t)p & g->mask;
+  uintptr_t idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
+  if (off * g->magic >= __atomic_load_n(&seg->slot_limit[idx], __ATOMIC_RELAXED)) return true;
+  return _scr_block_word1(p) == _scr_misuse.key;
+}
+
 /* malloc.c: the entry points used by override.c */
-SCR_INTERNAL void _scr_proc_bad_free(const void *p);
+SCR_INTERNAL size_t _scr_proc_usable_size_named(const void *p, const char *call);
 SCR_INTERNAL size_t _scr_arena_trim(scr_arena *a); /* the holder: a's cache, pool share, remote frees, free pages back */
 
 #endif /* SCR_PROCESS_H */

@@ -10,6 +10,7 @@
 static void proc_borrow_and_drain(scr_arena *a);
 
 void _scr_remote_push(scr_arena *a, void *p) {
+  _scr_block_set_word1(p, _scr_misuse.key); /* free (core/src/misuse.c); a large block ignores it */
   void *head = atomic_load_explicit(&a->remote, memory_order_relaxed);
   do {
     *(void **)p = head;

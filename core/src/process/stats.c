@@ -3,6 +3,7 @@
  * what discards returned; heap_used what live blocks take), the process
  * layer's own counters, and the SCRALLOC_STATS=1 report at exit. */
 #include "process.h"
+#include <fcntl.h>
 #include <stdarg.h>
 #include <string.h>
 #include <unistd.h>
@@ -29,6 +30,7 @@ static void proc_refresh_own(void) {
 }
 
 void scr_stats(struct scr_stats *out) {
+  if (out == NULL) return;
   memset(out, 0, sizeof *out);
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) out->classes[c].block_size = scr_class_size(c);
   _scr_proc_init();
@@ -53,6 +55,7 @@ void scr_stats(struct scr_stats *out) {
 }
 
 int scr_arena_stats(unsigned i, struct scr_stats *out) {
+  if (out == NULL) return SCR_EINVAL;
   _scr_proc_init();
   proc_refresh_own();
   for (scr_arena *a = atomic_load_explicit(&_scr_proc.all, memory_order_acquire); a; a = a->next_all) {
@@ -67,6 +70,7 @@ int scr_arena_stats(unsigned i, struct scr_stats *out) {
 }
 
 void scr_process_stats(struct scr_process_stats *o) {
+  if (o == NULL) return;
   scr_proc *P = &_scr_proc;
   memset(o, 0, sizeof *o);
   _scr_proc_init();
@@ -97,6 +101,9 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->holds = SCR_PLOAD_(holds);
   o->cache_grows = SCR_PLOAD_(cache_grows);
   o->foreign_frees = SCR_PLOAD_(foreign_frees);
+  o->double_frees = SCR_PLOAD_(double_frees);
+  o->interior_frees = SCR_PLOAD_(interior_frees);
+  o->unallocated_frees = SCR_PLOAD_(unallocated_frees);
   o->realloc_moves = SCR_PLOAD_(realloc_moves);
   o->discards = SCR_PLOAD_(discards);
   o->discard_bytes = SCR_PLOAD_(discard_bytes);
@@ -118,6 +125,7 @@ void scr_process_stats(struct scr_process_stats *o) {
 
 
 size_t scr_process_stats_json(char *buf, size_t len) {
+  if (buf == NULL) len = 0; /* the length it needs */
   struct scr_stats st;
   struct scr_process_stats ps;
   scr_stats(&st);
@@ -148,39 +156,64 @@ static void proc_write_line(_scr_out *o, int fd) {
 static double proc_mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
 /* The report, on fd; per_arena: a line for each arena too.  The exit
- * report's (SCRALLOC_STATS) and malloc_stats()'s (override.c). */
+ * report's (SCRALLOC_STATS) and malloc_stats()'s (override.c).  Every
+ * figure is named by what it counts (docs/misuse.md, "The exit report",
+ * has a line on each); the words in parentheses are the fields of
+ * scr_process_stats and of the JSON. */
 void _scr_proc_report(int fd, bool per_arena) {
-  char buf[512];
+  char buf[1024];
   _scr_out o = {buf, sizeof buf, 0};
   struct scr_stats st;
   struct scr_process_stats ps;
   scr_stats(&st);
   scr_process_stats(&ps);
   static const char *const thp[] = {"never", "madvise", "always"};
+  static const char *const on_error[] = {"abort", "warn", "ignore"};
   int pid = (int)getpid();
-  _scr_out_put(&o, "scralloc[%d]: %llu arenas (%llu owned, %llu parked); %llu claims, %llu parks, %llu switches; "
-           "%llu remote frees (%llu pending), %llu pool batches (%llu taken), %llu lends, %llu holds, %llu cache grows, %llu realloc moves, %llu foreign frees, %llu turn takers (%llu looks), %llu joined the shared arena (%llu left, %llu collisions)\n",
-           pid, (unsigned long long)ps.arenas, (unsigned long long)ps.arenas_owned,
-           (unsigned long long)ps.arenas_parked, (unsigned long long)ps.claims, (unsigned long long)ps.parks,
-           (unsigned long long)ps.switches, (unsigned long long)ps.remote_frees, (unsigned long long)ps.remote_pending,
-           (unsigned long long)ps.pool_puts, (unsigned long long)ps.pool_takes, (unsigned long long)ps.lends, (unsigned long long)ps.holds, (unsigned long long)ps.cache_grows, (unsigned long long)ps.realloc_moves, (unsigned long long)ps.foreign_frees,
-           (unsigned long long)ps.turn_takers, (unsigned long long)ps.turn_looks, (unsigned long long)ps.share_joins, (unsigned long long)ps.share_leaves, (unsigned long long)ps.share_collisions);
+#define U(x) (unsigned long long)(x)
+  _scr_out_put(&o, "scralloc[%d]: %llu arenas (%llu held by threads, %llu waiting for a thread); %llu claims "
+           "(a thread took an arena), %llu parks (an exiting thread left its arena), %llu switches (a thread "
+           "moved to a waiting arena with free memory)\n",
+           pid, U(ps.arenas), U(ps.arenas_owned), U(ps.arenas_parked), U(ps.claims), U(ps.parks), U(ps.switches));
   proc_write_line(&o, fd);
-  _scr_out_put(&o, "scralloc[%d]: heap_total %.2f MiB (%.2f MiB dirty), heap_used %.2f MiB, %llu live blocks (%llu large), "
-           "%llu mappings, reserved %.2f MiB; syscalls: %llu mmap, %llu munmap, %llu madvise, %llu mremap, %llu failed\n",
-           pid, proc_mib(st.heap_total), proc_mib(st.dirty_bytes), proc_mib(st.heap_used), (unsigned long long)st.allocs,
-           (unsigned long long)st.large_allocs, (unsigned long long)st.mmaps, proc_mib(st.reserved_bytes),
-           (unsigned long long)st.mmap_calls, (unsigned long long)st.munmap_calls,
-           (unsigned long long)st.madvise_calls, (unsigned long long)st.mremap_calls,
-           (unsigned long long)st.os_failures);
+  _scr_out_put(&o, "scralloc[%d]: %llu remote frees (blocks freed by another thread than their arena's; %llu "
+           "not yet taken back), %llu realloc moves (blocks moved into the reallocating thread's arena); "
+           "%llu pool batches (other threads' freed blocks a full cache passed on; %llu taken by threads "
+           "with an empty cache), %llu lends (caches filled with a waiting arena's free blocks), %llu holds "
+           "(waiting arenas whose emptied pages were left for the discard), %llu cache grows (blocks by "
+           "which caches of 4 KiB and larger blocks grew)\n",
+           pid, U(ps.remote_frees), U(ps.remote_pending), U(ps.realloc_moves), U(ps.pool_puts), U(ps.pool_takes),
+           U(ps.lends), U(ps.holds), U(ps.cache_grows));
   proc_write_line(&o, fd);
-  _scr_out_put(&o, "scralloc[%d]: %llu discards (%.2f MiB returned, delay %llu ms, %llu doublings); "
-           "%llu prefaults (%.2f MiB, %llu skipped); %llu huge-page regions (THP %s); %llu dontdump segments\n",
-           pid, (unsigned long long)ps.discards, proc_mib(ps.discard_bytes),
-           (unsigned long long)ps.discard_delay_ms, (unsigned long long)ps.delay_doublings,
-           (unsigned long long)ps.prefaults, proc_mib(ps.prefault_bytes),
-           (unsigned long long)ps.prefault_skipped, (unsigned long long)ps.huge_regions,
-           thp[ps.thp_mode < 3 ? ps.thp_mode : 0], (unsigned long long)ps.dontdump_segments);
+  _scr_out_put(&o, "scralloc[%d]: %llu turn takers (threads found blocking often while holding an arena, "
+           "whose caches then keep no big blocks; %llu looks at threads' context switch counts), %llu "
+           "joined the shared arena (threads that started on one arena shared under a lock; %llu left it "
+           "for their own, %llu collisions: calls that found it taken)\n",
+           pid, U(ps.turn_takers), U(ps.turn_looks), U(ps.share_joins), U(ps.share_leaves), U(ps.share_collisions));
+  proc_write_line(&o, fd);
+  uint64_t mode = _scr_proc.opt.on_error;
+  _scr_out_put(&o, "scralloc[%d]: bad pointers given to free, realloc or malloc_usable_size: %llu double frees, "
+           "%llu interior (inside a block), %llu never allocated, %llu foreign (not scralloc's) "
+           "(SCRALLOC_ON_ERROR=%s)\n",
+           pid, U(ps.double_frees), U(ps.interior_frees), U(ps.unallocated_frees), U(ps.foreign_frees),
+           on_error[mode < 3 ? mode : 0]);
+  proc_write_line(&o, fd);
+  _scr_out_put(&o, "scralloc[%d]: heap_total %.2f MiB (held for blocks; %.2f MiB of it freed pages not yet "
+           "returned), heap_used %.2f MiB (in live blocks), %llu live blocks (%llu large), %llu mappings, "
+           "reserved %.2f MiB (address space); syscalls: %llu mmap, %llu munmap, %llu madvise, %llu mremap, "
+           "%llu failed\n",
+           pid, proc_mib(st.heap_total), proc_mib(st.dirty_bytes), proc_mib(st.heap_used), U(st.allocs),
+           U(st.large_allocs), U(st.mmaps), proc_mib(st.reserved_bytes), U(st.mmap_calls), U(st.munmap_calls),
+           U(st.madvise_calls), U(st.mremap_calls), U(st.os_failures));
+  proc_write_line(&o, fd);
+  _scr_out_put(&o, "scralloc[%d]: %llu discards (waiting arenas whose free pages went back to the OS: %.2f MiB; "
+           "delay %llu ms, doubled %llu times); %llu prefaults (ranges faulted in ahead of busy threads: "
+           "%.2f MiB, %llu steps skipped); %llu huge-page regions (THP %s); %llu dontdump segments (left "
+           "out of core dumps)\n",
+           pid, U(ps.discards), proc_mib(ps.discard_bytes), U(ps.discard_delay_ms), U(ps.delay_doublings),
+           U(ps.prefaults), proc_mib(ps.prefault_bytes), U(ps.prefault_skipped), U(ps.huge_regions),
+           thp[ps.thp_mode < 3 ? ps.thp_mode : 0], U(ps.dontdump_segments));
+#undef U
   proc_write_line(&o, fd);
   if (!per_arena) return;
   for (unsigned i = 0; i < ps.arenas; i++) {
@@ -194,7 +227,38 @@ void _scr_proc_report(int fd, bool per_arena) {
   }
 }
 
+/* SCRALLOC_STATS_FD, when it names a descriptor open for writing; else
+ * stderr, said once. */
+static int proc_report_fd(void) {
+  int fd = (int)_scr_proc.opt.stats_fd;
+  int fl = fcntl(fd, F_GETFL);
+  if (fl != -1 && (fl & O_ACCMODE) != O_RDONLY) return fd;
+  char msg[160];
+  int n = snprintf(msg, sizeof msg,
+                   "scralloc: SCRALLOC_STATS_FD=%d is not a descriptor open for writing: the report goes to stderr\n", fd);
+  if (n > 0) {
+    ssize_t w = write(STDERR_FILENO, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+    (void)w;
+  }
+  return STDERR_FILENO;
+}
+
+/* SCRALLOC_STATS=json: scr_process_stats_json's object on one line. */
+static void proc_report_json(int fd) {
+  static char buf[32 << 10]; /* the object is about 6 KiB */
+  size_t n = scr_process_stats_json(buf, sizeof buf - 1);
+  if (n >= sizeof buf - 1) return; /* cannot happen: the fields are fixed */
+  buf[n] = '\n';
+  for (size_t off = 0; off <= n;) {
+    ssize_t w = write(fd, buf + off, n + 1 - off);
+    if (w <= 0) break;
+    off += (size_t)w;
+  }
+}
+
 __attribute__((destructor)) static void proc_stats_at_exit(void) {
-  if (atomic_load_explicit(&_scr_proc.inited, memory_order_acquire) && _scr_proc.opt.stats)
-    _scr_proc_report((int)_scr_proc.opt.stats_fd, _scr_proc.opt.stats >= 2);
+  if (!atomic_load_explicit(&_scr_proc.inited, memory_order_acquire) || _scr_proc.opt.stats == 0) return;
+  int fd = proc_report_fd();
+  if (_scr_proc.opt.stats == SCR_STATS_JSON) proc_report_json(fd);
+  else _scr_proc_report(fd, _scr_proc.opt.stats >= 2);
 }

@@ -1,0 +1,212 @@
+/* One misuse of the malloc API per run, under LD_PRELOAD=libscralloc.so
+ * (a program that links nothing but libc): tests/preload/misuse_check.py
+ * runs every case in a child, with SCRALLOC_ON_ERROR=abort (the child
+ * must die of SIGABRT after the one line it printed as "expect:") and
+ * =warn (the child must print that line, go on, and pass what follows).
+ *
+ *   misuse_check CASE
+ *
+ * Before the misuse the program prints on stdout the exact stderr line
+ * scralloc must write ("expect: scralloc: free(0x...): double free").
+ * After it (warn mode), it allocates 10,000 blocks of the misused size
+ * and 10,000 of mixed sizes, checks that no two live blocks overlap (none
+ * is handed out twice, and none overlaps the blocks it still holds), frees
+ * them, and runs the process validator (scr_process_validate, looked up
+ * in the preloaded library).  Exit status 0 when all of that holds. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define AFTER 10000
+
+typedef struct { uintptr_t start, end; } span;
+
+static span live[2 * AFTER + 16];
+static size_t nlive;
+
+static void hold(void *p, size_t n) {
+  live[nlive].start = (uintptr_t)p;
+  live[nlive].end = (uintptr_t)p + n;
+  nlive++;
+}
+
+static int by_start(const void *a, const void *b) {
+  uintptr_t x = ((const span *)a)->start, y = ((const span *)b)->start;
+  return x < y ? -1 : x > y;
+}
+
+/* Allocates AFTER blocks of `size` (of a size above 64 KiB, 64: the
+ * machine's memory) and AFTER of mixed sizes up to 64 KiB, writes each
+ * whole, and checks that no two live blocks (those, and the ones held
+ * before) overlap.  0 when none does. */
+static int nothing_handed_out_twice(size_t size) {
+  void **blocks = calloc(2 * AFTER, sizeof(void *));
+  if (blocks == NULL) return 1;
+  size_t held = nlive;
+  for (int i = 0; i < 2 * AFTER; i++) {
+    size_t n = i < AFTER ? size : (size_t)16 << (i % 13);
+    if (i < AFTER && size > ((size_t)64 << 10) && i >= 64) n = 16;
+    blocks[i] = malloc(n);
+    if (blocks[i] == NULL) {
+      fprintf(stderr, "malloc(%zu) failed\n", n);
+      return 1;
+    }
+    memset(blocks[i], 0xa5, n);
+    hold(blocks[i], n);
+  }
+  qsort(live, nlive, sizeof live[0], by_start);
+  int bad = 0;
+  for (size_t i = 1; i < nlive; i++) {
+    if (live[i].start < live[i - 1].end) {
+      fprintf(stderr, "overlap: [%#lx, %#lx) and [%#lx, %#lx)\n", (unsigned long)live[i - 1].start,
+              (unsigned long)live[i - 1].end, (unsigned long)live[i].start, (unsigned long)live[i].end);
+      bad = 1;
+    }
+  }
+  for (int i = 0; i < 2 * AFTER; i++) free(blocks[i]);
+  free(blocks);
+  nlive = held;
+  return bad;
+}
+
+static void expect(const char *call, const void *p, const char *what) {
+  printf("expect: scralloc: %s(%p): %s\n", call, p, what);
+  fflush(stdout);
+}
+
+static void (*volatile free_fn)(void *) = free;
+static void *free_in_thread(void *p) {
+  free_fn(p);
+  return NULL;
+}
+
+/* The misuse of each case; returns the size whose blocks are checked
+ * afterwards. */
+/* Called through volatile pointers: the compiler neither warns about the
+ * misuse (it is the point) nor elides a malloc and free it can see. */
+static void *(*volatile do_malloc)(size_t) = malloc;
+static void (*volatile do_free)(void *) = free;
+static void *(*volatile do_realloc)(void *, size_t) = realloc;
+static size_t (*volatile do_usable_size)(void *) = malloc_usable_size;
+
+static size_t misuse(const char *c) {
+  if (strcmp(c, "interior-small") == 0) {
+    char *p = do_malloc(112);
+    hold(p, 112);
+    expect("free", p + 16, "not the start of a block");
+    do_free(p + 16);
+    return 112;
+  }
+  if (strcmp(c, "interior-small-8") == 0) {
+    char *p = do_malloc(112);
+    hold(p, 112);
+    expect("free", p + 8, "not the start of a block");
+    do_free(p + 8);
+    return 112;
+  }
+  if (strcmp(c, "interior-large") == 0) {
+    size_t n = 200 << 10;
+    char *p = do_malloc(n);
+    hold(p, n);
+    expect("free", p + 4096, "not the start of a block");
+    do_free(p + 4096);
+    return n;
+  }
+  static const struct { const char *name; size_t size; } doubles[] = {
+      {"double-small", 112}, {"double-medium", 40 << 10}, {"double-large", 200 << 10}, {"double-huge", 3 << 20}};
+  for (unsigned i = 0; i < sizeof doubles / sizeof doubles[0]; i++) {
+    if (strcmp(c, doubles[i].name) != 0) continue;
+    void *p = do_malloc(doubles[i].size);
+    do_free(p);
+    expect("free", p, "double free");
+    do_free(p);
+    return doubles[i].size;
+  }
+  if (strcmp(c, "double-thread") == 0) {
+    void *p = do_malloc(112);
+    pthread_t t;
+    pthread_create(&t, NULL, free_in_thread, p);
+    pthread_join(t, NULL);
+    expect("free", p, "double free");
+    do_free(p);
+    return 112;
+  }
+  if (strcmp(c, "double-other-arena") == 0) { /* freed by its owner, freed again by another thread */
+    void *p = do_malloc(112);
+    do_free(p);
+    pthread_t t;
+    expect("free", p, "double free");
+    pthread_create(&t, NULL, free_in_thread, p);
+    pthread_join(t, NULL);
+    return 112;
+  }
+  if (strcmp(c, "stack") == 0) {
+    int local = 1;
+    expect("free", &local, "not allocated by scralloc");
+    do_free(&local);
+    return 112;
+  }
+  if (strcmp(c, "never-allocated") == 0) {
+    /* a class no one else uses here: its page has carved one slot */
+    char *p = do_malloc(1400);
+    hold(p, 1400);
+    char *q = p + 5 * do_usable_size(p);
+    expect("free", q, "never allocated");
+    do_free(q);
+    return 1400;
+  }
+  if (strcmp(c, "realloc-freed") == 0) {
+    void *p = do_malloc(112);
+    do_free(p);
+    expect("realloc", p, "freed already");
+    void *q = do_realloc(p, 200);
+    if (q != NULL) {
+      fprintf(stderr, "realloc of a freed block returned %p\n", q);
+      exit(3);
+    }
+    return 112;
+  }
+  if (strcmp(c, "usable-size-freed") == 0) {
+    void *p = do_malloc(112);
+    do_free(p);
+    expect("malloc_usable_size", p, "freed already");
+    size_t n = do_usable_size(p);
+    if (n != 0) {
+      fprintf(stderr, "malloc_usable_size of a freed block: %zu\n", n);
+      exit(3);
+    }
+    return 112;
+  }
+  if (strcmp(c, "one") == 0) {
+    expect("free", (void *)1, "not allocated by scralloc");
+    do_free((void *)1);
+    return 112;
+  }
+  if (strcmp(c, "clean") == 0) return 112; /* no misuse: the environment checks */
+  fprintf(stderr, "misuse_check: no case %s\n", c);
+  exit(2);
+}
+
+int main(int argc, char **argv) {
+  if (argc != 2) {
+    fprintf(stderr, "usage: misuse_check CASE\n");
+    return 2;
+  }
+  void *warm = malloc(64); /* the allocator has started */
+  free(warm);
+  size_t size = misuse(argv[1]);
+  if (nothing_handed_out_twice(size)) return 1;
+  int (*validate)(void) = (int (*)(void))dlsym(RTLD_DEFAULT, "scr_process_validate");
+  if (validate == NULL || validate() != 0) {
+    fprintf(stderr, "the process validator failed (or scralloc is not preloaded)\n");
+    return 1;
+  }
+  printf("ok\n");
+  return 0;
+}

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Death tests of the drop-in malloc (tests/preload/misuse_check.c), each
+case in a child under LD_PRELOAD=libscralloc.so:
+  - SCRALLOC_ON_ERROR unset (abort, the default): the child dies of
+    SIGABRT and the last line of its stderr is exactly the line it
+    announced ("expect: ..." on stdout);
+  - SCRALLOC_ON_ERROR=warn: the child prints that line, goes on, finds no
+    two live blocks overlapping among 20,000 it allocates next, passes the
+    process validator and exits 0;
+  - SCRALLOC_ON_ERROR=ignore with SCRALLOC_STATS=1: it exits 0, prints
+    nothing but the exit report, whose line of bad pointers counts one;
+  - a double free with SCRALLOC_STATS=1 (ignore) ends (no hang at exit).
+
+    python3 tests/preload/misuse_check.py build/release/tests/misuse_check build/release/libscralloc.so
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+
+CASES = ["interior-small", "interior-small-8", "interior-large", "double-small", "double-medium",
+         "double-large", "double-huge", "double-thread", "double-other-arena", "stack", "never-allocated",
+         "realloc-freed", "usable-size-freed", "one"]
+KIND = {"double": "double", "interior": "interior", "never": "never allocated", "stack": "foreign", "one": "foreign",
+        "realloc": "double", "usable": "double"}
+
+
+def run(exe, lib, case, extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SCRALLOC_")}
+    env.update(extra)
+    env["LD_PRELOAD"] = lib
+    try:
+        p = subprocess.run([exe, case], env=env, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired as t:  # a hang is a failure, said as such
+        p = subprocess.CompletedProcess(t.cmd, "timeout", t.stdout or "", "hung for 120 s")
+        if isinstance(p.stdout, bytes):
+            p.stdout = p.stdout.decode(errors="replace")
+    m = re.search(r"^expect: (.*)$", p.stdout, re.M)
+    return p, (m.group(1) if m else None)
+
+
+def environment_checks(exe, lib):
+    """The environment: each warning once, out-of-range values refused with
+    the range, unknown names with the closest option, SCRALLOC_STATS=json,
+    an unusable SCRALLOC_STATS_FD."""
+    fail = 0
+
+    def check(name, ok, p):
+        nonlocal fail
+        if ok and p.returncode == 0:
+            print(f"ok {name}")
+        else:
+            print(f"FAIL {name}: status {p.returncode}, stderr {p.stderr[-800:]!r}")
+            fail = 1
+
+    p, _ = run(exe, lib, "clean", {"SCRALLOC_DISCARD": "18446744073709551615", "SCRALLOC_RETAIN_BYTES": "lots"})
+    err = p.stderr.splitlines()
+    check("out-of-range-refused", err.count("scralloc: ignoring SCRALLOC_DISCARD=18446744073709551615 "
+                                            "(out of range: valid values are 0 to 2)") == 1 and
+          err.count("scralloc: ignoring SCRALLOC_RETAIN_BYTES=lots (not a valid value)") == 1 and len(err) == 2, p)
+    p, _ = run(exe, lib, "clean", {"SCRALLOC_RETAN": "1", "SCRALLOC_ON_EROR": "warn"})
+    err = p.stderr.splitlines()
+    check("unknown-name", sorted(err) == sorted([
+        "scralloc: ignoring SCRALLOC_RETAN (no such option; the closest is SCRALLOC_RETAIN)",
+        "scralloc: ignoring SCRALLOC_ON_EROR (no such option; the closest is SCRALLOC_ON_ERROR)"]), p)
+    p, _ = run(exe, lib, "double-small", {"SCRALLOC_STATS": "json", "SCRALLOC_ON_ERROR": "ignore"})
+    import json
+    try:
+        obj = json.loads(p.stderr.strip().splitlines()[-1])
+        ok = obj["process"]["double_frees"] == 1 and obj["heap"]["allocs"] >= 0
+    except (ValueError, KeyError, IndexError):
+        ok = False
+    check("stats-json", ok, p)
+    p, _ = run(exe, lib, "clean", {"SCRALLOC_STATS": "1", "SCRALLOC_STATS_FD": "99"})
+    err = p.stderr.splitlines()
+    check("stats-fd-fallback", bool(err) and err[0] == "scralloc: SCRALLOC_STATS_FD=99 is not a descriptor open for "
+          "writing: the report goes to stderr" and any(re.match(r"scralloc\[\d+\]: \d+ arenas", l) for l in err), p)
+    return fail
+
+
+def main():
+    exe, lib = sys.argv[1], os.path.abspath(sys.argv[2])
+    fail = 0
+    for case in CASES:
+        p, want = run(exe, lib, case, {})
+        lines = p.stderr.strip().splitlines()
+        if p.returncode != -signal.SIGABRT or want is None or not lines or lines[-1] != want:
+            print(f"FAIL abort {case}: status {p.returncode}, want {want!r}, stderr {p.stderr!r}")
+            fail = 1
+        else:
+            print(f"ok abort {case}: {want}")
+        p, want = run(exe, lib, case, {"SCRALLOC_ON_ERROR": "warn"})
+        if p.returncode != 0 or "ok" not in p.stdout.split() or want is None or p.stderr.strip() != want:
+            print(f"FAIL warn {case}: status {p.returncode}, want {want!r}, stdout {p.stdout!r}, stderr {p.stderr!r}")
+            fail = 1
+        else:
+            print(f"ok warn {case}")
+        p, want = run(exe, lib, case, {"SCRALLOC_ON_ERROR": "ignore", "SCRALLOC_STATS": "1"})
+        kind = KIND[case.split("-")[0]]
+        bad = re.search(r"bad pointers given to .*: (\d+) double frees, (\d+) interior .*, (\d+) never allocated, "
+                        r"(\d+) foreign", p.stderr)
+        counts = dict(zip(["double", "interior", "never allocated", "foreign"], map(int, bad.groups()))) if bad else {}
+        stray = [l for l in p.stderr.splitlines() if not l.startswith("scralloc[")]
+        if p.returncode != 0 or counts.get(kind) != 1 or sum(counts.values()) != 1 or stray:
+            print(f"FAIL ignore {case}: status {p.returncode}, counts {counts}, stderr {p.stderr[-600:]!r}")
+            fail = 1
+        else:
+            print(f"ok ignore {case}")
+    # SCRALLOC_VERBOSE=1 says an ignored misuse too, in a release build
+    p, want = run(exe, lib, "double-small", {"SCRALLOC_ON_ERROR": "ignore", "SCRALLOC_VERBOSE": "1"})
+    if p.returncode != 0 or want not in p.stderr.splitlines():
+        print(f"FAIL verbose: status {p.returncode}, stderr {p.stderr!r}")
+        fail = 1
+    else:
+        print("ok verbose")
+    fail |= environment_checks(exe, lib)
+    print("misuse_check:", "FAILED" if fail else "all passed")
+    return fail
+
+
+if __name__ == "__main__":
+    sys.exit(main())

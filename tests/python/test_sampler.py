@@ -138,6 +138,14 @@ def test_to_csv_path_and_file(tmp_path):
     assert len(back) == 2
     assert list(back[0]) == s.fields() and s.fields()[:2] == ["t", "rss"]
     assert [int(r["allocs"]) for r in back] == [0, 1]
+    # and back: the same rows, numbers as numbers
+    s.rows[1]["phase"] = "grown"
+    s.rows[0]["phase"] = None
+    buf = io.StringIO()
+    s.to_csv(buf)
+    again = scralloc.Sampler.read_csv(io.StringIO(buf.getvalue()))
+    assert again.rows == s.rows
+    assert scralloc.Sampler.read_csv(str(path)).rows[1]["allocs"] == 1
 
 
 def test_pid_sampling_follows_a_child():

@@ -267,6 +267,34 @@ class Sampler:
             with open(path_or_file, "w", newline="") as f:
                 write(f)
 
+    @classmethod
+    def read_csv(cls, path_or_file):
+        """A stopped Sampler holding the rows of a CSV that :meth:`to_csv`
+        wrote (in another process, say), numbers as numbers and empty
+        fields as None: to plot or compare them."""
+        import csv
+
+        def value(v):
+            if v == "":
+                return None
+            for kind in (int, float):
+                try:
+                    return kind(v)
+                except ValueError:
+                    pass
+            return v
+
+        def read(f):
+            return [{k: value(v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+        s = cls()
+        if hasattr(path_or_file, "read"):
+            s.rows = read(path_or_file)
+        else:
+            with open(path_or_file, newline="") as f:
+                s.rows = read(f)
+        return s
+
     def plot(self, fields=DEFAULT_PLOT_FIELDS, ax=None, *, x="t", label_prefix=""):
         """Draw ``fields`` against ``x`` (seconds, or another field of the
         rows) on ``ax`` (a new figure's axes when None) and return the axes.  Byte fields are drawn in MiB; when every

@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "scralloc.h"
+#include "_serve.h"
 
 #if defined(SCR_OVERRIDE) && SCR_OVERRIDE
 #error "the Python extension must not replace malloc (SCR_OVERRIDE)"
@@ -70,6 +71,7 @@ struct AllocatorObject {
   PyObject *weakreflist;        /* weak references */
   AllocatorObject *next;        /* next open allocator of the module */
   AllocatorObject **pprev;      /* link that points at this one; NULL when unlinked */
+  scr_py_record *rec;           /* _serve.c's record: lock, peak, serve_python */
 };
 
 /* A block exposed to the buffer protocol.  A Block lives for one run of
@@ -617,6 +619,11 @@ allocator_create(PyTypeObject *type, const scr_options *opt)
     return raise_scr(st, SCR_ENOMEM, "Allocator", 0);
   }
   a->heap = h;
+  a->rec = _scr_py_record_new(h);
+  if (a->rec == NULL) {
+    Py_DECREF(a);
+    return PyErr_NoMemory();
+  }
   allocator_link(st, a);
   return (PyObject *)a;
 }
@@ -664,9 +671,12 @@ allocator_close(AllocatorObject *a)
                  PyDict_GET_SIZE(a->views));
     return -1;
   }
+  if (_scr_py_before_close(a->rec) < 0)
+    return -1;
   allocator_unlink(a);
   scr_heap_destroy(a->heap);
   a->heap = NULL;
+  _scr_py_after_close(a->rec);
   return 0;
 }
 
@@ -703,6 +713,8 @@ Allocator_dealloc(PyObject *op)
     scr_heap_destroy(a->heap);
     a->heap = NULL;
   }
+  _scr_py_record_free(a->rec);
+  a->rec = NULL;
   tp->tp_free(op);
   Py_DECREF(tp);
 }
@@ -751,7 +763,7 @@ Allocator_malloc(PyObject *op, PyObject *arg)
   if (h == NULL || get_size(arg, "malloc", "size", &n) < 0)
     return NULL;
   errno = 0;
-  p = scr_heap_malloc(h, n);
+  p = _scr_py_malloc(a->rec, n);
   if (p == NULL)
     return raise_errno(type_state(Py_TYPE(op)), errno, "malloc");
   return addr_result(p);
@@ -774,7 +786,7 @@ Allocator_calloc(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     return NULL;
   }
   errno = 0;
-  p = scr_heap_calloc(h, count, size);
+  p = _scr_py_calloc(a->rec, count, size);
   if (p == NULL)
     return raise_errno(type_state(Py_TYPE(op)), errno, "calloc");
   return addr_result(p);
@@ -798,12 +810,12 @@ Allocator_aligned_alloc(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     return NULL;
   }
   errno = 0;
-  p = scr_heap_aligned_alloc(h, alignment, size);
+  p = _scr_py_aligned_alloc(a->rec, alignment, size);
   if (p == NULL)
     return raise_errno(type_state(Py_TYPE(op)), errno, "aligned_alloc");
   if (((uintptr_t)p & (alignment - 1)) != 0) {
     /* The core broke its contract: do not hand out a misaligned block. */
-    scr_heap_free(h, p);
+    (void)_scr_py_free_checked(a->rec, p);
     PyErr_Format(PyExc_SystemError, "aligned_alloc: scralloc returned %p, not %zu-aligned", p,
                  alignment);
     return NULL;
@@ -828,7 +840,7 @@ Allocator_realloc(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     return NULL;
   if (addr != 0 && refuse_if_exported(a, "realloc", addr) < 0)
     return NULL;
-  err = scr_heap_realloc_checked(h, (void *)addr, n, &out);
+  err = _scr_py_realloc_checked(a->rec, (void *)addr, n, &out);
   if (err != SCR_OK)
     return raise_scr(st, err, "realloc", addr);
   return addr_result(out);
@@ -849,7 +861,7 @@ Allocator_free(PyObject *op, PyObject *arg)
     Py_RETURN_NONE;
   if (refuse_if_exported(a, "free", addr) < 0)
     return NULL;
-  err = scr_heap_free_checked(h, (void *)addr);
+  err = _scr_py_free_checked(a->rec, (void *)addr);
   if (err != SCR_OK)
     return raise_scr(st, err, "free", addr);
   Py_RETURN_NONE;
@@ -869,7 +881,9 @@ Allocator_usable_size(PyObject *op, PyObject *arg)
     return NULL;
   if (addr == 0)
     return PyLong_FromLong(0);
+  _scr_py_lock(a->rec);
   err = scr_heap_usable_size_checked(h, (const void *)addr, &n);
+  _scr_py_unlock(a->rec);
   if (err != SCR_OK)
     return raise_scr(st, err, "usable_size", addr);
   return PyLong_FromSize_t(n);
@@ -888,7 +902,9 @@ Allocator_check(PyObject *op, PyObject *arg)
     return NULL;
   if (addr == 0)
     return raise_scr(st, SCR_EFOREIGN, "check", 0);
+  _scr_py_lock(a->rec);
   err = scr_heap_check(h, (const void *)addr);
+  _scr_py_unlock(a->rec);
   if (err != SCR_OK)
     return raise_scr(st, err, "check", addr);
   Py_RETURN_NONE;
@@ -901,6 +917,7 @@ Allocator_owns(PyObject *op, PyObject *arg)
   module_state *st = type_state(Py_TYPE(op));
   scr_heap *h = open_heap(a);
   uintptr_t addr;
+  int err;
 
   if (h == NULL)
     return NULL;
@@ -910,7 +927,10 @@ Allocator_owns(PyObject *op, PyObject *arg)
     PyErr_Clear();
     Py_RETURN_FALSE;
   }
-  return PyBool_FromLong(addr != 0 && scr_heap_check(h, (const void *)addr) == SCR_OK);
+  _scr_py_lock(a->rec);
+  err = addr != 0 && scr_heap_check(h, (const void *)addr) == SCR_OK;
+  _scr_py_unlock(a->rec);
+  return PyBool_FromLong(err);
 }
 
 static PyObject *
@@ -941,7 +961,9 @@ Allocator_view(PyObject *op, PyObject *arg)
     Py_DECREF(key);
     return NULL;
   }
+  _scr_py_lock(a->rec);
   err = scr_heap_usable_size_checked(h, (const void *)addr, &n);
+  _scr_py_unlock(a->rec);
   if (err != SCR_OK) {
     Py_DECREF(key);
     return raise_scr(st, err, "view", addr);
@@ -972,23 +994,33 @@ Allocator_view(PyObject *op, PyObject *arg)
 static PyObject *
 Allocator_trim(PyObject *op, PyObject *unused)
 {
-  scr_heap *h = open_heap((AllocatorObject *)op);
+  AllocatorObject *a = (AllocatorObject *)op;
+  scr_heap *h = open_heap(a);
+  size_t n;
   if (h == NULL)
     return NULL;
-  return PyLong_FromSize_t(scr_heap_trim(h));
+  _scr_py_lock(a->rec);
+  n = scr_heap_trim(h);
+  _scr_py_unlock(a->rec);
+  return PyLong_FromSize_t(n);
 }
 
 static PyObject *
 Allocator_stats(PyObject *op, PyObject *unused)
 {
-  scr_heap *h = open_heap((AllocatorObject *)op);
+  AllocatorObject *a = (AllocatorObject *)op;
+  scr_heap *h = open_heap(a);
   struct scr_stats s;
+  PyObject *d;
 
   if (h == NULL)
     return NULL;
   memset(&s, 0, sizeof s);
-  scr_heap_stats(h, &s);
-  return stats_to_dict(&s);
+  _scr_py_heap_stats(a->rec, &s);
+  d = stats_to_dict(&s);
+  if (d != NULL && _scr_py_stats_add(a->rec, d) < 0)
+    Py_CLEAR(d);
+  return d;
 }
 
 static PyObject *
@@ -1001,12 +1033,16 @@ Allocator_stats_json(PyObject *op, PyObject *unused)
 
   if (h == NULL)
     return NULL;
+  _scr_py_lock(((AllocatorObject *)op)->rec);
   need = scr_heap_stats_json(h, small, sizeof small);
+  _scr_py_unlock(((AllocatorObject *)op)->rec);
   if (need >= sizeof small) {
     buf = PyMem_Malloc(need + 1);
     if (buf == NULL)
       return PyErr_NoMemory();
+    _scr_py_lock(((AllocatorObject *)op)->rec);
     need = scr_heap_stats_json(h, buf, need + 1);
+    _scr_py_unlock(((AllocatorObject *)op)->rec);
   }
   r = PyUnicode_FromStringAndSize(buf, (Py_ssize_t)need);
   if (buf != small)
@@ -1018,9 +1054,13 @@ static PyObject *
 Allocator_validate(PyObject *op, PyObject *unused)
 {
   scr_heap *h = open_heap((AllocatorObject *)op);
+  int err;
   if (h == NULL)
     return NULL;
-  if (scr_heap_validate(h) != SCR_OK) {
+  _scr_py_lock(((AllocatorObject *)op)->rec);
+  err = scr_heap_validate(h);
+  _scr_py_unlock(((AllocatorObject *)op)->rec);
+  if (err != SCR_OK) {
     PyErr_SetString(PyExc_RuntimeError,
                     "scralloc heap validation failed (details went to the error handler)");
     return NULL;
@@ -1064,7 +1104,7 @@ Allocator_get_stat(PyObject *op, void *closure)
   if (h == NULL)
     return NULL;
   memset(&s, 0, sizeof s);
-  scr_heap_stats(h, &s);
+  _scr_py_heap_stats(((AllocatorObject *)op)->rec, &s);
   memcpy(&v, (const char *)&s + (size_t)(uintptr_t)closure, sizeof v);
   return PyLong_FromUnsignedLongLong((unsigned long long)v);
 }
@@ -1110,7 +1150,7 @@ Allocator_repr(PyObject *op)
   if (a->heap == NULL)
     return PyUnicode_FromFormat("<scralloc.Allocator closed at %p>", (void *)a);
   memset(&s, 0, sizeof s);
-  scr_heap_stats(a->heap, &s);
+  _scr_py_heap_stats(a->rec, &s);
   scr_heap_options(a->heap, &opt);
   return PyUnicode_FromFormat(
       "<scralloc.Allocator retain=%u allocs=%llu mmaps=%llu bytes=%llu heap_used=%llu "
@@ -1135,6 +1175,10 @@ static PyGetSetDef Allocator_getset[] = {
   {"options", Allocator_get_options, NULL, "the effective options, as a dict", NULL},
   {"exports", Allocator_get_exports, NULL, "live memoryview exports over this heap's blocks",
    NULL},
+  {"peak_heap_used", _scr_py_get_peak, NULL,
+   "the highest heap_used since the allocator was made or reset_peak()", NULL},
+  {"python_blocks", _scr_py_get_python_blocks, NULL,
+   "live blocks Python made on this heap under serve_python()", NULL},
   {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1172,6 +1216,13 @@ static PyMethodDef Allocator_methods[] = {
    METH_CLASS | METH_VARARGS | METH_KEYWORDS,
    "from_env(**options)\n--\n\nAn Allocator whose options come from the SCRALLOC_<NAME> "
    "environment variables, then from the keywords."},
+  {"serve_python", (PyCFunction)(void (*)(void))_scr_py_serve_python,
+   METH_VARARGS | METH_KEYWORDS,
+   "serve_python($self, /, domains=('mem', 'obj'))\n--\n\nA context manager: inside it, "
+   "Python's allocations of these domains (\"raw\", \"mem\", \"obj\") come from this "
+   "allocator; its blocks are freed into it after the block ends too."},
+  {"reset_peak", _scr_py_reset_peak, METH_NOARGS,
+   "reset_peak($self, /)\n--\n\nStart peak_heap_used again from the current heap_used."},
   {"__enter__", Allocator_enter, METH_NOARGS, NULL},
   {"__exit__", (PyCFunction)(void (*)(void))Allocator_exit, METH_FASTCALL, NULL},
   {NULL, NULL, 0, NULL},
@@ -1211,6 +1262,12 @@ static PyType_Spec Allocator_spec = {
   .slots = Allocator_slots,
 };
 
+scr_py_record *
+_scr_py_record_of(PyObject *self)
+{
+  return ((AllocatorObject *)self)->rec;
+}
+
 /* ---- module functions ---------------------------------------------- */
 
 /* Sums over the open allocators of this module (and the process
@@ -1225,7 +1282,7 @@ mod_heap_totals(PyObject *module, PyObject *unused)
 
   for (a = st->open; a != NULL; a = a->next) {
     memset(&s, 0, sizeof s);
-    scr_heap_stats(a->heap, &s);
+    _scr_py_heap_stats(a->rec, &s);
     total += s.heap_total;
     used += s.heap_used;
     meta += s.meta_bytes;
@@ -1506,6 +1563,8 @@ module_exec(PyObject *m)
       add_new(m, "OPTIONS", option_docs()) < 0 ||
       add_new(m, "STATS_FIELDS", field_docs(0)) < 0 ||
       add_new(m, "CLASS_STATS_FIELDS", field_docs(1)) < 0)
+    return -1;
+  if (_scr_py_serve_exec(m) < 0)
     return -1;
   return 0;
 }

@@ -206,6 +206,12 @@ SCR_API size_t scr_stats_json(const struct scr_stats *st, char *buf, size_t len)
  * returns SCR_OK or SCR_EINVAL and reports through the error handler. */
 SCR_API int scr_heap_validate(const scr_heap *h);
 
+/* The heap whose mapping holds p (any address; NULL when no heap's does).
+ * O(1) through the segment map, never touches memory that may be unmapped;
+ * says nothing about whether p is a live block (scr_heap_check does).  For
+ * routers that send each free to the heap that made the block. */
+SCR_API scr_heap *scr_heap_of(const void *p);
+
 /* ---- testing hooks ------------------------------------------------- */
 
 /* Make the n-th OS call from now (mmap, munmap, madvise, mremap; 1 = the

@@ -41,6 +41,11 @@ int _scr_classify(const scr_heap *h, const void *p) {
   }
 }
 
+scr_heap *scr_heap_of(const void *p) {
+  scr_segment *seg = p ? _scr_segmap_get(p) : NULL;
+  return seg ? seg->heap : NULL;
+}
+
 int scr_heap_check(const scr_heap *h, const void *p) {
   if (h == NULL || p == NULL) return SCR_EFOREIGN;
   return _scr_classify(h, p);

@@ -109,3 +109,18 @@ def test_thread_arenas():
     assert parks == sorted(parks) and parks[-1] >= 6  # the waves' threads parked their arenas
     returned = [float(r[6]) for r in waves] + [float(end[6])]
     assert returned == sorted(returned) and returned[-1] > 0 and int(end[5]) >= 5
+
+
+def test_python_on_scralloc():
+    text, figures = run("4_python_on_scralloc.ipynb")
+    assert figures == 1
+    rows = {int(r[0]): r for r in table_rows(text, "retain")}
+    assert sorted(rows) == [0, 1]
+    peak = {r: float(v[2]) for r, v in rows.items()}  # MiB
+    churn_calls = {r: int(v[4]) for r, v in rows.items()}
+    given_back = {r: float(v[7]) for r, v in rows.items()}
+    # the same objects under both policies, within a page or two per class
+    assert peak[0] > 1 and abs(peak[0] - peak[1]) < 0.1 * peak[0]
+    # retention is what saves the churn's OS calls
+    assert churn_calls[1] < churn_calls[0]
+    assert given_back[0] > 0 and given_back[1] > 0

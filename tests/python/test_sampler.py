@@ -194,6 +194,8 @@ def test_plot_draws_the_fields():
     assert list(lines[0].get_ydata()) == [0, 1.0, 0]  # MiB
     assert lines[0].get_linestyle() != lines[1].get_linestyle()  # overlapping lines stay visible
     assert ax.get_ylabel() == "MiB"
+    assert s.plot(("rss", "peak_heap_used", "bytes", "heapTotal")
+                  if "peak_heap_used" in s.rows[0] else ("rss", "bytes")).get_ylabel() == "MiB"
     ax2 = s.plot("allocs")
     assert ax2.get_ylabel() == "count" and list(ax2.get_lines()[0].get_ydata()) == [0, 1, 0]
     with pytest.raises(KeyError, match="no such field"):

@@ -333,4 +333,6 @@ class Sampler:
 
 
 def _is_bytes(field):
-    return field in ("rss", "heapTotal", "heapUsed", "external", "heap_total", "heap_used") or "bytes" in field
+    """Fields drawn in MiB: sizes, as opposed to counts of calls or blocks."""
+    return (field in ("heapTotal", "heapUsed", "external", "peakRss", "peakHeapUsed")
+            or field.startswith(("rss", "heap_", "peak_heap", "peak_rss")) or "bytes" in field)

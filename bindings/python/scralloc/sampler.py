@@ -6,8 +6,8 @@ Each row is a dict:
 - ``rss``: the resident set size, from the kernel (this process:
   ``/proc/self/statm``; another process: ``VmRSS`` of ``/proc/PID/status``,
   with ``rss_hwm``, its ``VmHWM``);
-- ``heapTotal``, ``heapUsed``, ``external``: :func:`scralloc.memory_usage`
-  (this process only);
+- the other fields of :func:`scralloc.memory_usage` (``heapTotal``,
+  ``heapUsed``, ``external`` and its peaks; this process only);
 - the source's statistics, flattened (scalar fields only; the per-class
   list is left out): an :class:`~scralloc.Allocator`'s ``stats()``, or the
   process allocator's heap figures and its ``process`` figures.
@@ -165,11 +165,9 @@ class Sampler:
         if self.pid is not None:
             row = pid_memory(self.pid)
         else:
-            t = _scralloc._heap_totals()
-            from . import rss
+            from . import memory_usage  # the package imports this module first
 
-            row = {"rss": rss(), "heapTotal": t["heap_total"], "heapUsed": t["heap_used"],
-                   "external": t["meta_bytes"]}
+            row = memory_usage()
             if self._stats is not None:
                 row.update(self._stats())
         row.update(marks)

@@ -91,3 +91,36 @@ def test_hoarding():
     # The RFC's complaint: glibc keeps the freed bursts' pages; scralloc
     # gives them back on free, without malloc_trim.
     assert rows["scralloc"][2] < rows["glibc"][2]
+
+
+def test_thread_arenas():
+    text, figures = run("3_thread_arenas.ipynb")
+    assert figures == 1
+    table = table_rows(text, "wave")
+    waves = [r for r in table if r[0].isdigit()]
+    end = next(r for r in table if r[0] == "end")
+    assert len(waves) == 6
+    delays = [int(r[2]) for r in waves] + [int(end[2])]
+    # CI's delays: 50 ms doubling to 500 ms; every wave comes back within
+    # ten delays of a discard, so the delay only grows, and reaches its cap
+    assert delays[0] == 50 and delays == sorted(delays) and delays[-1] == 500
+    assert int(re.search(r"delay doublings: (\d+)", text).group(1)) >= 4
+    parks = [int(r[4]) for r in waves] + [int(end[4])]
+    assert parks == sorted(parks) and parks[-1] >= 6  # the waves' threads parked their arenas
+    returned = [float(r[6]) for r in waves] + [float(end[6])]
+    assert returned == sorted(returned) and returned[-1] > 0 and int(end[5]) >= 5
+
+
+def test_python_on_scralloc():
+    text, figures = run("4_python_on_scralloc.ipynb")
+    assert figures == 1
+    rows = {int(r[0]): r for r in table_rows(text, "retain")}
+    assert sorted(rows) == [0, 1]
+    peak = {r: float(v[2]) for r, v in rows.items()}  # MiB
+    churn_calls = {r: int(v[4]) for r, v in rows.items()}
+    given_back = {r: float(v[7]) for r, v in rows.items()}
+    # the same objects under both policies, within a page or two per class
+    assert peak[0] > 1 and abs(peak[0] - peak[1]) < 0.1 * peak[0]
+    # retention is what saves the churn's OS calls
+    assert churn_calls[1] < churn_calls[0]
+    assert given_back[0] > 0 and given_back[1] > 0

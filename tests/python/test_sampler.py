@@ -138,6 +138,14 @@ def test_to_csv_path_and_file(tmp_path):
     assert len(back) == 2
     assert list(back[0]) == s.fields() and s.fields()[:2] == ["t", "rss"]
     assert [int(r["allocs"]) for r in back] == [0, 1]
+    # and back: the same rows, numbers as numbers
+    s.rows[1]["phase"] = "grown"
+    s.rows[0]["phase"] = None
+    buf = io.StringIO()
+    s.to_csv(buf)
+    again = scralloc.Sampler.read_csv(io.StringIO(buf.getvalue()))
+    assert again.rows == s.rows
+    assert scralloc.Sampler.read_csv(str(path)).rows[1]["allocs"] == 1
 
 
 def test_pid_sampling_follows_a_child():
@@ -186,6 +194,8 @@ def test_plot_draws_the_fields():
     assert list(lines[0].get_ydata()) == [0, 1.0, 0]  # MiB
     assert lines[0].get_linestyle() != lines[1].get_linestyle()  # overlapping lines stay visible
     assert ax.get_ylabel() == "MiB"
+    assert s.plot(("rss", "peak_heap_used", "bytes", "heapTotal")
+                  if "peak_heap_used" in s.rows[0] else ("rss", "bytes")).get_ylabel() == "MiB"
     ax2 = s.plot("allocs")
     assert ax2.get_ylabel() == "count" and list(ax2.get_lines()[0].get_ydata()) == [0, 1, 0]
     with pytest.raises(KeyError, match="no such field"):
@@ -247,5 +257,5 @@ def test_process_source_without_preload():
     row = scralloc.Sampler("process").sample()
     assert "arenas" in row and "heap_total" in row
     # source None, no preload: memory_usage() only
-    assert set(scralloc.Sampler().sample()) == {"t", "rss", "heapTotal", "heapUsed", "external"}
+    assert set(scralloc.Sampler().sample()) == {"t", *scralloc.memory_usage()}
 

@@ -6,8 +6,8 @@ Each row is a dict:
 - ``rss``: the resident set size, from the kernel (this process:
   ``/proc/self/statm``; another process: ``VmRSS`` of ``/proc/PID/status``,
   with ``rss_hwm``, its ``VmHWM``);
-- ``heapTotal``, ``heapUsed``, ``external``: :func:`scralloc.memory_usage`
-  (this process only);
+- the other fields of :func:`scralloc.memory_usage` (``heapTotal``,
+  ``heapUsed``, ``external`` and its peaks; this process only);
 - the source's statistics, flattened (scalar fields only; the per-class
   list is left out): an :class:`~scralloc.Allocator`'s ``stats()``, or the
   process allocator's heap figures and its ``process`` figures.
@@ -165,11 +165,9 @@ class Sampler:
         if self.pid is not None:
             row = pid_memory(self.pid)
         else:
-            t = _scralloc._heap_totals()
-            from . import rss
+            from . import memory_usage  # the package imports this module first
 
-            row = {"rss": rss(), "heapTotal": t["heap_total"], "heapUsed": t["heap_used"],
-                   "external": t["meta_bytes"]}
+            row = memory_usage()
             if self._stats is not None:
                 row.update(self._stats())
         row.update(marks)
@@ -267,6 +265,34 @@ class Sampler:
             with open(path_or_file, "w", newline="") as f:
                 write(f)
 
+    @classmethod
+    def read_csv(cls, path_or_file):
+        """A stopped Sampler holding the rows of a CSV that :meth:`to_csv`
+        wrote (in another process, say), numbers as numbers and empty
+        fields as None: to plot or compare them."""
+        import csv
+
+        def value(v):
+            if v == "":
+                return None
+            for kind in (int, float):
+                try:
+                    return kind(v)
+                except ValueError:
+                    pass
+            return v
+
+        def read(f):
+            return [{k: value(v) for k, v in r.items()} for r in csv.DictReader(f)]
+
+        s = cls()
+        if hasattr(path_or_file, "read"):
+            s.rows = read(path_or_file)
+        else:
+            with open(path_or_file, newline="") as f:
+                s.rows = read(f)
+        return s
+
     def plot(self, fields=DEFAULT_PLOT_FIELDS, ax=None, *, x="t", label_prefix=""):
         """Draw ``fields`` against ``x`` (seconds, or another field of the
         rows) on ``ax`` (a new figure's axes when None) and return the axes.  Byte fields are drawn in MiB; when every
@@ -305,4 +331,6 @@ class Sampler:
 
 
 def _is_bytes(field):
-    return field in ("rss", "heapTotal", "heapUsed", "external", "heap_total", "heap_used") or "bytes" in field
+    """Fields drawn in MiB: sizes, as opposed to counts of calls or blocks."""
+    return (field in ("heapTotal", "heapUsed", "external", "peakRss", "peakHeapUsed")
+            or field.startswith(("rss", "heap_", "peak_heap", "peak_rss")) or "bytes" in field)

@@ -71,7 +71,8 @@ def test_timeline(tmp_path):
     tl = tmp_path / "t.csv"
     r = run(tmp_path, "--timeline", str(tl), "--interval", "2", "--domains", "raw,mem,obj", "PROG")
     assert r.returncode == 0, r.stderr
-    rows = list(csv.DictReader(tl.open()))
+    with tl.open() as f:
+        rows = list(csv.DictReader(f))
     assert len(rows) >= 2 and "heap_used" in rows[0] and "rss" in rows[0]
     assert max(int(row["heap_used"]) for row in rows) > 0
     assert "[domains raw,mem,obj]" in r.stderr

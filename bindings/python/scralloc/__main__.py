@@ -19,6 +19,7 @@ process allocator keeps no peak of its own).  The library is, in order:
 ``--library PATH``, ``$SCRALLOC_LIBRARY``, ``libscralloc.so`` inside the
 installed package (none is shipped by ``pip install``), and
 ``build/release/libscralloc.so`` of the checkout this package sits in
+(found from ``bindings/python/scralloc`` or ``build/python/*-lib/scralloc``)
 (``make build/release/libscralloc.so``).
 
 ``--timeline FILE.csv`` records a :class:`scralloc.Sampler` row every
@@ -276,8 +277,16 @@ def run_serve(opts, module, args):
     s = summary("serve_python", args, opts, stats, python, stats["peak_heap_used"],
                 scralloc.peak_rss(), wall, status, sampled)
     emit(s, opts)
-    # The allocator stays open: the program's objects live on it until exit.
+    # Closed if the program left nothing on it; else it stays open with the
+    # program's objects until the process ends.
+    if a.python_blocks == 0:
+        a.close()
+    else:
+        _KEEP.append(a)
     return status
+
+
+_KEEP = []
 
 
 # ---- running a child under LD_PRELOAD --------------------------------
@@ -289,9 +298,13 @@ def find_library(explicit=None):
             raise UsageError(f"--library {explicit}: no such file")
         return os.path.abspath(explicit)
     here = os.path.dirname(os.path.abspath(scralloc.__file__))
-    candidates = [os.environ.get("SCRALLOC_LIBRARY"),
-                  os.path.join(here, "libscralloc.so"),
-                  os.path.join(here, "..", "..", "..", "build", "release", "libscralloc.so")]
+    candidates = [os.environ.get("SCRALLOC_LIBRARY"), os.path.join(here, "libscralloc.so")]
+    # a checkout: the package is bindings/python/scralloc or
+    # build/python/<flavour>-lib/scralloc below the directory holding build/
+    d = here
+    for _ in range(4):
+        d = os.path.dirname(d)
+        candidates.append(os.path.join(d, "build", "release", "libscralloc.so"))
     for c in candidates:
         if c and os.path.isfile(c):
             return os.path.abspath(c)

@@ -286,7 +286,7 @@ def run_serve(opts, module, args):
     return status
 
 
-_KEEP = []
+_KEEP: list = []  # allocators the program left objects on
 
 
 # ---- running a child under LD_PRELOAD --------------------------------

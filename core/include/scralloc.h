@@ -238,6 +238,14 @@ SCR_API size_t scr_stats_json(const struct scr_stats *st, char *buf, size_t len)
  * NULL or destroyed h: SCR_EINVAL. */
 SCR_API int scr_heap_validate(const scr_heap *h);
 
+/* The heap whose mapping holds p (any address; NULL when no heap's does),
+ * and in *usable (when not NULL) the usable size of the block at p, which
+ * means something only when p is a live block (0 when no heap holds p).
+ * O(1) through the segment map, never touches memory that may be unmapped;
+ * says nothing about whether p is a live block (scr_heap_check does).  For
+ * routers that send each free to the heap that made the block. */
+SCR_API scr_heap *scr_heap_of(const void *p, size_t *usable);
+
 /* ---- testing hooks ------------------------------------------------- */
 
 /* Make the n-th OS call from now (mmap, munmap, madvise, mremap; 1 = the

@@ -398,6 +398,12 @@ size_t _scr_heap_usable_size(const scr_heap *h, const void *p) {
   return seg ? block_usable(seg, p) : 0;
 }
 
+scr_heap *scr_heap_of(const void *p, size_t *usable) {
+  scr_segment *seg = p ? _scr_segmap_get(p) : NULL;
+  if (usable) *usable = seg ? block_usable(seg, p) : 0;
+  return seg ? seg->heap : NULL;
+}
+
 size_t scr_heap_usable_size(const scr_heap *h, const void *p) {
   HEAP_OR_RETURN("scr_heap_usable_size", h, 0);
   if (p == NULL) return 0;

@@ -372,7 +372,7 @@ def test_stats_dict(a):
     p = a.malloc(64)
     big = a.malloc(2 << 20)
     s = a.stats()
-    assert set(s) == set(scralloc.STATS_FIELDS) | {"classes"}
+    assert set(s) == set(scralloc.STATS_FIELDS) | {"classes", "peak_heap_used", "python"}
     assert s["allocs"] == a.allocs == 2
     assert s["mmaps"] == a.mmaps and s["bytes"] == a.bytes
     assert s["heap_used"] == a.usable_size(p) + a.usable_size(big) == a.heap_used
@@ -504,7 +504,7 @@ def test_not_subclassable():
 
 def test_memory_usage_shape():
     m = scralloc.memory_usage()
-    assert set(m) == {"rss", "heapTotal", "heapUsed", "external"}
+    assert set(m) == {"rss", "heapTotal", "heapUsed", "external", "peakRss", "peakHeapUsed"}
     assert all(isinstance(v, int) and v >= 0 for v in m.values())
     assert m["rss"] > 0 and m["rss"] == pytest.approx(scralloc.rss(), rel=0.5)
 

@@ -1,8 +1,9 @@
 """Build the scralloc Python package (the C extension scralloc._scralloc).
 
-The extension compiles two sources: the core's unity file core/src/static.c
-and the binding bindings/python/_scralloc.c, which includes only the public
-header core/include/scralloc.h.
+The extension compiles three sources: the core's unity file
+core/src/static.c, the binding bindings/python/_scralloc.c, and
+bindings/python/_serve.c (serve_python: Python's own allocations on a heap);
+the binding includes only the public header core/include/scralloc.h.
 
 Build flavours, chosen by environment variables at build time:
 
@@ -102,13 +103,13 @@ class BuildExt(build_ext):
 
 ext = Extension(
     "scralloc._scralloc",
-    sources=["core/src/static.c", "bindings/python/_scralloc.c"],
+    sources=["core/src/static.c", "bindings/python/_scralloc.c", "bindings/python/_serve.c"],
     include_dirs=["core/include", "core/src"],
     define_macros=macros,
     undef_macros=undef,
     extra_compile_args=compile_args,
     extra_link_args=link_args,
-    depends=_core_files(),
+    depends=_core_files() + ["bindings/python/_serve.h"],
 )
 
 setup(

@@ -6,9 +6,20 @@ nanoseconds per malloc/free pair, one line per size mix: a Markdown
 table on stdout (the README's copy; bench/update_readme.py).
 
     python3 bench/pairs_bench.py --lib build/release/libscralloc.so --bin build/release/bench
+
+With --compare NAME=LIB (twice or more) it compares builds of scralloc
+instead: each round runs every mix under each LIB in a shuffled order,
+pinned, timed by the thread's CPU time (PROC_PAIRS_CLOCK=cpu), and prints
+each build's median and, for every build after the first, the median and
+quartiles of the rounds' ratios to the first (the A/B of a fast-path
+change; --lib is then not needed):
+
+    python3 bench/pairs_bench.py --bin build/release/bench --rounds 31 \
+        --compare base=/tmp/base.so --compare new=build/release/libscralloc.so
 """
 import argparse
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -33,11 +44,17 @@ MIX_NAMES = {
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", required=True, help="libscralloc.so")
+    ap.add_argument("--lib", help="libscralloc.so")
+    ap.add_argument("--compare", action="append", default=[], metavar="NAME=LIB",
+                    help="compare builds of scralloc (twice or more)")
     ap.add_argument("--bin", required=True, help="folder with proc_pairs")
     ap.add_argument("--rounds", type=int, default=int(os.environ.get("SCR_BENCH_RUNS", "7")))
     ap.add_argument("--steps", type=int, default=2000000)
     args = ap.parse_args()
+    if args.compare:
+        return compare(args)
+    if not args.lib:
+        ap.error("--lib is needed (or --compare NAME=LIB twice or more)")
     tmpdir = tempfile.mkdtemp(prefix="scr-pairs-")
     lib = os.path.join(tmpdir, "libscralloc.so")
     shutil.copy(args.lib, lib)
@@ -72,6 +89,44 @@ def main():
         print(f"| {MIX_NAMES[mix]} | " + " | ".join(f"{med[n]:.1f}" if n in med else "failed" for n in names) + f" | {ratio} |")
     shutil.rmtree(tmpdir, ignore_errors=True)
     return 1 if failures else 0
+
+
+def compare(args):
+    builds = []
+    for spec in args.compare:
+        name, sep, path = spec.partition("=")
+        if not sep or not name or not os.path.isfile(path):
+            sys.exit(f"pairs_bench: --compare takes NAME=LIB, LIB a file, not {spec!r}")
+        builds.append((name, os.path.abspath(path)))
+    if len(builds) < 2:
+        sys.exit("pairs_bench: --compare twice or more")
+    pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
+    exe = os.path.join(args.bin, "proc_pairs")
+    res = {(m, n): [] for m in MIXES for n, _ in builds}
+    rng = random.Random(1)
+    for _ in range(args.rounds):
+        for mix in MIXES:
+            order = builds[:]
+            rng.shuffle(order)
+            for name, path in order:
+                env = dict(os.environ, LD_PRELOAD=path, PROC_PAIRS_CLOCK="cpu")
+                p = subprocess.run(pin + [exe, mix, str(args.steps)], env=env, capture_output=True, text=True)
+                if p.returncode != 0:
+                    sys.exit(f"pairs_bench: {mix} / {name}: exit {p.returncode} {p.stderr.strip()}")
+                res[(mix, name)].append(float(p.stdout.split()[0]))
+    first = builds[0][0]
+    print(f"\nmalloc/free pairs, {args.steps} steps, ns of CPU time per pair, median of {args.rounds} paired rounds; "
+          f"ratios to {first}: median [quartiles] of the rounds' ratios\n")
+    print("| mix | " + " | ".join(n for n, _ in builds) + " | " + " | ".join(f"{n} / {first}" for n, _ in builds[1:]) + " |")
+    print("|---|" + "---:|" * (2 * len(builds) - 1))
+    for mix in MIXES:
+        cells = [f"{statistics.median(res[(mix, n)]):.2f}" for n, _ in builds]
+        for n, _ in builds[1:]:
+            rs = sorted(a / b for a, b in zip(res[(mix, n)], res[(mix, first)]))
+            k = len(rs)
+            cells.append(f"{statistics.median(rs):.3f} [{rs[k // 4]:.3f}-{rs[(3 * k) // 4]:.3f}]")
+        print(f"| {mix} | " + " | ".join(cells) + " |")
+    return 0
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "scralloc.h"
+#include "_serve.h"
 
 #if defined(SCR_OVERRIDE) && SCR_OVERRIDE
 #error "the Python extension must not replace malloc (SCR_OVERRIDE)"
@@ -72,6 +73,7 @@ struct AllocatorObject {
   AllocatorObject **pprev;      /* link that points at this one; NULL when unlinked */
   int initialized;              /* __init__ (or from_env) opened the heap once */
   int closing;                  /* __exit__ ran with views alive: the heap goes with the last one */
+  scr_py_record *rec;           /* _serve.c's record: lock, peak, serve_python */
 };
 
 /* A block exposed to the buffer protocol.  A Block lives for one run of
@@ -744,6 +746,11 @@ Allocator_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     Py_DECREF(a);
     return NULL;
   }
+  a->rec = _scr_py_record_new();
+  if (a->rec == NULL) {
+    Py_DECREF(a);
+    return PyErr_NoMemory();
+  }
   return (PyObject *)a;
 }
 
@@ -769,6 +776,7 @@ allocator_open(AllocatorObject *a, const scr_options *opt)
   }
   a->heap = h;
   a->initialized = 1;
+  _scr_py_record_open(a->rec, h);
   allocator_link(st, a);
   return 0;
 }
@@ -824,8 +832,10 @@ static void
 allocator_destroy(AllocatorObject *a)
 {
   allocator_unlink(a);
-  if (a->heap != NULL)
+  if (a->heap != NULL) {
     scr_heap_destroy(a->heap);
+    _scr_py_after_close(a->rec);
+  }
   a->heap = NULL;
   a->closing = 0;
 }
@@ -843,6 +853,8 @@ allocator_close(AllocatorObject *a)
                  PyDict_GET_SIZE(a->views));
     return -1;
   }
+  if (_scr_py_before_close(a->rec) < 0)
+    return -1;
   allocator_destroy(a);
   return 0;
 }
@@ -898,6 +910,8 @@ Allocator_dealloc(PyObject *op)
     scr_heap_destroy(a->heap);
     a->heap = NULL;
   }
+  _scr_py_record_free(a->rec);
+  a->rec = NULL;
   tp->tp_free(op);
   Py_DECREF(tp);
 }
@@ -947,7 +961,7 @@ Allocator_malloc(PyObject *op, PyObject *arg)
   if (h == NULL || get_size(arg, "malloc", "size", &n) < 0)
     return NULL;
   errno = 0;
-  p = scr_heap_malloc(h, n);
+  p = _scr_py_malloc(a->rec, n);
   if (p == NULL)
     return raise_errno(type_state(Py_TYPE(op)), errno, "malloc");
   return addr_result(p);
@@ -970,7 +984,7 @@ Allocator_calloc(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     return NULL;
   }
   errno = 0;
-  p = scr_heap_calloc(h, count, size);
+  p = _scr_py_calloc(a->rec, count, size);
   if (p == NULL)
     return raise_errno(type_state(Py_TYPE(op)), errno, "calloc");
   return addr_result(p);
@@ -994,12 +1008,12 @@ Allocator_aligned_alloc(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     return NULL;
   }
   errno = 0;
-  p = scr_heap_aligned_alloc(h, alignment, size);
+  p = _scr_py_aligned_alloc(a->rec, alignment, size);
   if (p == NULL)
     return raise_errno(type_state(Py_TYPE(op)), errno, "aligned_alloc");
   if (((uintptr_t)p & (alignment - 1)) != 0) {
     /* The core broke its contract: do not hand out a misaligned block. */
-    scr_heap_free(h, p);
+    (void)_scr_py_free_checked(a->rec, p);
     PyErr_Format(PyExc_SystemError, "aligned_alloc: scralloc returned %p, not %zu-aligned", p,
                  alignment);
     return NULL;
@@ -1024,7 +1038,7 @@ Allocator_realloc(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
     return NULL;
   if (addr != 0 && refuse_if_exported(a, "realloc", addr) < 0)
     return NULL;
-  err = scr_heap_realloc_checked(h, (void *)addr, n, &out);
+  err = _scr_py_realloc_checked(a->rec, (void *)addr, n, &out);
   if (err != SCR_OK)
     return raise_scr(st, err, "realloc", addr);
   return addr_result(out);
@@ -1045,7 +1059,7 @@ Allocator_free(PyObject *op, PyObject *arg)
     Py_RETURN_NONE;
   if (refuse_if_exported(a, "free", addr) < 0)
     return NULL;
-  err = scr_heap_free_checked(h, (void *)addr);
+  err = _scr_py_free_checked(a->rec, (void *)addr);
   if (err != SCR_OK)
     return raise_scr(st, err, "free", addr);
   Py_RETURN_NONE;
@@ -1065,7 +1079,9 @@ Allocator_usable_size(PyObject *op, PyObject *arg)
     return NULL;
   if (addr == 0)
     return PyLong_FromLong(0);
+  _scr_py_lock(a->rec);
   err = scr_heap_usable_size_checked(h, (const void *)addr, &n);
+  _scr_py_unlock(a->rec);
   if (err != SCR_OK)
     return raise_scr(st, err, "usable_size", addr);
   return PyLong_FromSize_t(n);
@@ -1084,7 +1100,9 @@ Allocator_check(PyObject *op, PyObject *arg)
     return NULL;
   if (addr == 0)
     return raise_scr(st, SCR_EFOREIGN, "check", 0);
+  _scr_py_lock(a->rec);
   err = scr_heap_check(h, (const void *)addr);
+  _scr_py_unlock(a->rec);
   if (err != SCR_OK)
     return raise_scr(st, err, "check", addr);
   Py_RETURN_NONE;
@@ -1097,6 +1115,7 @@ Allocator_owns(PyObject *op, PyObject *arg)
   module_state *st = type_state(Py_TYPE(op));
   scr_heap *h = open_heap(a);
   uintptr_t addr;
+  int err;
 
   if (h == NULL)
     return NULL;
@@ -1106,7 +1125,10 @@ Allocator_owns(PyObject *op, PyObject *arg)
     PyErr_Clear();
     Py_RETURN_FALSE;
   }
-  return PyBool_FromLong(addr != 0 && scr_heap_check(h, (const void *)addr) == SCR_OK);
+  _scr_py_lock(a->rec);
+  err = addr != 0 && scr_heap_check(h, (const void *)addr) == SCR_OK;
+  _scr_py_unlock(a->rec);
+  return PyBool_FromLong(err);
 }
 
 static PyObject *
@@ -1137,7 +1159,9 @@ Allocator_view(PyObject *op, PyObject *arg)
     Py_DECREF(key);
     return NULL;
   }
+  _scr_py_lock(a->rec);
   err = scr_heap_usable_size_checked(h, (const void *)addr, &n);
+  _scr_py_unlock(a->rec);
   if (err != SCR_OK) {
     Py_DECREF(key);
     return raise_scr(st, err, "view", addr);
@@ -1168,23 +1192,33 @@ Allocator_view(PyObject *op, PyObject *arg)
 static PyObject *
 Allocator_trim(PyObject *op, PyObject *unused)
 {
-  scr_heap *h = open_heap((AllocatorObject *)op);
+  AllocatorObject *a = (AllocatorObject *)op;
+  scr_heap *h = open_heap(a);
+  size_t n;
   if (h == NULL)
     return NULL;
-  return PyLong_FromSize_t(scr_heap_trim(h));
+  _scr_py_lock(a->rec);
+  n = scr_heap_trim(h);
+  _scr_py_unlock(a->rec);
+  return PyLong_FromSize_t(n);
 }
 
 static PyObject *
 Allocator_stats(PyObject *op, PyObject *unused)
 {
-  scr_heap *h = open_heap((AllocatorObject *)op);
+  AllocatorObject *a = (AllocatorObject *)op;
+  scr_heap *h = open_heap(a);
   struct scr_stats s;
+  PyObject *d;
 
   if (h == NULL)
     return NULL;
   memset(&s, 0, sizeof s);
-  scr_heap_stats(h, &s);
-  return stats_to_dict(&s);
+  _scr_py_heap_stats(a->rec, &s);
+  d = stats_to_dict(&s);
+  if (d != NULL && _scr_py_stats_add(a->rec, d) < 0)
+    Py_CLEAR(d);
+  return d;
 }
 
 static PyObject *
@@ -1197,12 +1231,16 @@ Allocator_stats_json(PyObject *op, PyObject *unused)
 
   if (h == NULL)
     return NULL;
+  _scr_py_lock(((AllocatorObject *)op)->rec);
   need = scr_heap_stats_json(h, small, sizeof small);
+  _scr_py_unlock(((AllocatorObject *)op)->rec);
   if (need >= sizeof small) {
     buf = PyMem_Malloc(need + 1);
     if (buf == NULL)
       return PyErr_NoMemory();
+    _scr_py_lock(((AllocatorObject *)op)->rec);
     need = scr_heap_stats_json(h, buf, need + 1);
+    _scr_py_unlock(((AllocatorObject *)op)->rec);
   }
   r = PyUnicode_FromStringAndSize(buf, (Py_ssize_t)need);
   if (buf != small)
@@ -1214,9 +1252,13 @@ static PyObject *
 Allocator_validate(PyObject *op, PyObject *unused)
 {
   scr_heap *h = open_heap((AllocatorObject *)op);
+  int err;
   if (h == NULL)
     return NULL;
-  if (scr_heap_validate(h) != SCR_OK) {
+  _scr_py_lock(((AllocatorObject *)op)->rec);
+  err = scr_heap_validate(h);
+  _scr_py_unlock(((AllocatorObject *)op)->rec);
+  if (err != SCR_OK) {
     PyErr_SetString(PyExc_RuntimeError,
                     "scralloc heap validation failed (the details came as ScrallocWarning)");
     return NULL;
@@ -1252,6 +1294,8 @@ Allocator_exit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 
   if (check_nargs("__exit__", nargs, 3) < 0)
     return NULL;
+  if (a->heap != NULL && !a->closing && _scr_py_before_close(a->rec) < 0)
+    return NULL;  /* Python's objects still live on the heap */
   if (a->heap != NULL && a->views != NULL && PyDict_GET_SIZE(a->views) > 0) {
     a->closing = 1;
     Py_RETURN_FALSE;
@@ -1273,7 +1317,7 @@ Allocator_get_stat(PyObject *op, void *closure)
   if (h == NULL)
     return NULL;
   memset(&s, 0, sizeof s);
-  scr_heap_stats(h, &s);
+  _scr_py_heap_stats(((AllocatorObject *)op)->rec, &s);
   memcpy(&v, (const char *)&s + (size_t)(uintptr_t)closure, sizeof v);
   return PyLong_FromUnsignedLongLong((unsigned long long)v);
 }
@@ -1320,7 +1364,7 @@ Allocator_repr(PyObject *op)
   if (a->heap == NULL || a->closing)
     return PyUnicode_FromFormat("<scralloc.Allocator closed at %p>", (void *)a);
   memset(&s, 0, sizeof s);
-  scr_heap_stats(a->heap, &s);
+  _scr_py_heap_stats(a->rec, &s);
   scr_heap_options(a->heap, &opt);
   return PyUnicode_FromFormat(
       "<scralloc.Allocator retain=%u allocs=%llu mmaps=%llu bytes=%llu heap_used=%llu "
@@ -1345,6 +1389,10 @@ static PyGetSetDef Allocator_getset[] = {
   {"options", Allocator_get_options, NULL, "the effective options, as a dict", NULL},
   {"exports", Allocator_get_exports, NULL, "live memoryview exports over this heap's blocks",
    NULL},
+  {"peak_heap_used", _scr_py_get_peak, NULL,
+   "the highest heap_used since the allocator was made or reset_peak()", NULL},
+  {"python_blocks", _scr_py_get_python_blocks, NULL,
+   "live blocks Python made on this heap under serve_python()", NULL},
   {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1386,6 +1434,13 @@ static PyMethodDef Allocator_methods[] = {
    METH_CLASS | METH_VARARGS | METH_KEYWORDS,
    "from_env($type, /, **options)\n--\n\nAn Allocator whose options come from the SCRALLOC_<NAME> "
    "environment variables, then from the keywords."},
+  {"serve_python", (PyCFunction)(void (*)(void))_scr_py_serve_python,
+   METH_VARARGS | METH_KEYWORDS,
+   "serve_python($self, /, domains=('mem', 'obj'))\n--\n\nA context manager: inside it, "
+   "Python's allocations of these domains (\"raw\", \"mem\", \"obj\") come from this "
+   "allocator; its blocks are freed into it after the block ends too."},
+  {"reset_peak", _scr_py_reset_peak, METH_NOARGS,
+   "reset_peak($self, /)\n--\n\nStart peak_heap_used again from the current heap_used."},
   {"__enter__", Allocator_enter, METH_NOARGS, "__enter__($self, /)\n--\n\nReturn self."},
   {"__exit__", (PyCFunction)(void (*)(void))Allocator_exit, METH_FASTCALL,
    "__exit__($self, exc_type, exc, tb, /)\n--\n\nClose the allocator; return False.  With "
@@ -1465,6 +1520,12 @@ allocator_type_new(PyObject *m)
   return (PyTypeObject *)PyType_FromModuleAndSpec(m, &spec, NULL);
 }
 
+scr_py_record *
+_scr_py_record_of(PyObject *self)
+{
+  return ((AllocatorObject *)self)->rec;
+}
+
 /* ---- module functions ---------------------------------------------- */
 
 /* Sums over the open allocators of this module (and the process
@@ -1479,7 +1540,7 @@ mod_heap_totals(PyObject *module, PyObject *unused)
 
   for (a = st->open; a != NULL; a = a->next) {
     memset(&s, 0, sizeof s);
-    scr_heap_stats(a->heap, &s);
+    _scr_py_heap_stats(a->rec, &s);
     total += s.heap_total;
     used += s.heap_used;
     meta += s.meta_bytes;
@@ -1770,6 +1831,8 @@ module_exec(PyObject *m)
       add_new(m, "OPTIONS", option_docs()) < 0 ||
       add_new(m, "STATS_FIELDS", field_docs(0)) < 0 ||
       add_new(m, "CLASS_STATS_FIELDS", field_docs(1)) < 0)
+    return -1;
+  if (_scr_py_serve_exec(m) < 0)
     return -1;
   return 0;
 }

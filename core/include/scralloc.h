@@ -238,6 +238,14 @@ SCR_API size_t scr_stats_json(const struct scr_stats *st, char *buf, size_t len)
  * NULL or destroyed h: SCR_EINVAL. */
 SCR_API int scr_heap_validate(const scr_heap *h);
 
+/* The heap whose mapping holds p (any address; NULL when no heap's does),
+ * and in *usable (when not NULL) the usable size of the block at p, which
+ * means something only when p is a live block (0 when no heap holds p).
+ * O(1) through the segment map, never touches memory that may be unmapped;
+ * says nothing about whether p is a live block (scr_heap_check does).  For
+ * routers that send each free to the heap that made the block. */
+SCR_API scr_heap *scr_heap_of(const void *p, size_t *usable);
+
 /* ---- testing hooks ------------------------------------------------- */
 
 /* Make the n-th OS call from now (mmap, munmap, madvise, mremap; 1 = the
@@ -326,7 +334,19 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(turn_looks, "looks at the clock for threads that take turns (one per 1024 heap calls of a thread while others hold arenas)") \
   X(share_joins, "threads that started on the shared arena")                     \
   X(share_leaves, "threads that left the shared arena for their own (found it taken share_contended times in 256 calls, ran hot, or exited)") \
-  X(share_collisions, "calls that found the shared arena taken (the thread waited for it, or claimed its own)")
+  X(share_collisions, "calls that found the shared arena taken (the thread waited for it, or claimed its own)") \
+  X(trim_answers, "trims threads holding arenas made at their next call that reached their heap, asked by another thread's scr_trim or malloc_trim (cumulative)") \
+  X(trim_answer_bytes, "bytes those trims gave back (cumulative)") \
+  X(interior_bytes, "bytes given back inside free slots of pages that still hold live blocks, by trims and discards (cumulative)") \
+  X(interior_lazy_bytes, "of those, bytes given back with MADV_FREE, which the kernel reclaims only under memory pressure (cumulative)") \
+  X(huge_cache_puts, "freed huge blocks put in the process's cache for any thread (cumulative)") \
+  X(huge_cache_hits, "huge blocks served from the process's cache, resized (cumulative)") \
+  X(huge_cache_evicted, "bytes of cached huge blocks unmapped to stay within the budget (cumulative)") \
+  X(huge_cache_decayed, "bytes of cached huge blocks unmapped after huge_decay_ms by the helper (cumulative)") \
+  X(huge_cache_blocks, "huge blocks the process's cache holds") \
+  X(huge_cache_bytes, "bytes of huge blocks the process's cache holds") \
+  X(budget, "bytes of free memory the process may keep committed now (retain_budget + retain_ratio of the busy bytes)") \
+  X(busy_bytes, "bytes the pages of live blocks take, as the arenas last published them")
 
 struct scr_process_stats {
 #define SCR_PSTATS_FIELD_(name, doc) uint64_t name;

@@ -398,6 +398,12 @@ size_t _scr_heap_usable_size(const scr_heap *h, const void *p) {
   return seg ? block_usable(seg, p) : 0;
 }
 
+scr_heap *scr_heap_of(const void *p, size_t *usable) {
+  scr_segment *seg = p ? _scr_segmap_get(p) : NULL;
+  if (usable) *usable = seg ? block_usable(seg, p) : 0;
+  return seg ? seg->heap : NULL;
+}
+
 size_t scr_heap_usable_size(const scr_heap *h, const void *p) {
   HEAP_OR_RETURN("scr_heap_usable_size", h, 0);
   if (p == NULL) return 0;
@@ -484,12 +490,16 @@ size_t scr_heap_trim(scr_heap *h) {
 
 /* A new cap on the empty pages kept committed (the process allocator
  * shares one budget among its arenas); what the heap keeps above a
- * smaller cap goes back now. */
+ * smaller cap goes back now: the retained pages (to their segments, dirty
+ * where the cap allows), then dirty pages, oldest first, down to the cap.
+ * (Everything went back before: an arena parked with a few MiB over its
+ * 512 KiB gave back those 512 KiB too, which the next thread faulted in
+ * again: proc_churn's faults +4%.) */
 void _scr_heap_set_retain_bytes(scr_heap *h, size_t bytes) {
   h->opt.retain_bytes = bytes;
   if ((h->retained_pages + h->dirty_pages) * SCR_PAGE_SIZE <= bytes) return;
   release_retained(h);
-  _scr_segment_purge(h, true);
+  _scr_segment_purge_down(h, bytes / SCR_PAGE_SIZE);
   scr_validate_heap(h);
 }
 
@@ -517,6 +527,11 @@ void _scr_heap_set_caps(scr_heap *h, unsigned retain, size_t retain_bytes) {
 uint64_t _scr_heap_unused_bytes(const scr_heap *h) {
   uint64_t used = _scr_heap_used_bytes(h);
   return h->bytes > used ? h->bytes - used : 0;
+}
+
+uint64_t _scr_heap_busy_bytes(const scr_heap *h) {
+  uint64_t free_bytes = (h->retained_pages + h->dirty_pages + h->over_pages) * SCR_PAGE_SIZE + h->cache_bytes;
+  return h->bytes > free_bytes ? h->bytes - free_bytes : 0;
 }
 
 scr_heap *_scr_heap_of(const void *p) {

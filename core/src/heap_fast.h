@@ -11,7 +11,7 @@
 static inline void _scr_page_carved(const scr_page *pg) {
   scr_segment *seg = _scr_page_segment(pg);
   unsigned first = _scr_page_index(seg, pg);
-  uint32_t v = seg->slot_limit[first] + _scr_misuse.geom[pg->cls].step;
+  uint64_t v = seg->slot_limit[first] + _scr_misuse.geom[pg->cls].step;
   for (unsigned i = first; i < first + pg->span; i++) __atomic_store_n(&seg->slot_limit[i], v, __ATOMIC_RELAXED);
 }
 

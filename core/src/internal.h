@@ -139,9 +139,19 @@ SCR_INTERNAL bool _scr_segment_unmap(scr_heap *h, scr_segment *seg);
 SCR_INTERNAL scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, unsigned n, unsigned cls);
 SCR_INTERNAL scr_page *_scr_segment_take_pages(scr_heap *h, unsigned npages, size_t align, unsigned cls,
                                                bool fresh_first);
+/* A huge segment leaves h (off its list and its figures; seg->heap stays
+ * h, so that a double free of its block is still told as one) or joins
+ * h (at size new_size: its tail unmapped, or grown with mremap, moved
+ * without a copy where it must be; NULL when that failed and the segment
+ * was unmapped). */
+SCR_INTERNAL void _scr_segment_detach(scr_heap *h, scr_segment *seg);
+SCR_INTERNAL scr_segment *_scr_segment_attach(scr_heap *h, scr_segment *seg, size_t new_size);
+/* Unmap a detached huge segment (the process allocator's huge cache). */
+SCR_INTERNAL void _scr_segment_unmap_detached(scr_segment *seg, scr_os_counters *c);
 SCR_INTERNAL void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigned npages);
 SCR_INTERNAL void _scr_segment_purge(scr_heap *h, bool all);
 SCR_INTERNAL void _scr_segment_purge_tick(scr_heap *h);
+SCR_INTERNAL void _scr_segment_purge_down(scr_heap *h, uint64_t keep_pages);
 SCR_INTERNAL size_t _scr_segment_meta_bytes(const scr_heap *h);
 /* Bits first .. first+n-1 of a segment's 64-bit page masks. */
 static inline uint64_t _scr_run_mask(unsigned first, unsigned n) {
@@ -181,6 +191,11 @@ SCR_INTERNAL size_t _scr_large_usable(const scr_segment *seg, const void *p);
 SCR_INTERNAL void *_scr_large_realloc_inplace(scr_heap *h, scr_segment *seg, void *p, size_t n);
 SCR_INTERNAL void _scr_large_cache_flush(scr_heap *h);
 
+/* interior.c: the whole OS pages inside free slots of pages that hold
+ * live blocks go back (MADV_DONTNEED, or MADV_FREE below
+ * madv_free_below); bytes given back, *lazy_bytes of them lazily. */
+SCR_INTERNAL size_t _scr_heap_return_interior(scr_heap *h, size_t *lazy_bytes);
+
 /* classify.c: what an address is for a heap */
 SCR_INTERNAL int _scr_classify(const scr_heap *h, const void *p);
 SCR_INTERNAL void _scr_gone_note(scr_heap *h, const void *start, uint32_t block, uint32_t count);
@@ -207,6 +222,9 @@ SCR_INTERNAL void _scr_heap_set_caps(scr_heap *h, unsigned retain, size_t retain
  * live blocks (heap_total - heap_used). */
 SCR_INTERNAL uint64_t _scr_heap_used_bytes(const scr_heap *h);
 SCR_INTERNAL uint64_t _scr_heap_unused_bytes(const scr_heap *h);
+/* Committed bytes not in free pages or cached large blocks: the pages of
+ * live blocks (their free slots included). */
+SCR_INTERNAL uint64_t _scr_heap_busy_bytes(const scr_heap *h);
 SCR_INTERNAL void _scr_heap_set_owner(scr_heap *h, void *owner, uintptr_t map_mark); /* before its first segment */
 SCR_INTERNAL void *_scr_heap_owner(const scr_heap *h);
 SCR_INTERNAL void _scr_heap_set_hooks(scr_heap *h, const struct _scr_heap_hooks *hooks);

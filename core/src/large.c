@@ -89,6 +89,18 @@ void _scr_large_cache_flush(scr_heap *h) {
 
 /* ---- alloc / free ---- */
 
+/* A large or huge block handed out: memory used before may hold the
+ * freed-block key in its second word (a remote free writes it there,
+ * remote.c, and a small block freed in the same pages did), which a
+ * realloc to a small size would copy into a live small block, and a
+ * second free of that one would then be told a double free (misuse.c).
+ * Every malloc that hands a block out clears it, as the small ones'
+ * do. */
+static void *handed_out(void *block, bool zero) {
+  if (!zero) _scr_block_set_word1(block, 0);
+  return block;
+}
+
 static void *huge_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
   size_t offset = align > SCR_HUGE_OFFSET ? align : SCR_HUGE_OFFSET;
   size_t size = round_up(offset + n, _scr_os_page_size());
@@ -99,11 +111,24 @@ static void *huge_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
     *zero = false;
     h->large_live++;
     h->large_bytes += seg->huge_size;
-    return cached;
+    return handed_out(cached, false);
   }
   if (!_scr_heap_grow_ok(h, size)) {
     errno = ENOMEM;
     return NULL;
+  }
+  if (h->hooks.huge_take) {
+    /* A freed huge block of any thread, resized: the pages it keeps are
+     * resident already (no fault, no zeroing by the kernel). */
+    scr_segment *seg = h->hooks.huge_take(h, size, offset, h->hooks.arg);
+    if (seg != NULL && (seg = _scr_segment_attach(h, seg, size)) != NULL) {
+      seg->huge_live = 1;
+      *zero = false;
+      h->large_live++;
+      h->large_bytes += seg->huge_size;
+      scr_validate_heap(h);
+      return handed_out(huge_block(seg), false);
+    }
   }
   scr_segment *seg = _scr_segment_map(h, size, align, SCR_SEG_HUGE);
   if (seg == NULL) {
@@ -134,7 +159,7 @@ static void mark_span(scr_segment *seg, unsigned first, unsigned span, bool cach
   }
 }
 
-static void *large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
+void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
   if (n == 0) n = 1; /* aligned_alloc(big, 0): still a unique block */
   if (n > h->opt.huge_threshold || align > SCR_SEGMENT_SIZE / 2) return huge_alloc(h, n, align, zero);
   size_t bytes = round_up(n, SCR_PAGE_SIZE);
@@ -148,7 +173,7 @@ static void *large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
     *zero = false;
     h->large_live++;
     h->large_bytes += (size_t)pg->span << SCR_PAGE_SHIFT;
-    return block;
+    return handed_out(block, false);
   }
   scr_page *pg = _scr_segment_take_pages(h, span, align, SCR_TAG_OTHER, false);
   if (pg == NULL) {
@@ -164,19 +189,9 @@ static void *large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
   h->large_live++;
   h->large_bytes += bytes;
   scr_validate_heap(h);
-  return _scr_page_start(seg, pg);
+  return handed_out(_scr_page_start(seg, pg), all_zero);
 }
 
-/* A large or huge block, its second word cleared where the memory is not
- * known to be zero: reused memory may hold the freed-block key there (a
- * free wrote it, or the pages were a size class's), and a realloc that
- * moves the block down to a size class copies that word into the small
- * block, which its free would then take for a double free (misuse.c). */
-void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
-  void *p = large_alloc(h, n, align, zero);
-  if (p != NULL && !*zero) _scr_block_set_word1(p, 0);
-  return p;
-}
 
 void _scr_large_free(scr_heap *h, scr_segment *seg, void *p) {
   size_t size = block_bytes(seg, p);
@@ -191,6 +206,12 @@ void _scr_large_free(scr_heap *h, scr_segment *seg, void *p) {
   }
   h->large_live--;
   h->large_bytes -= size;
+  if (seg->kind == SCR_SEG_HUGE && h->hooks.huge_put) { /* the process's huge cache */
+    _scr_segment_detach(h, seg);
+    h->hooks.huge_put(h, seg, h->hooks.arg);
+    scr_validate_heap(h);
+    return;
+  }
   /* With a purge delay a page run goes back to its segment as dirty
    * pages, which any later request (small pages too) takes first: the
    * cache then holds huge mappings only. */

@@ -97,6 +97,90 @@ bool _scr_segment_unmap(scr_heap *h, scr_segment *seg) {
   return true;
 }
 
+void _scr_segment_detach(scr_heap *h, scr_segment *seg) {
+  scr_assert(seg->kind == SCR_SEG_HUGE && !seg->huge_live);
+  unlink_segment(h, seg);
+  h->mmaps--;
+  h->reserved -= seg->size;
+  h->bytes -= seg->size;
+}
+
+void _scr_segment_unmap_detached(scr_segment *seg, scr_os_counters *c) {
+  size_t size = seg->size;
+  _scr_segmap_clear((uintptr_t)seg, size);
+  seg->magic = 0;
+  if (_scr_os_unmap(seg, size, c) != 0) _scr_report(SCR_ENOMEM, "munmap of a cached huge block failed: %zu bytes stay mapped", size);
+}
+
+/* The segment map's chunks of [base + from, base + to) that no byte below
+ * base + from shares. */
+static void segmap_clear_tail(uintptr_t base, size_t from, size_t to) {
+  uintptr_t first = (base + from + SCR_SEGMENT_SIZE - 1) & ~(uintptr_t)(SCR_SEGMENT_SIZE - 1);
+  if (first < base + to) _scr_segmap_clear(first, base + to - first);
+}
+
+scr_segment *_scr_segment_attach(scr_heap *h, scr_segment *seg, size_t new_size) {
+  size_t old_size = seg->size;
+  scr_segment *split = NULL;
+  if (new_size < old_size) {
+    /* The head, resident, serves the block.  A tail that holds a huge
+     * block from its next segment boundary on becomes a cached huge
+     * segment of its own (its first page the header): its pages stay
+     * resident for the next request; the rest of the tail goes back. */
+    uintptr_t base = (uintptr_t)seg, end = base + old_size;
+    uintptr_t t = (base + new_size + SCR_SEGMENT_SIZE - 1) & ~(uintptr_t)(SCR_SEGMENT_SIZE - 1);
+    size_t cut = old_size;
+    if (h->hooks.huge_put && seg->huge_offset == SCR_HUGE_OFFSET && t + SCR_HUGE_OFFSET + h->opt.huge_threshold < end)
+      cut = t - base;
+    segmap_clear_tail(base, new_size, cut);
+    if (cut > new_size && _scr_os_unmap((uint8_t *)seg + new_size, cut - new_size, &h->os) != 0) {
+      _scr_segmap_set(base, cut, seg, h->map_mark);
+      new_size = cut; /* keeps that part of its tail */
+    }
+    if (cut < old_size) {
+      split = (scr_segment *)t;
+      memset(split, 0, sizeof *split);
+      split->magic = SCR_SEGMENT_MAGIC;
+      split->heap = h;
+      split->size = end - t;
+      split->kind = SCR_SEG_HUGE;
+      memset(split->page_tag, SCR_TAG_OTHER, sizeof split->page_tag);
+      split->huge_offset = SCR_HUGE_OFFSET;
+      split->huge_size = split->size - SCR_HUGE_OFFSET;
+      _scr_segmap_set(t, split->size, split, h->map_mark); /* its leaves exist */
+    }
+  } else if (new_size > old_size) {
+    scr_segment *moved = NULL;
+    if (_scr_segmap_prepare((uintptr_t)seg, new_size) == 0) moved = _scr_os_remap(seg, old_size, new_size, NULL, &h->os);
+    if (moved == NULL) {
+      size_t align = seg->huge_offset > SCR_SEGMENT_SIZE ? seg->huge_offset : SCR_SEGMENT_SIZE;
+      void *target = _scr_os_map_aligned(new_size, align, &h->os);
+      if (target != NULL && _scr_segmap_prepare((uintptr_t)target, new_size) == 0)
+        moved = _scr_os_remap(seg, old_size, new_size, target, &h->os);
+      if (moved == NULL) {
+        if (target != NULL) _scr_os_unmap(target, new_size, &h->os);
+        _scr_segment_unmap_detached(seg, &h->os);
+        return NULL;
+      }
+      _scr_segmap_clear((uintptr_t)seg, old_size);
+    }
+    seg = moved;
+  }
+  seg->size = new_size;
+  seg->huge_size = new_size - seg->huge_offset;
+  seg->heap = h;
+  if (_scr_segmap_set((uintptr_t)seg, new_size, seg, h->map_mark) != 0) { /* leaves exist: cannot fail */
+    _scr_segment_unmap_detached(seg, &h->os);
+    return NULL;
+  }
+  link_segment(h, seg);
+  h->mmaps++;
+  h->reserved += new_size;
+  h->bytes += new_size;
+  if (split) h->hooks.huge_put(h, split, h->hooks.arg); /* detached from birth */
+  return seg;
+}
+
 /* Bit j of the result: pages j .. j+n-1 are all free, and page j starts
  * on an `align` boundary. */
 static uint64_t run_starts(uint64_t free_mask, unsigned n, size_t align) {
@@ -338,6 +422,33 @@ void _scr_segment_purge(scr_heap *h, bool all) {
       kept_empty = true;
     }
     decommit_mask(h, seg, old, &batch);
+  }
+  if (batch.n) purge_flush(h, &batch);
+}
+
+/* Dirty pages go back, those freed before the last pass first, until
+ * no more than keep stay (a smaller retain_bytes: heap.c).  A partial
+ * pass: what the cap still allows stays for the next request. */
+void _scr_segment_purge_down(scr_heap *h, uint64_t keep) {
+  purge_batch batch;
+  batch.n = 0;
+  for (int old = 1; old >= 0 && h->dirty_pages > keep; old--) {
+    for (scr_segment *seg = h->segments; seg && h->dirty_pages > keep; seg = seg->next) {
+      if (seg->kind != SCR_SEG_NORMAL) continue;
+      uint64_t m = old ? seg->dirty_old : seg->dirty_new, take = 0;
+      uint64_t need = h->dirty_pages - keep;
+      while (m && need) {
+        uint64_t bit = m & -m;
+        take |= bit;
+        m &= m - 1;
+        need--;
+      }
+      if (take == 0) continue;
+      h->dirty_pages -= (uint64_t)__builtin_popcountll(take);
+      seg->dirty_old &= ~take;
+      seg->dirty_new &= ~take;
+      decommit_mask(h, seg, take, &batch);
+    }
   }
   if (batch.n) purge_flush(h, &batch);
 }

@@ -127,8 +127,9 @@ typedef struct scr_segment {
    * the free fast path's test, whose load needs only the page's index (not
    * its tag); 0 for every other page.  Written by the holder when the page
    * carves a slot, read by any thread: relaxed atomics.  Lines of their
-   * own. */
-  _Alignas(64) uint32_t slot_limit[SCR_PAGES_PER_SEGMENT];
+   * own.  64 bits (the value fits 19), so that the test compares a 64-bit
+   * product with it in memory, one instruction (process.h). */
+  _Alignas(64) uint64_t slot_limit[SCR_PAGES_PER_SEGMENT];
   scr_page pages[SCR_PAGES_PER_SEGMENT]; /* NORMAL: descriptors */
 } scr_segment;
 
@@ -177,6 +178,13 @@ struct _scr_heap_hooks {
   void (*segment_mapped)(scr_heap *h, void *base, size_t size, void *arg);
   /* cls: the size class the pages are for, SCR_TAG_OTHER for a large block */
   void (*page_acquired)(scr_heap *h, void *page_start, size_t page_bytes, unsigned cls, void *arg);
+  /* Freed huge blocks shared by every heap with these hooks (the process
+   * allocator's huge cache): put takes a huge segment the heap has just
+   * detached (large.c), whose block is free; take gives one back for a
+   * block of at least `size` bytes of mapping at offset `offset` (any
+   * size: the heap resizes it), or NULL. */
+  void (*huge_put)(scr_heap *h, scr_segment *seg, void *arg);
+  scr_segment *(*huge_take)(scr_heap *h, size_t size, size_t offset, void *arg);
   void *arg;
 };
 
@@ -210,6 +218,8 @@ struct scr_heap {
   uint64_t purge_at_ms;                  /* next purge pass (monotonic ms) */
   uint64_t large_live, large_bytes;      /* live large blocks, their bytes */
   uint64_t decommits, page_acquires, page_releases;
+  uint64_t interior_bytes;               /* bytes given back inside free slots of pages in use (interior.c), cumulative */
+  uint64_t interior_lazy_bytes;          /* of those, with MADV_FREE */
   scr_os_counters os;                    /* syscalls of this heap */
   uint32_t cache_count;                  /* entries in cache */
   size_t cache_bytes;                    /* bytes in cache */

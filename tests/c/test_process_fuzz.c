@@ -255,6 +255,8 @@ static const option_draw draws[] = {
     {"prefault_after", {"0", "65536", "1M"}},
     {"hugepage_after", {"0", "1M", "8M"}},
     {"retain_budget", {"0", "1M", "4M"}},
+    {"retain_ratio", {"0", "100", "400"}},
+    {"huge_decay_ms", {"0", "5", "1000"}},
 };
 enum { NDRAWS = sizeof draws / sizeof draws[0] };
 
@@ -415,12 +417,13 @@ static int round_body(uint64_t seed) {
   if (getenv("SCR_FUZZ_VERBOSE"))
     printf("  seed %llu:%s\n    %llu claims, %llu parks, %llu switches, %llu lends, %llu pool takes, %llu cache grows, "
            "%llu remote frees, %llu discards, %llu prefaults, %llu turn takers, %llu joined the shared arena, %llu "
-           "realloc moves, %u forks\n",
+           "realloc moves, %u forks, %llu KiB given back inside free slots, %llu huge blocks reused, %llu trims asked\n",
            (unsigned long long)seed, opts, (unsigned long long)ps.claims, (unsigned long long)ps.parks,
            (unsigned long long)ps.switches, (unsigned long long)ps.lends, (unsigned long long)ps.pool_takes,
            (unsigned long long)ps.cache_grows, (unsigned long long)ps.remote_frees, (unsigned long long)ps.discards,
            (unsigned long long)ps.prefaults, (unsigned long long)ps.turn_takers, (unsigned long long)ps.share_joins,
-           (unsigned long long)ps.realloc_moves, forks_done);
+           (unsigned long long)ps.realloc_moves, forks_done, (unsigned long long)(ps.interior_bytes >> 10),
+           (unsigned long long)ps.huge_cache_hits, (unsigned long long)ps.trim_answers);
   return ok ? 0 : 1;
 }
 

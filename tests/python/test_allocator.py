@@ -372,7 +372,7 @@ def test_stats_dict(a):
     p = a.malloc(64)
     big = a.malloc(2 << 20)
     s = a.stats()
-    assert set(s) == set(scralloc.STATS_FIELDS) | {"classes"}
+    assert set(s) == set(scralloc.STATS_FIELDS) | {"classes", "peak_heap_used", "python"}
     assert s["allocs"] == a.allocs == 2
     assert s["mmaps"] == a.mmaps and s["bytes"] == a.bytes
     assert s["heap_used"] == a.usable_size(p) + a.usable_size(big) == a.heap_used
@@ -504,7 +504,7 @@ def test_not_subclassable():
 
 def test_memory_usage_shape():
     m = scralloc.memory_usage()
-    assert set(m) == {"rss", "heapTotal", "heapUsed", "external"}
+    assert set(m) == {"rss", "heapTotal", "heapUsed", "external", "peakRss", "peakHeapUsed"}
     assert all(isinstance(v, int) and v >= 0 for v in m.values())
     assert m["rss"] > 0 and m["rss"] == pytest.approx(scralloc.rss(), rel=0.5)
 
@@ -531,6 +531,9 @@ def test_process_stats():
         assert len(s["classes"]) == scralloc.CLASS_COUNT
         if "process" in s:
             assert {"arenas", "remote_frees", "discards"} <= set(s["process"])
+            # retention (issue #29): the budget, the huge-block cache, interior return, trims asked
+            assert {"budget", "busy_bytes", "huge_cache_bytes", "huge_cache_hits", "interior_bytes",
+                    "interior_lazy_bytes", "trim_answers"} <= set(s["process"])
         # memory_usage() counts the process allocator too
         m = scralloc.memory_usage()
         assert m["heapTotal"] >= s["heap_total"] and m["heapUsed"] >= s["heap_used"]

@@ -42,6 +42,8 @@ SIGNATURES = {
     "__enter__": "()",
     "__exit__": "(exc_type, exc, tb, /)",
     "from_env": "(**options)",
+    "serve_python": "(domains=('mem', 'obj'))",
+    "reset_peak": "()",
 }
 
 

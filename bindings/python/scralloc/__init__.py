@@ -155,7 +155,12 @@ def memory_usage() -> MemoryUsage:
       when this build has one (``HAVE_PROCESS``);
     - ``heapUsed``: bytes in live blocks (usable sizes), same scope;
     - ``external``: bytes scralloc holds from the OS for its own bookkeeping
-      (segment headers), same scope.
+      (segment headers), same scope;
+    - ``peakRss``: the highest resident set size since the process started
+      or :func:`reset_peak` (see :func:`peak_rss`);
+    - ``peakHeapUsed``: the highest sum of ``heap_used`` over the
+      Allocator objects since the process started or :func:`reset_peak`
+      (the process allocator is not included: it keeps no peak).
     """
     t = _scralloc._heap_totals()
     return {
@@ -163,4 +168,50 @@ def memory_usage() -> MemoryUsage:
         "heapTotal": t["heap_total"],
         "heapUsed": t["heap_used"],
         "external": t["meta_bytes"],
+        "peakRss": peak_rss(),
+        "peakHeapUsed": _scralloc._heap_peaks()["peak_heap_used"],
     }
+
+
+# Memory figures over time (rows, CSV, plots): scralloc.Sampler.
+from .sampler import Sampler  # noqa: E402
+
+__all__.append("Sampler")
+
+
+# ---- peaks, as in tracemalloc (get_traced_memory, reset_peak) ----------
+
+__all__ += ["peak_rss", "reset_peak", "Serving"]
+Serving = _scralloc.Serving
+
+
+def peak_rss() -> int:
+    """The highest resident set size of this process in bytes: VmHWM from
+    /proc/self/status (which :func:`reset_peak` can start again), else the
+    ru_maxrss that getrusage reports (since the process started)."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, IndexError, ValueError):
+        pass
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def reset_peak() -> None:
+    """Start the peaks of :func:`memory_usage` again from the current
+    figures: ``peakHeapUsed`` always, ``peakRss`` where the kernel lets a
+    process reset its VmHWM (writing 5 to /proc/self/clear_refs, Linux 4.0
+    and later; elsewhere it stays the peak since the process started).
+    Each Allocator has its own ``reset_peak()`` for ``peak_heap_used``."""
+    _scralloc._reset_heap_peak()
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass

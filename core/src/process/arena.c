@@ -92,6 +92,7 @@ static scr_arena *proc_arena_new(void) {
   a->id = P->narenas++;
   pthread_mutex_init(&a->snap_lock, NULL);
   a->hooks = _scr_arena_hooks;
+  _scr_huge_cache_install(&a->hooks);
   a->hooks.arg = a;
   /* Its segments' mark in the segment map: id + 1 while that fits (0,
    * unmarked, is every other heap's), else none, and own_mark then
@@ -140,12 +141,23 @@ void _scr_arena_room_locked(scr_arena *a) {
     atomic_store_explicit(&_scr_proc.parked_room, f, memory_order_relaxed);
 }
 
-/* The budget of empty pages kept committed (retained and dirty), shared
- * by the threads holding arenas, never below the arenas' retain_bytes: a
- * single-threaded program keeps up to 4 MiB (no faults and no madvise for
- * a heap that empties and fills), while 17 threads keep 512 KiB each, as
- * each byte kept is multiplied by the number of threads.  Under the lock
- * when the owned count changes. */
+/* The budget of free pages kept committed (retained and dirty) and of
+ * cached large blocks: one for the process, shared by the threads holding
+ * arenas, never below the arenas' retain_bytes.  It is retain_budget plus
+ * retain_ratio percent of the bytes the arenas' live blocks' pages take
+ * (busy_bytes) beyond retain_ratio_above (64 MiB: a smaller program
+ * keeps what it kept before, python3 with PYTHONMALLOC=malloc peaked 10%
+ * higher without it), as Go's scavenger works to a goal proportional to the
+ * heap: a program that frees and allocates bursts as large as what it
+ * keeps live reuses the freed pages without an madvise and a fault per
+ * page (the RFC-shaped churn, 16 threads of 64 MiB bursts: 40,000
+ * madvise calls and 4x glibc's time with a fixed 4 MiB budget; 1.16 M
+ * faults with retain_ratio 100, 0.59 M with 200, as many as with no
+ * bound at all), while a
+ * small program keeps little, and the budget does not grow with the
+ * number of threads.  arena_keep holds the fixed part's share; the holder
+ * adds the proportional part at its ticks (proc_keep_update).  Under the
+ * lock when the owned count changes. */
 static void proc_keep_share_locked(void) {
   scr_proc *P = &_scr_proc;
   uint64_t share = P->opt.retain_budget / (P->nowned ? P->nowned : 1);
@@ -153,15 +165,60 @@ static void proc_keep_share_locked(void) {
   atomic_store_explicit(&P->arena_keep, share, memory_order_relaxed);
 }
 
-/* The holder moves its heap to the current share (at claim, and at ticks
- * when the number of threads changed); a smaller share gives back what
- * the heap keeps above it.  A thread that takes turns (turns.c) keeps at
- * most turns_keep. */
+/* The bytes a's live blocks' pages take as a's holder last published
+ * them, summed over every arena in _scr_proc.busy_bytes: the holder adds
+ * the change when it is 1 MiB or more (at ticks and snapshots), so the
+ * sum is off by less than 1 MiB per arena. */
+void _scr_arena_busy_publish(scr_arena *a, bool exact) {
+  uint64_t busy = _scr_heap_busy_bytes(a->heap);
+  uint64_t d = busy > a->busy_published ? busy - a->busy_published : a->busy_published - busy;
+  if (d == 0 || (!exact && d < ((uint64_t)1 << 20))) return;
+  atomic_fetch_add_explicit(&_scr_proc.busy_bytes, busy - a->busy_published, memory_order_relaxed); /* modulo 2^64 */
+  a->busy_published = busy;
+}
+
+static uint64_t proc_budget_ratio_part(void) {
+  uint64_t busy = atomic_load_explicit(&_scr_proc.busy_bytes, memory_order_relaxed);
+  uint64_t above = _scr_proc.opt.retain_ratio_above;
+  if (busy >> 62) busy = 0; /* a transient negative sum while arenas publish */
+  return busy > above ? (busy - above) / 100 * _scr_proc.opt.retain_ratio : 0;
+}
+
+uint64_t _scr_proc_budget(void) { return _scr_proc.opt.retain_budget + proc_budget_ratio_part(); }
+
+/* The huge-block cache's part of it: the fixed part and a quarter of the
+ * proportional one.  Resized cached blocks keep their tails (segment.c),
+ * so more cached bytes mean fewer faults but a higher peak: the issue's
+ * large-block program at one thread (proc_large_reuse 1 400, one run
+ * each, glibc 1.49 s and 613 MB max RSS): a quarter 1.55 s and 537 MB, a
+ * half 1.49 s and 625 MB, all of it 1.98 s and 744 MB (the peak's
+ * growth cost more than the faults it saved), an eighth 1.95 s. */
+uint64_t _scr_proc_budget_huge(void) { return _scr_proc.opt.retain_budget + proc_budget_ratio_part() / 4; }
+
+/* The arena's share of the budget now: the fixed part's share plus the
+ * proportional part, less the huge blocks the process caches
+ * (huge_cache.c), over the threads holding arenas. */
+static uint64_t proc_keep_want(void) {
+  scr_proc *P = &_scr_proc;
+  uint64_t want = atomic_load_explicit(&P->arena_keep, memory_order_relaxed);
+  uint64_t ratio = proc_budget_ratio_part(), cached = _scr_huge_cache_bytes();
+  unsigned owned = atomic_load_explicit(&P->owned_hint, memory_order_relaxed);
+  ratio = ratio > cached ? ratio - cached : 0;
+  return want + ratio / (owned ? owned : 1);
+}
+
+/* The holder moves its heap to the current share (at claim, and at ticks);
+ * a share a quarter or more below the last gives back what the heap keeps
+ * above it (a smaller change waits, so that a budget moving with the
+ * heap does not purge at every tick).  A thread that takes turns
+ * (turns.c) keeps at most turns_keep.  Cached large blocks count in the
+ * same share. */
 static void proc_keep_update(scr_arena *a) {
-  uint64_t want = atomic_load_explicit(&_scr_proc.arena_keep, memory_order_relaxed);
+  uint64_t want = proc_keep_want();
   uint64_t turns_keep = _scr_proc.opt.turns_keep;
   if (a->takes_turns && turns_keep && want > turns_keep) want = turns_keep;
   if (want == 0 || want == a->keep) return;
+  if (want < a->keep && want > a->keep - a->keep / 4) return;
   a->keep = want;
   _scr_heap_set_retain_bytes(a->heap, (size_t)want);
 }
@@ -190,6 +247,7 @@ static void proc_adopt(scr_arena *a, unsigned poisoned, bool shared) {
   a->worker = shared || _scr_proc_gettid() != P->main_tid;
   a->discarded = 0;
   a->carved_mark = a->carved;
+  a->trim_seen = atomic_load_explicit(&P->trim_epoch, memory_order_relaxed);
   if (poisoned) _scr_discard_unpoison(a);
   if (a->held) { /* the caps again: what they do not allow goes back now */
     a->held = 0;
@@ -307,6 +365,14 @@ void _scr_arena_park(scr_arena *a) {
   _scr_remote_flush(a);
   _scr_prefault_release_ahead(a);
   _scr_remote_poll(a);
+  /* Free pages and cached blocks kept above retain_bytes were the
+   * thread's working set, beyond what the budget's fixed part gives an
+   * arena with nobody on it: they go back now (the RFC-shaped churn held
+   * 64 MiB a thread after its threads exited). */
+  if (a->keep > P->heap_opt.retain_bytes) {
+    a->keep = P->heap_opt.retain_bytes;
+    _scr_heap_set_retain_bytes(a->heap, (size_t)a->keep);
+  }
   _scr_arena_publish(a);
   pthread_mutex_lock(&P->lock);
   a->state = SCR_ARENA_PARKED;
@@ -334,6 +400,7 @@ static void proc_thread_exit(void *arg) {
 
 void _scr_arena_publish(scr_arena *a) {
   struct scr_stats st, lent;
+  _scr_arena_busy_publish(a, true);
   scr_heap_stats(a->heap, &st);
   _scr_recycle_account(a, &st, &lent);
   pthread_mutex_lock(&a->snap_lock);
@@ -347,7 +414,16 @@ void _scr_arena_publish(scr_arena *a) {
 
 void _scr_arena_tick_slow(scr_arena *a) {
   _scr_remote_flush(a);
+  uint64_t epoch = atomic_load_explicit(&_scr_proc.trim_epoch, memory_order_relaxed);
+  if (SCR_UNLIKELY(epoch != a->trim_seen)) { /* another thread called scr_trim */
+    a->trim_seen = epoch;
+    size_t n = _scr_arena_trim(a);
+    SCR_PC_ADD(trim_answers, 1);
+    SCR_PC_ADD(trim_answer_bytes, n);
+  }
   _scr_remote_poll(a);
+  _scr_huge_cache_tick();
+  _scr_arena_busy_publish(a, false);
   proc_keep_update(a);
   if (a->pf_pending) {
     a->pf_pending = 0;
@@ -376,12 +452,14 @@ static void proc_fork_prepare(void) {
   pthread_mutex_lock(&P->lock);
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_lock(&a->snap_lock);
   _scr_pool_lock_all();
+  _scr_huge_cache_lock();
   pthread_mutex_lock(&P->helper_lock);
 }
 
 static void proc_fork_parent(void) {
   scr_proc *P = &_scr_proc;
   pthread_mutex_unlock(&P->helper_lock);
+  _scr_huge_cache_unlock();
   _scr_pool_unlock_all();
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);
   pthread_mutex_unlock(&P->lock);
@@ -391,6 +469,7 @@ static void proc_fork_parent(void) {
 static void proc_fork_child(void) {
   scr_proc *P = &_scr_proc;
   pthread_mutex_unlock(&P->helper_lock);
+  _scr_huge_cache_unlock();
   _scr_pool_unlock_all();
   _scr_helper_after_fork_child();
   _scr_prefault_after_fork_child();

@@ -99,6 +99,7 @@ static void proc_relink_in_address_order(scr_arena *a) {
 size_t _scr_discard_arena(scr_arena *a) {
   _scr_remote_drain(a);
   size_t n = scr_heap_trim(a->heap);
+  n += _scr_arena_return_interior(a);
   if (a->held) { /* nothing is kept now: the caps come back with nothing to give */
     a->held = 0;
     _scr_heap_set_caps(a->heap, _scr_proc.heap_opt.retain, (size_t)a->keep);
@@ -150,9 +151,10 @@ static void *proc_helper_main(void *arg) {
 
     (void)_scr_prefault_run();
 
-    uint64_t wait_until = UINT64_MAX;
-    scr_arena *a = NULL, *prev = NULL;
     uint64_t now = _scr_proc_now_ns();
+    /* freed huge blocks unused for huge_decay_ms (huge_cache.c) */
+    uint64_t wait_until = _scr_huge_cache_decay(now, false, NULL);
+    scr_arena *a = NULL, *prev = NULL;
     pthread_mutex_lock(&P->lock);
     if (P->opt.discard) {
       a = proc_oldest_undiscarded(&prev);
@@ -161,7 +163,7 @@ static void *proc_helper_main(void *arg) {
         if (now >= due) {
           _scr_arena_borrow_locked(a, prev); /* parked again below, at the cold end */
         } else {
-          wait_until = due;
+          if (due < wait_until) wait_until = due;
           a = NULL;
         }
       }

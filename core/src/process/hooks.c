@@ -105,4 +105,4 @@ static void proc_page_acquired(scr_heap *h, void *page_start, size_t page_bytes,
   a->ops |= SCR_ARENA_POLL_EVERY - 1; /* the next tick posts it, outside the heap call */
 }
 
-const struct _scr_heap_hooks _scr_arena_hooks = {proc_segment_mapped, proc_page_acquired, NULL};
+const struct _scr_heap_hooks _scr_arena_hooks = {proc_segment_mapped, proc_page_acquired, NULL, NULL, NULL}; /* huge_cache.c installs its two */

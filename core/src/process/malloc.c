@@ -57,7 +57,8 @@ static __attribute__((noinline)) void *proc_malloc_general(scr_arena *a, size_t 
  * over the class it looked up rather than the size, so the class is not
  * looked up twice (a program that mallocs runs of blocks longer than a
  * list comes here for every other malloc). */
-static __attribute__((noinline)) void *proc_malloc_slow(scr_arena *a, unsigned c, size_t n) {
+static __attribute__((noinline)) void *proc_malloc_slow(scr_arena *a, uintptr_t at, size_t n) {
+  unsigned c = (unsigned)(at / sizeof(scr_recycled));
   scr_page *pg = a->heap->queue[c];
   if (SCR_LIKELY(c < SCR_MEDIUM_FIRST && pg != NULL) &&
       (pg->free != NULL || (pg->capacity < pg->reserved && _scr_pool_empty(c)))) {
@@ -77,10 +78,15 @@ static __attribute__((noinline)) void *proc_malloc_slow(scr_arena *a, unsigned c
 __attribute__((aligned(64))) void *scr_malloc(size_t n) {
   scr_arena *a = _scr_tl_arena;
   if (SCR_LIKELY(a != NULL && n <= SCR_SMALL_MAX)) {
-    unsigned c = _scr_class_of(n);
-    void *p = _scr_recycle_take(a, c);
+    /* the class's list at a's address plus this offset, in a register of
+     * its own, which the slow side takes for the class: the list's
+     * accesses take both in their address, and neither the class nor the
+     * list's address is copied (three instructions fewer) */
+    uintptr_t at = (uintptr_t)_scr_class_of(n) * sizeof(scr_recycled);
+    __asm__("" : "+r"(at));
+    void *p = _scr_recycle_take_at(a, at);
     if (SCR_LIKELY(p != NULL)) return p; /* no tick: the heap did not change */
-    return proc_malloc_slow(a, c, n);
+    return proc_malloc_slow(a, at, n);
   }
   return proc_malloc_general(a, n);
 }
@@ -174,7 +180,9 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
  * its frees came here) took proc_free_general's checks for each: a run of
  * 2,000 blocks of 48 B took 139 instructions a free (cachegrind), twice
  * tcmalloc's. */
-static __attribute__((noinline)) void proc_free_refused(void *p, uintptr_t e, scr_arena *a, uintptr_t idx, unsigned tag) {
+static __attribute__((noinline)) void proc_free_refused(void *p, uintptr_t e, scr_arena *a) {
+  uintptr_t idx;
+  unsigned tag = _scr_block_tag(_scr_segmap_seg(e), p, &idx);
   if (SCR_LIKELY(_scr_segmap_mark(e) == a->own_mark && tag < SCR_GROW_FIRST)) {
     /* a full list grows to the thread's runs (recycle.c), within its budget */
     if (_scr_recycle_grow(a, tag) && _scr_recycle_put(a, _scr_segmap_seg(e), idx, tag, p)) return;
@@ -195,16 +203,24 @@ __attribute__((aligned(64))) void scr_free(void *p) {
   if (SCR_LIKELY(seg != NULL && a != NULL)) {
     uintptr_t idx;
     unsigned tag = _scr_block_tag(seg, p, &idx);
-    scr_recycled *r = &a->rc[tag]; /* (SCR_TAG_OTHER's: no room, a test no address passes) */
-    if (SCR_UNLIKELY(_scr_proc_block_suspect_r(seg, p, r))) return proc_free_general(p, e, a);
+    /* The list of the tag (SCR_TAG_OTHER's: no room, a test no address
+     * passes) at a's address plus this offset, held in a register: every
+     * access to the list then takes both in its address, no addition
+     * (left free, the compiler computed the list's address, then again
+     * for the push: four instructions more). */
+    uintptr_t at = (uintptr_t)tag * sizeof(scr_recycled);
+    __asm__("" : "+r"(at));
+    scr_recycled *r = (scr_recycled *)((char *)a->rc + at);
+    uint64_t key = _scr_misuse.key;
+    if (SCR_UNLIKELY(_scr_proc_block_suspect_r(seg, p, idx, r, key))) return proc_free_general(p, e, a);
     if (SCR_LIKELY(_scr_recycle_may_keep(a, _scr_segmap_mark(e)) && r->room != 0)) {
 #if SCR_DEBUG > 0
       if (_scr_recycle_refused(r, seg, idx, tag, p)) return;
 #endif
-      _scr_recycle_push(r, tag, p);
+      _scr_recycle_push_key(r, tag, p, key);
       return;
     }
-    return proc_free_refused(p, e, a, idx, tag);
+    return proc_free_refused(p, e, a);
   }
   proc_free_general(p, e, a);
 }
@@ -250,12 +266,21 @@ void *scr_realloc(void *p, size_t n) {
   return q;
 }
 
+/* The interior pages of a's free slots (core/src/interior.c), counted. */
+size_t _scr_arena_return_interior(scr_arena *a) {
+  size_t lazy = 0, n = _scr_heap_return_interior(a->heap, &lazy);
+  SCR_PC_ADD(interior_bytes, n);
+  SCR_PC_ADD(interior_lazy_bytes, lazy);
+  return n;
+}
+
 size_t _scr_arena_trim(scr_arena *a) {
   _scr_recycle_flush(a);
   _scr_pool_flush(a);
   _scr_remote_flush(a);
   _scr_remote_drain(a);
   size_t n = scr_heap_trim(a->heap);
+  n += _scr_arena_return_interior(a);
   _scr_arena_publish(a);
   return n;
 }
@@ -267,9 +292,18 @@ size_t scr_trim(void) {
   scr_proc *P = &_scr_proc;
   size_t n = 0;
   scr_arena *a = _scr_tl_arena;
-  if (a) n += _scr_arena_trim(a);
+  /* Threads holding arenas trim theirs at their next tick (every 32
+   * calls that reach their heaps): their heaps are theirs alone. */
+  uint64_t epoch = atomic_fetch_add_explicit(&P->trim_epoch, 1, memory_order_relaxed) + 1;
+  if (a) {
+    a->trim_seen = epoch;
+    n += _scr_arena_trim(a);
+  }
   else _scr_pool_flush(NULL);
   n += _scr_share_trim();
+  uint64_t cached = 0;
+  (void)_scr_huge_cache_decay(0, true, &cached);
+  n += cached;
   pthread_mutex_lock(&P->lock);
   for (scr_arena *b = P->parked; b; b = b->next_parked) {
     if (b->poisoned) continue; /* already given back */

@@ -73,9 +73,15 @@ void _scr_proc_options_from_env(scr_proc_options *o) {
 /* The names of SCRALLOC_ variables that are neither options of the
  * process allocator nor of the heaps: the project's build and test
  * switches, which reach programs under LD_PRELOAD through the test
- * harnesses' environment. */
-static const char *const proc_tool_names[] = {"DEBUG_BUILD", "EXPECT_DEBUG", "WERROR", "HYPOTHESIS_LONG",
-                                              "HYPOTHESIS_PROFILE"};
+ * harnesses' environment, and the variables of its tools (scralua's
+ * report file, python -m scralloc's library, the notebooks' size, folder
+ * and figures), which reach the programs those tools start. */
+static const char *const proc_tool_names[] = {
+    "DEBUG_BUILD", "EXPECT_DEBUG", "WERROR", "HYPOTHESIS_LONG", "HYPOTHESIS_PROFILE", /* build and tests */
+    "STATS_FILE",                                                                      /* scralua */
+    "LIBRARY", "RUN_PKG",                                                              /* python -m scralloc */
+    "ROOT", "NOTEBOOK_SIZE", "FIGURES",                                                /* the notebooks */
+};
 
 /* Edit distance of a and b (names up to 63 characters), no malloc. */
 static unsigned proc_distance(const char *a, const char *b) {

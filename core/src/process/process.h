@@ -67,7 +67,10 @@ SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
   X(share, 1, 0, 1, "threads start on one arena they share (a lock per call) until one finds it taken share_contended times within 256 calls or runs share_hot calls without blocking, then claim their own: 0 off, every thread claims its own at its first allocation") \
   X(share_hot, 4096, 256, UINT64_MAX, "calls without blocking (each 256 of them within 1 ms) after which a thread on the shared arena claims its own") \
   X(share_contended, 8, 1, 256, "times within 256 calls a thread on the shared arena finds it taken (another thread allocating that moment) before it claims its own; it waits for it the times before (1: claims its own at the first)") \
-  X(retain_budget, (uint64_t)4 << 20, 0, UINT64_MAX, "empty pages the arenas keep committed together: each keeps this over the threads holding arenas, and at least retain_bytes") \
+  X(retain_budget, (uint64_t)4 << 20, 0, UINT64_MAX, "free pages and cached large blocks the arenas keep committed together, beside retain_ratio: each keeps this over the threads holding arenas, and at least retain_bytes") \
+  X(huge_decay_ms, 1000, 0, 3600000, "how long a freed huge block waits in the process's cache for a request of any thread before the helper unmaps it") \
+  X(retain_ratio_above, (uint64_t)64 << 20, 0, UINT64_MAX, "busy bytes below which retain_ratio adds nothing: a program whose live blocks take less keeps retain_budget alone") \
+  X(retain_ratio, 200, 0, 10000, "percent of the bytes the live blocks' pages take that the arenas may keep committed in free pages and cached large blocks, beside retain_budget (shared by the threads holding arenas; 0: retain_budget alone)") \
   X(dontdump, 2, 0, 2, "MADV_DONTDUMP on segments: 0 never, 1 always, 2 auto (when no core would be written)") \
   X(stats, 0, 0, 3, "print statistics at exit: 1 summary, 2 also per arena, 3 (json) scr_process_stats_json's object on one line") \
   X(stats_fd, 2, 0, 1 << 20, "file descriptor the exit report goes to (stderr by default)") \
@@ -143,7 +146,9 @@ typedef struct scr_arena {
   uint64_t mapped;                  /* bytes of segments mapped (holder, via hook) */
   uint64_t carved;                  /* how far the frontier moved into fresh memory (holder, via hook) */
   uint64_t carved_for[SCR_CLASS_COUNT + 1]; /* that, per size class (the last: large blocks) (holder, via hook) */
-  uint64_t keep;                    /* the heap's retain_bytes as last set from arena_keep (holder) */
+  uint64_t keep;                    /* the heap's retain_bytes as last set from the budget's share (holder) */
+  uint64_t busy_published;          /* its part of _scr_proc.busy_bytes (holder) */
+  uint64_t trim_seen;               /* trim_epoch as of its holder's last trim (holder) */
   uint64_t huge_regions;            /* 2 MiB regions advised MADV_HUGEPAGE (holder) */
   uintptr_t pf_end;                 /* end of the last range faulted ahead (holder) */
   uintptr_t frontier_seg;           /* the segment mapped last (holder, via hook) */
@@ -205,8 +210,10 @@ typedef struct scr_proc {
   /* A line written only at claims and parks: frees of other threads'
    * blocks read owned_hint (_scr_proc_alone). */
   _Alignas(64) _Atomic unsigned owned_hint; /* nowned, for readers without the lock */
+  _Atomic uint64_t trim_epoch;      /* scr_trim calls so far: holders whose trim_seen differs trim at their next tick */
   unsigned ncpus;                   /* CPUs the process may run on (at init) */
-  _Atomic uint64_t arena_keep;      /* each arena's retain_bytes now (arena.c: the budget's share) */
+  _Atomic uint64_t arena_keep;      /* each arena's share of retain_budget now (arena.c) */
+  _Atomic uint64_t busy_bytes;      /* bytes the arenas' live blocks' pages take, as published (arena.c) */
   _Alignas(64) _Atomic uint64_t parked_room; /* most bytes not in live blocks of a parked arena, as last
                                        seen under lock (may be stale high: a switch then finds none) */
   uint8_t *pool;                    /* arena descriptors are carved here */
@@ -259,6 +266,14 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(share_joins, "threads that started on the shared arena")               \
   X(share_leaves, "threads that left the shared arena for their own (found it taken share_contended times in 256 calls, ran hot, or exited)") \
   X(share_collisions, "calls that found the shared arena taken (the thread waited for it, or claimed its own)") \
+  X(trim_answers, "trims made by threads holding arenas at their next tick, asked by another thread's scr_trim or malloc_trim") \
+  X(trim_answer_bytes, "bytes those trims gave back")                        \
+  X(interior_bytes, "bytes given back inside free slots of pages that hold live blocks (trim, discard)") \
+  X(interior_lazy_bytes, "of those, bytes given back with MADV_FREE (not yet reclaimed, maybe)") \
+  X(huge_cache_puts, "freed huge blocks put in the process's cache")          \
+  X(huge_cache_hits, "huge blocks served from the process's cache (resized)") \
+  X(huge_cache_evicted, "bytes of cached huge blocks unmapped to stay within the budget") \
+  X(huge_cache_decayed, "bytes of cached huge blocks unmapped after huge_decay_ms") \
   X(forks, "forks the allocator went through")
 
 typedef struct scr_proc_counters {
@@ -303,6 +318,7 @@ SCR_INTERNAL void _scr_proc_init_slow(void);
 SCR_INTERNAL scr_arena *_scr_arena_claim(void);
 SCR_INTERNAL void _scr_arena_park(scr_arena *a);
 SCR_INTERNAL void _scr_arena_publish(scr_arena *a);
+SCR_INTERNAL void _scr_arena_busy_publish(scr_arena *a, bool exact);
 SCR_INTERNAL void _scr_arena_room_locked(scr_arena *a); /* a parked arena's room changed */
 SCR_INTERNAL void _scr_arena_borrow_locked(scr_arena *a, scr_arena *prev);
 SCR_INTERNAL void _scr_arena_unborrow(scr_arena *a, scr_arena *prev);
@@ -407,13 +423,16 @@ static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark) {
   return keep;
 }
 /* Push block p of class c on list r (linked through its first word; ASan
- * builds poison the rest). */
-static inline void _scr_recycle_push(scr_recycled *r, unsigned c, void *p) {
+ * builds poison the rest); key: _scr_misuse.key, as the caller read it. */
+static inline void _scr_recycle_push_key(scr_recycled *r, unsigned c, void *p, uint64_t key) {
   *(void **)p = r->head;
-  _scr_block_set_word1(p, _scr_misuse.key); /* free (core/src/misuse.c) */
+  _scr_block_set_word1(p, key); /* free (core/src/misuse.c) */
   SCR_POISON(p, _scr_class_sizes[c]); /* ASan: a use after free is caught */
   r->head = p;
   r->room--;
+}
+static inline void _scr_recycle_push(scr_recycled *r, unsigned c, void *p) {
+  _scr_recycle_push_key(r, c, p, _scr_misuse.key);
 }
 /* Keep p, a block on page idx of seg with tag `tag` that a's holder frees
  * and may keep (_scr_recycle_may_keep), for a's next malloc of its class:
@@ -430,9 +449,11 @@ static inline int _scr_recycle_put(scr_arena *a, const scr_segment *seg, uintptr
   _scr_recycle_push(r, c, p);
   return 1;
 }
-/* A kept block of class c, or NULL. */
-static inline void *_scr_recycle_take(scr_arena *a, unsigned c) {
-  scr_recycled *r = &a->rc[c];
+/* A kept block of the class whose list is at a->rc plus `at` bytes, or
+ * NULL. */
+static inline void *_scr_recycle_take_at(scr_arena *a, uintptr_t at) {
+  scr_recycled *r = (scr_recycled *)((char *)a->rc + at);
+  unsigned c = (unsigned)(at / sizeof(scr_recycled));
   void *b = r->head;
   if (b == NULL) return NULL;
   SCR_UNPOISON(b, _scr_class_sizes[c]);
@@ -441,6 +462,10 @@ static inline void *_scr_recycle_take(scr_arena *a, unsigned c) {
   r->room++;
   _scr_block_set_word1(b, 0); /* handed out: no longer free */
   return b;
+}
+/* A kept block of class c, or NULL. */
+static inline void *_scr_recycle_take(scr_arena *a, unsigned c) {
+  return _scr_recycle_take_at(a, (uintptr_t)c * sizeof(scr_recycled));
 }
 
 /* pool.c: other arenas' blocks from full cache lists, for any thread's
@@ -499,6 +524,18 @@ static inline void _scr_remote_poll(scr_arena *a) {
   if (SCR_UNLIKELY(atomic_load_explicit(&a->remote, memory_order_relaxed) != NULL)) _scr_remote_drain(a);
 }
 
+/* huge_cache.c: the process's freed huge blocks, for any thread */
+SCR_INTERNAL void _scr_huge_cache_install(struct _scr_heap_hooks *hooks);
+SCR_INTERNAL uint64_t _scr_huge_cache_bytes(void);
+SCR_INTERNAL uint64_t _scr_huge_cache_decay(uint64_t now_ns, bool all, uint64_t *returned);
+SCR_INTERNAL void _scr_huge_cache_tick(void);
+SCR_INTERNAL void _scr_huge_cache_counts(uint64_t *blocks, uint64_t *bytes, uint64_t *munmaps, uint64_t *failures);
+SCR_INTERNAL void _scr_huge_cache_lock(void);   /* fork: held across it */
+SCR_INTERNAL void _scr_huge_cache_unlock(void);
+/* arena.c: the process budget of free memory kept committed (bytes) */
+SCR_INTERNAL uint64_t _scr_proc_budget(void);
+SCR_INTERNAL uint64_t _scr_proc_budget_huge(void); /* the huge-block cache's part */
+
 /* hooks.c: what the arena does when its heap maps a segment or takes a page */
 SCR_INTERNAL extern const struct _scr_heap_hooks _scr_arena_hooks;
 
@@ -550,30 +587,51 @@ static inline int _scr_share_wanted(void) {
 SCR_INTERNAL int _scr_proc_classify(const void *p, uintptr_t e);
 SCR_INTERNAL void _scr_proc_misuse(const char *call, const void *p, int kind) __attribute__((cold, noinline));
 SCR_INTERNAL int _scr_proc_check(const char *call, const void *p);
+/* y >= seg->slot_limit[idx] (the slot test, below), the limit read as a
+ * relaxed atomic (its holder may be carving a slot): one compare with the
+ * limit in memory.  GCC treats an atomic (or volatile) operand as
+ * volatile: it loads it apart, into a register, at an address computed
+ * apart, two instructions more on the free fast path.  An aligned 64-bit
+ * access is atomic on x86-64 (volatile: the compiler may not move the
+ * access above the tests that seg is a segment); ThreadSanitizer builds
+ * and other targets take the builtin, which TSan sees. */
+static inline bool _scr_slot_beyond(const scr_segment *seg, uintptr_t idx, uint64_t y) {
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+  bool beyond;
+  __asm__ volatile("cmpq %2, %1" : "=@ccae"(beyond) : "r"(y), "m"(seg->slot_limit[idx]));
+  return beyond;
+#else
+  return y >= __atomic_load_n(&seg->slot_limit[idx], __ATOMIC_RELAXED);
+#endif
+}
 /* p, in seg on a page whose class has list r, is not plainly a live
  * block of an arena: not one of the slots its page carved (the slot test,
  * core/src/misuse.c, against the page's slot_limit in the segment header,
  * which its holder writes: a relaxed load that needs the page's index
  * only, not its tag), or it holds the freed-block key.  Always true for
  * tag OTHER (large blocks, huge ones, free pages: classified on the slow
- * side): their slot_limit and the list's magic are 0. */
-static inline bool _scr_proc_block_suspect_r(const scr_segment *seg, const void *p, const scr_recycled *r) {
+ * side): their slot_limit and the list's magic are 0.  idx: p's page in
+ * seg; key: _scr_misuse.key, read once by the caller, which writes it
+ * into the block it keeps (a second read of the global after the block's
+ * first word is written is an instruction more: the compiler cannot tell
+ * that the two do not alias). */
+static inline bool _scr_proc_block_suspect_r(const scr_segment *seg, const void *p, uintptr_t idx, const scr_recycled *r,
+                                             uint64_t key) {
   uint64_t off = (uintptr_t)p & r->mask;
-  uintptr_t idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
-  return off * r->magic >= __atomic_load_n(&seg->slot_limit[idx], __ATOMIC_RELAXED) ||
-         _scr_block_word1(p) == _scr_misuse.key;
+  return _scr_slot_beyond(seg, idx, off * r->magic) || _scr_block_word1(p) == key;
 }
 /* The same by the page's tag, for callers that have no list at hand. */
 static inline bool _scr_proc_block_suspect(const scr_segment *seg, const void *p, unsigned tag) {
   const _scr_slot_geom *g = &_scr_misuse.geom[tag];
   uint64_t off = (uintptr_t)p & g->mask;
   uintptr_t idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
-  if (off * g->magic >= __atomic_load_n(&seg->slot_limit[idx], __ATOMIC_RELAXED)) return true;
+  if (_scr_slot_beyond(seg, idx, off * g->magic)) return true;
   return _scr_block_word1(p) == _scr_misuse.key;
 }
 
 /* malloc.c: the entry points used by override.c */
 SCR_INTERNAL size_t _scr_proc_usable_size_named(const void *p, const char *call);
+SCR_INTERNAL size_t _scr_arena_return_interior(scr_arena *a);
 SCR_INTERNAL size_t _scr_arena_trim(scr_arena *a); /* the holder: a's cache, pool share, remote frees, free pages back */
 
 #endif /* SCR_PROCESS_H */

@@ -44,6 +44,17 @@ void scr_stats(struct scr_stats *out) {
     pthread_mutex_unlock(&a->snap_lock);
   }
   _scr_pool_account(&lent);
+  /* the process's cached huge blocks belong to no arena (huge_cache.c) */
+  uint64_t hc_blocks, hc_bytes_, hc_munmaps, hc_failures;
+  _scr_huge_cache_counts(&hc_blocks, &hc_bytes_, &hc_munmaps, &hc_failures);
+  out->mmaps += hc_blocks;
+  out->bytes += hc_bytes_;
+  out->heap_total += hc_bytes_;
+  out->reserved_bytes += hc_bytes_;
+  out->cached_blocks += hc_blocks;
+  out->cached_bytes += hc_bytes_;
+  out->munmap_calls += hc_munmaps;
+  out->os_failures += hc_failures;
   /* Blocks a thread keeps for reuse and pooled blocks are live in their
    * owner's heap: off the sum.  (Snapshots of different times: never
    * below zero.) */
@@ -120,7 +131,20 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->share_joins = SCR_PLOAD_(share_joins);
   o->share_leaves = SCR_PLOAD_(share_leaves);
   o->share_collisions = SCR_PLOAD_(share_collisions);
+  o->trim_answers = SCR_PLOAD_(trim_answers);
+  o->trim_answer_bytes = SCR_PLOAD_(trim_answer_bytes);
+  o->interior_bytes = SCR_PLOAD_(interior_bytes);
+  o->interior_lazy_bytes = SCR_PLOAD_(interior_lazy_bytes);
+  o->huge_cache_puts = SCR_PLOAD_(huge_cache_puts);
+  o->huge_cache_hits = SCR_PLOAD_(huge_cache_hits);
+  o->huge_cache_evicted = SCR_PLOAD_(huge_cache_evicted);
+  o->huge_cache_decayed = SCR_PLOAD_(huge_cache_decayed);
 #undef SCR_PLOAD_
+  uint64_t munmaps, failures;
+  _scr_huge_cache_counts(&o->huge_cache_blocks, &o->huge_cache_bytes, &munmaps, &failures);
+  o->budget = _scr_proc_budget();
+  o->busy_bytes = atomic_load_explicit(&P->busy_bytes, memory_order_relaxed);
+  if (o->busy_bytes >> 62) o->busy_bytes = 0;
 }
 
 
@@ -213,6 +237,14 @@ void _scr_proc_report(int fd, bool per_arena) {
            pid, U(ps.discards), proc_mib(ps.discard_bytes), U(ps.discard_delay_ms), U(ps.delay_doublings),
            U(ps.prefaults), proc_mib(ps.prefault_bytes), U(ps.prefault_skipped), U(ps.huge_regions),
            thp[ps.thp_mode < 3 ? ps.thp_mode : 0], U(ps.dontdump_segments));
+  proc_write_line(&o, fd);
+  _scr_out_put(&o, "scralloc[%d]: budget %.2f MiB (free memory the process may keep committed; busy pages "
+           "%.2f MiB); huge cache %llu blocks, %.2f MiB (%llu put, %llu reused, %.2f MiB unmapped over the "
+           "budget, %.2f MiB after the decay); %llu trims by threads asked by another's (%.2f MiB); %.2f MiB given back inside free blocks of pages in use (%.2f MiB of it with MADV_FREE)\n",
+           pid, proc_mib(ps.budget), proc_mib(ps.busy_bytes), U(ps.huge_cache_blocks), proc_mib(ps.huge_cache_bytes),
+           U(ps.huge_cache_puts), U(ps.huge_cache_hits), proc_mib(ps.huge_cache_evicted),
+           proc_mib(ps.huge_cache_decayed), U(ps.trim_answers), proc_mib(ps.trim_answer_bytes),
+           proc_mib(ps.interior_bytes), proc_mib(ps.interior_lazy_bytes));
 #undef U
   proc_write_line(&o, fd);
   if (!per_arena) return;

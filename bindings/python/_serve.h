@@ -1,0 +1,62 @@
+/* The seam between _scralloc.c (Allocator objects) and _serve.c (Python's
+ * own allocations on a heap through PyMem_SetAllocator, and the peaks).
+ *
+ * Every Allocator has one record (scr_py_record), made with it and freed
+ * with it.  The Allocator's methods reach its heap through the _scr_py_*
+ * wrappers below: they take the record's lock when the heap serves
+ * Python's raw domain (called without the GIL), and they keep the record's
+ * heap_used mirror, from which the peak comes. */
+#ifndef SCRALLOC_PY_SERVE_H
+#define SCRALLOC_PY_SERVE_H
+
+#include <Python.h>
+
+#include "scralloc.h"
+
+typedef struct scr_py_record scr_py_record;
+
+/* ---- defined in _scralloc.c ---- */
+/* The record of an Allocator (self must be one). */
+scr_py_record *_scr_py_record_of(PyObject *self);
+
+/* ---- defined in _serve.c ---- */
+/* A record for a new Allocator (no heap yet); NULL (no exception set)
+ * when out of memory.  _scr_py_record_open gives it the heap __init__
+ * made. */
+scr_py_record *_scr_py_record_new(void);
+void _scr_py_record_open(scr_py_record *r, scr_heap *h);
+/* Frees the record of an Allocator being deallocated (never routed then:
+ * routing holds a reference to the Allocator). */
+void _scr_py_record_free(scr_py_record *r);
+/* Before close: 0, or -1 with RuntimeError while the heap serves Python or
+ * holds blocks Python made (after a gc.collect() that gives them a chance
+ * to go).  On 0 the record is unrouted and the heap may be destroyed. */
+int _scr_py_before_close(scr_py_record *r);
+/* The heap was destroyed. */
+void _scr_py_after_close(scr_py_record *r);
+
+/* The heap calls of the Allocator's methods, locked and tracked. */
+void *_scr_py_malloc(scr_py_record *r, size_t n);
+void *_scr_py_calloc(scr_py_record *r, size_t count, size_t size);
+void *_scr_py_aligned_alloc(scr_py_record *r, size_t alignment, size_t n);
+int _scr_py_realloc_checked(scr_py_record *r, void *p, size_t n, void **out);
+int _scr_py_free_checked(scr_py_record *r, void *p);
+void _scr_py_heap_stats(scr_py_record *r, struct scr_stats *out);
+/* Lock around any other heap call (no Python call in between). */
+void _scr_py_lock(scr_py_record *r);
+void _scr_py_unlock(scr_py_record *r);
+
+/* Adds peak_heap_used and the per-domain figures ("python") to a stats()
+ * dict; 0 or -1 with an exception. */
+int _scr_py_stats_add(scr_py_record *r, PyObject *d);
+
+/* Allocator methods and getters. */
+PyObject *_scr_py_serve_python(PyObject *self, PyObject *args, PyObject *kwds);
+PyObject *_scr_py_reset_peak(PyObject *self, PyObject *unused);
+PyObject *_scr_py_get_peak(PyObject *self, void *closure);
+PyObject *_scr_py_get_python_blocks(PyObject *self, void *closure);
+
+/* Module exec: the Serving type and the module functions of _serve.c. */
+int _scr_py_serve_exec(PyObject *m);
+
+#endif /* SCRALLOC_PY_SERVE_H */

@@ -1,0 +1,404 @@
+"""python -m scralloc run: a Python program with its memory on scralloc.
+
+    python -m scralloc run [options] script.py [args ...]
+    python -m scralloc run [options] -m module [args ...]
+
+By default the program runs in this interpreter inside
+``Allocator(**options).serve_python(domains)``: every allocation of the
+chosen domains comes from one scralloc heap, and a summary of that heap is
+printed at exit (on stderr, or to ``--output``): peak heapUsed, heapUsed
+and heapTotal at exit, peak RSS, the syscalls by kind, Python's calls per
+domain, and the size classes in use.
+
+``--preload`` runs the program instead as a child interpreter with
+``LD_PRELOAD=libscralloc.so`` (the process allocator serves every malloc
+of the process, not only Python's) and reports the same figures, read
+from the library's ``scr_process_stats_json`` in the child at exit; the
+child samples them every ``--interval`` ms for the peak heapUsed (the
+process allocator keeps no peak of its own).  The library is, in order:
+``--library PATH``, ``$SCRALLOC_LIBRARY``, ``libscralloc.so`` inside the
+installed package (none is shipped by ``pip install``), and
+``build/release/libscralloc.so`` of the checkout this package sits in
+(found from ``bindings/python/scralloc`` or ``build/python/*-lib/scralloc``)
+(``make build/release/libscralloc.so``).
+
+``--timeline FILE.csv`` records a :class:`scralloc.Sampler` row every
+``--interval`` ms (default 10) and writes them as CSV.  ``--json`` prints
+the summary as one JSON object.  Core options are ``--retain N``,
+``--retain-bytes 8M`` and so on (every name of ``scralloc.OPTIONS``; sizes
+take K, M, G).  The program's exit status is the command's.
+"""
+import json
+import os
+import runpy
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+import scralloc
+
+USAGE = "usage: python -m scralloc run [options] (script.py | -m module) [args ...]"
+DOMAINS = ("raw", "mem", "obj")
+MIB = 1024.0 * 1024.0
+
+
+def parse_size(text):
+    """'8M' -> 8388608; plain ints as they are."""
+    t = str(text).strip().upper()
+    mult = 1
+    for suffix, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
+        if t.endswith(suffix):
+            t, mult = t[:-1], m
+            break
+    try:
+        v = int(t, 0)
+    except ValueError:
+        raise ValueError(f"not a size: {text!r}") from None
+    if v < 0:
+        raise ValueError(f"not a size: {text!r}")
+    return v * mult
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse_args(argv):
+    """Our options up to the program: (options dict, module or None,
+    [script or module, args ...]).  The program's own arguments are never
+    looked at, so `-m test -v test_dict` passes `-v` to the program."""
+    opts = {"domains": ("mem", "obj"), "timeline": None, "interval": 10.0, "json": False,
+            "preload": False, "output": None, "library": None, "core": {}}
+    takes_value = {"--domains", "--timeline", "--interval", "--output", "-o", "--library"}
+    core_names = {"--" + name.replace("_", "-"): name for name in core_option_names()}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "-m":
+            if i + 1 >= len(argv):
+                raise UsageError("-m needs a module name")
+            return opts, argv[i + 1], argv[i + 1:]
+        if arg in ("-h", "--help"):
+            raise UsageError(None)
+        if not arg.startswith("-") or arg == "-":
+            return opts, None, argv[i:]
+        name, eq, value = arg.partition("=")
+        if name in ("--json", "--preload"):
+            if eq:
+                raise UsageError(f"{name} takes no value")
+            opts[name[2:]] = True
+            i += 1
+            continue
+        if name not in takes_value and name not in core_names:
+            raise UsageError(f"unknown option {name}")
+        if not eq:
+            if i + 1 >= len(argv):
+                raise UsageError(f"{name} needs a value")
+            value = argv[i + 1]
+            i += 1
+        i += 1
+        try:
+            if name in core_names:
+                opts["core"][core_names[name]] = parse_size(value)
+            elif name == "--domains":
+                doms = tuple(d.strip() for d in value.split(",") if d.strip())
+                bad = [d for d in doms if d not in DOMAINS]
+                if bad or not doms:
+                    raise ValueError(f"--domains: {value!r} (a list of raw, mem, obj)")
+                opts["domains"] = doms
+            elif name == "--interval":
+                opts["interval"] = float(value)
+                if not opts["interval"] > 0:
+                    raise ValueError("--interval must be > 0 ms")
+            elif name in ("--output", "-o"):
+                opts["output"] = value
+            else:
+                opts[name[2:]] = value
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    raise UsageError("no program given")
+
+
+def core_option_names():
+    return list(scralloc.OPTIONS)
+
+
+def options_help():
+    lines = []
+    for name, info in scralloc.OPTIONS.items():
+        lines.append(f"  --{name.replace('_', '-')} N   {info['doc']} (default {info['default']})")
+    return "\n".join(lines)
+
+
+HELP = f"""{USAGE}
+
+options:
+  --domains LIST     Python's allocator domains to serve: raw,mem,obj
+                     (default mem,obj; raw is called without the GIL and
+                     makes the heap take a lock)
+  --timeline FILE    write a Sampler row every --interval ms as CSV
+  --interval MS      sampling interval (default 10)
+  --json             the summary as one JSON object
+  -o, --output FILE  write the summary there instead of stderr
+  --preload          run a child python under LD_PRELOAD=libscralloc.so
+  --library PATH     the libscralloc.so for --preload
+core options (scralloc.OPTIONS; sizes take K, M, G):
+{options_help()}
+"""
+
+
+# ---- the summary ------------------------------------------------------
+
+def summary(mode, target, opts, stats, python, peak_heap_used, peak_rss, wall, status,
+            sampled_peak=None):
+    classes = [
+        {"class": i, **c} for i, c in enumerate(stats.get("classes", []))
+        if c.get("live") or c.get("pages")
+    ]
+    out = {
+        "mode": mode,
+        "program": target,
+        "options": opts["core"],
+        "domains": list(opts["domains"]) if mode == "serve_python" else None,
+        "status": status,
+        "wall_s": round(wall, 6),
+        "peak_heap_used": peak_heap_used,
+        "heap_used": stats.get("heap_used"),
+        "heap_total": stats.get("heap_total"),
+        "peak_rss": peak_rss,
+        "allocs": stats.get("allocs"),
+        "syscalls": {k: stats.get(k + "_calls", 0) for k in ("mmap", "munmap", "madvise", "mremap")},
+        "os_failures": stats.get("os_failures", 0),
+        "retained_bytes": stats.get("retained_bytes"),
+        "dirty_bytes": stats.get("dirty_bytes"),
+        "python": python,
+        "classes": classes,
+    }
+    if sampled_peak is not None:
+        out["peak_heap_total_sampled"] = sampled_peak
+    return out
+
+
+def mib(v):
+    return "-" if v is None else f"{v / MIB:.2f} MiB"
+
+
+def render(s):
+    lines = [f"scralloc run ({s['mode']}): {' '.join(s['program'])}"]
+    if s["domains"]:
+        lines[0] += f"  [domains {','.join(s['domains'])}]"
+    if s["options"]:
+        lines.append("  options        " + ", ".join(f"{k}={v}" for k, v in s["options"].items()))
+    lines.append(f"  exit status    {s['status']}   wall {s['wall_s']:.3f} s")
+    note = " (sampled)" if s["mode"] == "preload" else ""
+    lines.append(f"  peak heapUsed  {mib(s['peak_heap_used'])}{note}")
+    lines.append(f"  at exit        heapUsed {mib(s['heap_used'])}, heapTotal {mib(s['heap_total'])}, "
+                 f"{s['allocs']} live blocks")
+    if "peak_heap_total_sampled" in s:
+        lines.append(f"  peak heapTotal {mib(s['peak_heap_total_sampled'])} (sampled)")
+    lines.append(f"  peak RSS       {mib(s['peak_rss'])}")
+    sc = s["syscalls"]
+    lines.append(f"  syscalls       mmap {sc['mmap']}, munmap {sc['munmap']}, madvise {sc['madvise']}, "
+                 f"mremap {sc['mremap']}" + (f", {s['os_failures']} failed" if s["os_failures"] else ""))
+    if s["python"]:
+        parts = [f"{d} {f['calls']} calls ({f['blocks']} live, {mib(f['bytes'])})"
+                 for d, f in s["python"].items() if isinstance(f, dict) and f["calls"]]
+        if parts:
+            lines.append("  Python's calls " + "; ".join(parts))
+    if s["classes"]:
+        lines.append("  size classes at exit:")
+        lines.append("    class   block    live blocks     pages  retained")
+        for c in s["classes"]:
+            lines.append(f"    {c['class']:5d} {c['block_size']:7d} {c['live']:14d} {c['pages']:9d} "
+                         f"{c['retained']:9d}")
+    return "\n".join(lines) + "\n"
+
+
+def emit(s, opts):
+    text = json.dumps(s) + "\n" if opts["json"] else render(s)
+    if opts["output"]:
+        with open(opts["output"], "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stderr.flush()
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+
+# ---- running in this interpreter (serve_python) ----------------------
+
+def run_program(module, args):
+    """Run a script or module as __main__ with sys.argv = args; returns
+    the exit status (SystemExit's code, 1 for an uncaught exception)."""
+    sys.argv = list(args)
+    try:
+        if module is not None:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
+            runpy.run_path(args[0], run_name="__main__")
+    except SystemExit as e:
+        code = e.code
+        if code is None:
+            return 0
+        if isinstance(code, int):
+            return code
+        print(code, file=sys.stderr)
+        return 1
+    except BaseException:  # the program's uncaught exception, as python prints it
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def run_serve(opts, module, args):
+    a = scralloc.Allocator(**opts["core"])
+    sampler = None
+    if opts["timeline"]:
+        sampler = scralloc.Sampler(a, interval=opts["interval"] / 1000.0)
+    t0 = time.perf_counter()
+    with a.serve_python(domains=opts["domains"]):
+        if sampler is not None:
+            sampler.start()
+        try:
+            status = run_program(module, args)
+        finally:
+            if sampler is not None:
+                sampler.stop()
+    wall = time.perf_counter() - t0
+    stats = a.stats()
+    python = stats.pop("python")
+    sampled = None
+    if sampler is not None:
+        sampler.to_csv(opts["timeline"])
+        sampled = max((r.get("heap_total", 0) for r in sampler.rows), default=None)
+    s = summary("serve_python", args, opts, stats, python, stats["peak_heap_used"],
+                scralloc.peak_rss(), wall, status, sampled)
+    emit(s, opts)
+    # Closed if the program left nothing on it; else it stays open with the
+    # program's objects until the process ends.
+    if a.python_blocks == 0:
+        a.close()
+    else:
+        _KEEP.append(a)
+    return status
+
+
+_KEEP: list = []  # allocators the program left objects on
+
+
+# ---- running a child under LD_PRELOAD --------------------------------
+
+def find_library(explicit=None):
+    """The libscralloc.so for --preload (see the module's doc), or None."""
+    if explicit:
+        if not os.path.isfile(explicit):
+            raise UsageError(f"--library {explicit}: no such file")
+        return os.path.abspath(explicit)
+    here = os.path.dirname(os.path.abspath(scralloc.__file__))
+    candidates = [os.environ.get("SCRALLOC_LIBRARY"), os.path.join(here, "libscralloc.so")]
+    # a checkout: the package is bindings/python/scralloc or
+    # build/python/<flavour>-lib/scralloc below the directory holding build/
+    d = here
+    for _ in range(4):
+        d = os.path.dirname(d)
+        candidates.append(os.path.join(d, "build", "release", "libscralloc.so"))
+    for c in candidates:
+        if c and os.path.isfile(c):
+            return os.path.abspath(c)
+    return None
+
+
+# The child's side: run the program, sample the preloaded allocator, and
+# write its figures as JSON at exit.
+CHILD = r"""
+import json, os, sys, threading, time
+sys.path.insert(0, os.environ["SCRALLOC_RUN_PKG"])
+from scralloc.__main__ import run_program
+from scralloc.sampler import Sampler, preloaded_process_stats
+import scralloc
+report, timeline, interval = sys.argv[1], sys.argv[2], float(sys.argv[3])
+module = sys.argv[4] or None
+args = sys.argv[5:]
+if preloaded_process_stats() is None:
+    sys.exit("scralloc run --preload: malloc is not scralloc's in the child (LD_PRELOAD failed?)")
+sampler = Sampler("process", interval=interval / 1000.0)
+t0 = time.perf_counter()
+sampler.start()
+try:
+    status = run_program(module, args)
+finally:
+    sampler.stop()
+wall = time.perf_counter() - t0
+sampler.sample()
+d = preloaded_process_stats()
+if timeline:
+    sampler.to_csv(timeline)
+out = {"heap": d["heap"], "process": d["process"], "wall": wall, "status": status,
+       "peak_heap_used": max((r.get("heap_used", 0) for r in sampler.rows), default=None),
+       "peak_heap_total": max((r.get("heap_total", 0) for r in sampler.rows), default=None),
+       "peak_rss": scralloc.peak_rss()}
+with open(report, "w") as f:
+    json.dump(out, f)
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(status if isinstance(status, int) else 1)
+"""
+
+
+def run_preload(opts, module, args):
+    lib = find_library(opts["library"])
+    if lib is None:
+        raise UsageError("--preload: no libscralloc.so found (build it with `make "
+                         "build/release/libscralloc.so` in the checkout, or give --library "
+                         "PATH or SCRALLOC_LIBRARY)")
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = lib + ((" " + env["LD_PRELOAD"]) if env.get("LD_PRELOAD") else "")
+    env["SCRALLOC_RUN_PKG"] = os.path.dirname(os.path.dirname(os.path.abspath(scralloc.__file__)))
+    for name, value in opts["core"].items():
+        env["SCRALLOC_" + name.upper()] = str(value)
+    fd, report = tempfile.mkstemp(prefix="scralloc-run-", suffix=".json")
+    os.close(fd)
+    try:
+        cmd = [sys.executable, "-c", CHILD, report, opts["timeline"] or "",
+               str(opts["interval"]), module or ""] + list(args)
+        status = subprocess.call(cmd, env=env)
+        with open(report, encoding="utf-8") as f:
+            text = f.read()
+        if not text:
+            sys.stderr.write("scralloc run --preload: the child wrote no figures\n")
+            return status or 1
+        r = json.loads(text)
+    finally:
+        os.unlink(report)
+    s = summary("preload", args, opts, r["heap"], None, r["peak_heap_used"], r["peak_rss"],
+                r["wall"], r["status"], r["peak_heap_total"])
+    s["process"] = r["process"]
+    emit(s, opts)
+    return status
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(HELP)
+        return 0 if argv else 2
+    if argv[0] != "run":
+        print(f"python -m scralloc: unknown command {argv[0]!r}\n{USAGE}", file=sys.stderr)
+        return 2
+    try:
+        opts, module, args = parse_args(argv[1:])
+        if opts["preload"]:
+            return run_preload(opts, module, args)
+        return run_serve(opts, module, args)
+    except UsageError as e:
+        if e.args[0] is None:
+            print(HELP)
+            return 0
+        print(f"python -m scralloc run: {e.args[0]}\n{USAGE}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+/* The process's cache of freed huge blocks (each a mapping of its own,
+ * above huge_threshold).  A heap detaches a huge segment whose block is
+ * freed and puts it here (large.c, through the arena's hooks); a heap of
+ * any thread that needs a huge block takes the best one and resizes it
+ * (its tail unmapped, or grown with mremap, which moves pages without
+ * copying them), so the pages it keeps are reused resident instead of a
+ * munmap and a fresh mapping faulted in page by page (the issue's
+ * large-block program: 20 live blocks of 1-32 MiB, one replaced per step,
+ * took 2.3x glibc's time).
+ *
+ * Bounds: the bytes cached stay within the cache's part of the process
+ * budget (arena.c: _scr_proc_budget_huge, retain_budget plus a quarter of
+ * retain_ratio of the busy bytes); a block taken for a smaller request
+ * leaves its tail here as a block of its own where the tail spans a
+ * segment boundary and a huge block (segment.c: _scr_segment_attach);
+ * at most SCR_HUGE_CACHE_MAX blocks; a block cached longer than
+ * huge_decay_ms goes back, by the helper thread (discard.c), without a
+ * call from the program; scr_trim gives back every one.  Oldest first.
+ *
+ *   bytes == sum(e[i].seg->size), n <= SCR_HUGE_CACHE_MAX,
+ *   e[] ordered by at_ns (oldest first)
+ * A cached segment is on no heap's list; its seg->heap is the heap that
+ * freed it and huge_live is 0, so a double free of its block is still
+ * told as one (misuse.c). */
+#include "process.h"
+
+#define SCR_HUGE_CACHE_MAX 64
+
+static struct {
+  pthread_mutex_t lock;
+  unsigned n;
+  struct { scr_segment *seg; uint64_t at_ns; } e[SCR_HUGE_CACHE_MAX];
+} hc = {PTHREAD_MUTEX_INITIALIZER, 0, {{0, 0}}};
+
+static _Atomic uint64_t hc_bytes;   /* bytes cached (written under hc.lock) */
+static _Atomic int hc_wake;         /* the cache became non-empty: the helper is to look */
+static scr_os_counters hc_os;       /* munmaps of cached blocks (under hc.lock) */
+
+uint64_t _scr_huge_cache_bytes(void) { return atomic_load_explicit(&hc_bytes, memory_order_relaxed); }
+
+static void hc_remove_at(unsigned i) {
+  atomic_store_explicit(&hc_bytes, hc_bytes - hc.e[i].seg->size, memory_order_relaxed);
+  memmove(&hc.e[i], &hc.e[i + 1], (hc.n - i - 1) * sizeof hc.e[0]);
+  hc.n--;
+}
+
+/* Unmap the segments in out[0..n) (outside the lock). */
+static uint64_t hc_unmap(scr_segment **out, unsigned n) {
+  uint64_t bytes = 0;
+  scr_os_counters c = {0, 0, 0, 0, 0};
+  for (unsigned i = 0; i < n; i++) {
+    bytes += out[i]->size;
+    _scr_segment_unmap_detached(out[i], &c);
+  }
+  if (n) {
+    pthread_mutex_lock(&hc.lock);
+    hc_os.munmap_calls += c.munmap_calls;
+    hc_os.failures += c.failures;
+    pthread_mutex_unlock(&hc.lock);
+  }
+  return bytes;
+}
+
+static void hc_put(scr_heap *h, scr_segment *seg, void *arg) {
+  (void)h;
+  scr_arena *a = arg;
+  scr_segment *out[SCR_HUGE_CACHE_MAX + 1];
+  unsigned nout = 0;
+  _scr_arena_busy_publish(a, false); /* the block just left its heap's busy bytes */
+  uint64_t cap = _scr_proc_budget_huge();
+  pthread_mutex_lock(&hc.lock);
+  bool was_empty = hc.n == 0;
+  if (seg->size > cap) {
+    out[nout++] = seg; /* larger than the whole budget */
+  } else {
+    while (hc.n > 0 && (hc.n == SCR_HUGE_CACHE_MAX || hc_bytes + seg->size > cap)) {
+      out[nout++] = hc.e[0].seg;
+      hc_remove_at(0);
+    }
+    hc.e[hc.n].seg = seg;
+    hc.e[hc.n].at_ns = _scr_proc_now_ns();
+    hc.n++;
+    atomic_store_explicit(&hc_bytes, hc_bytes + seg->size, memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&hc.lock);
+  SCR_PC_ADD(huge_cache_puts, 1);
+  if (nout) SCR_PC_ADD(huge_cache_evicted, hc_unmap(out, nout));
+  if (was_empty && nout == 0) {
+    /* the helper starts counting the decay: woken at the arena's next
+     * tick, outside the heap call (it may have to be started) */
+    atomic_store_explicit(&hc_wake, 1, memory_order_relaxed);
+    a->ops |= SCR_ARENA_POLL_EVERY - 1;
+  }
+}
+
+/* The smallest cached block at offset `offset` that holds `size` bytes of
+ * mapping, else the largest smaller one (grown: only its new part
+ * faults). */
+static scr_segment *hc_take(scr_heap *h, size_t size, size_t offset, void *arg) {
+  (void)h, (void)arg;
+  if (_scr_huge_cache_bytes() == 0) return NULL;
+  int best = -1;
+  pthread_mutex_lock(&hc.lock);
+  for (unsigned i = 0; i < hc.n; i++) {
+    const scr_segment *s = hc.e[i].seg;
+    if (s->huge_offset != offset) continue;
+    if (best < 0) {
+      best = (int)i;
+      continue;
+    }
+    size_t b = hc.e[best].seg->size;
+    bool fits = s->size >= size, best_fits = b >= size;
+    if (fits ? (!best_fits || s->size < b) : (!best_fits && s->size > b)) best = (int)i;
+  }
+  scr_segment *seg = NULL;
+  if (best >= 0) {
+    seg = hc.e[best].seg;
+    hc_remove_at((unsigned)best);
+  }
+  pthread_mutex_unlock(&hc.lock);
+  if (seg) SCR_PC_ADD(huge_cache_hits, 1);
+  return seg;
+}
+
+void _scr_huge_cache_install(struct _scr_heap_hooks *hooks) {
+  hooks->huge_put = hc_put;
+  hooks->huge_take = hc_take;
+}
+
+/* Blocks cached since before now - huge_decay_ms go back (all of them
+ * when all); returns when the next one is due (UINT64_MAX: none). */
+uint64_t _scr_huge_cache_decay(uint64_t now_ns, bool all, uint64_t *returned) {
+  uint64_t delay = _scr_proc.opt.huge_decay_ms * 1000000u, next = UINT64_MAX;
+  scr_segment *out[SCR_HUGE_CACHE_MAX];
+  unsigned nout = 0;
+  pthread_mutex_lock(&hc.lock);
+  while (hc.n > 0 && (all || hc.e[0].at_ns + delay <= now_ns)) {
+    out[nout++] = hc.e[0].seg;
+    hc_remove_at(0);
+  }
+  if (hc.n > 0) next = hc.e[0].at_ns + delay;
+  pthread_mutex_unlock(&hc.lock);
+  uint64_t bytes = hc_unmap(out, nout);
+  if (returned) *returned = bytes;
+  if (bytes && !all) SCR_PC_ADD(huge_cache_decayed, bytes);
+  return next;
+}
+
+/* The arena's tick: wake the helper when the cache became non-empty. */
+void _scr_huge_cache_tick(void) {
+  if (SCR_UNLIKELY(atomic_load_explicit(&hc_wake, memory_order_relaxed)) &&
+      atomic_exchange_explicit(&hc_wake, 0, memory_order_relaxed))
+    _scr_helper_post();
+}
+
+void _scr_huge_cache_counts(uint64_t *blocks, uint64_t *bytes, uint64_t *munmaps, uint64_t *failures) {
+  pthread_mutex_lock(&hc.lock);
+  *blocks = hc.n;
+  *bytes = hc_bytes;
+  *munmaps = hc_os.munmap_calls;
+  *failures = hc_os.failures;
+  pthread_mutex_unlock(&hc.lock);
+}
+
+void _scr_huge_cache_lock(void) { pthread_mutex_lock(&hc.lock); }
+void _scr_huge_cache_unlock(void) { pthread_mutex_unlock(&hc.lock); }

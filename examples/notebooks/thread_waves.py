@@ -1,0 +1,82 @@
+"""Waves of threads that exit and come back, under the process allocator.
+
+    LD_PRELOAD=build/release/libscralloc.so PYTHONMALLOC=malloc \\
+        python3 thread_waves.py [--waves N] [--threads N] [--mib N] [--idle S] [--csv FILE]
+
+Each wave starts THREADS threads that allocate MIB MiB each in small
+objects, free them and exit: their arenas are parked.  The program then
+waits for the discard helper to return the parked arenas' pages (at most
+ten discard delays) and starts the next wave at once, as a program whose
+threads keep coming back does: each such return doubles the discard delay,
+up to its cap.  After the last wave it stays idle IDLE seconds.  A
+scralloc.Sampler reads the process allocator's figures all along; the rows
+go to FILE (CSV, default stdout), each marked with the wave running.
+Set SCRALLOC_DISCARD_DELAY_MS and SCRALLOC_DISCARD_DELAY_MAX_MS to scale.
+"""
+import argparse
+import sys
+import threading
+import time
+
+import scralloc
+from scralloc.sampler import preloaded_process_stats
+
+
+def worker(mib):
+    block = 512
+    keep = [bytearray(block) for _ in range((mib << 20) // (block + 64))]
+    for b in keep[::97]:
+        b[0] = 1
+    del keep
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--waves", type=int, default=6)
+    ap.add_argument("--threads", type=int, default=4)
+    ap.add_argument("--mib", type=int, default=16)
+    ap.add_argument("--idle", type=float, default=3.0)
+    ap.add_argument("--interval", type=float, default=0.01)
+    ap.add_argument("--csv")
+    args = ap.parse_args()
+    if preloaded_process_stats() is None:
+        sys.exit("thread_waves.py: malloc is not scralloc's: run it with LD_PRELOAD=libscralloc.so")
+
+    wave = 0
+    sampler = scralloc.Sampler(None)            # the preloaded process allocator
+    stop = threading.Event()
+
+    def sample_loop():                          # rows marked with the wave running (0: none)
+        while not stop.is_set():
+            sampler.sample(wave=wave)
+            stop.wait(args.interval)
+
+    t = threading.Thread(target=sample_loop)
+    t.start()
+    for w in range(1, args.waves + 1):
+        wave = w
+        threads = [threading.Thread(target=worker, args=(args.mib,)) for _ in range(args.threads)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        wave = 0
+        # wait for the discard of the parked arenas (ten delays at most)
+        before = preloaded_process_stats()["process"]
+        deadline = time.monotonic() + 10 * before["discard_delay_ms"] / 1000
+        while time.monotonic() < deadline:
+            if preloaded_process_stats()["process"]["discards"] > before["discards"]:
+                break
+            time.sleep(0.005)
+    time.sleep(args.idle)
+    stop.set()
+    t.join()
+    sampler.sample(wave=0)
+    if args.csv:
+        sampler.to_csv(args.csv)
+    else:
+        sampler.to_csv(sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,416 @@
+/* Retention of the process allocator (docs/process.md, "Freed pages wait
+ * before they go back" and "The budget"): the budget of free pages kept
+ * committed grows with what the arenas' live blocks take (retain_ratio),
+ * so a thread that frees and allocates bursts as large as what it keeps
+ * live reuses its freed pages without madvise; an exiting thread's arena
+ * gives back what it kept above retain_bytes at park; freed huge blocks
+ * serve later requests of other sizes and other threads; and a trim from
+ * one thread reaches the arenas of threads that are alive and busy.
+ * Runs in the debug, ASan+UBSan and TSan builds. */
+#include "arena_probe.h"
+#include "check.h"
+#include "scralloc.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+enum {
+  LIVE_BLOCK = 8192,
+  LIVE_BLOCKS = 1024,       /* 8 MiB kept live */
+  BURST_BLOCK = 100 << 10,  /* two pages each */
+  BURST_BLOCKS = 48,        /* 4.7 MiB freed and allocated again each round */
+  ROUNDS = 6,
+};
+
+struct burst_result {
+  uint64_t madvise_calls;  /* the arena's, over rounds 2..ROUNDS */
+  unsigned arena;          /* the arena the thread held */
+  uint64_t dirty_before_exit;
+};
+
+/* Builds a live set, then allocates, writes and frees a burst per round;
+ * counts its arena's madvise calls after the first round. */
+static void *burst_thread(void *arg) {
+  struct burst_result *r = arg;
+  void *mark = scr_malloc(57000); /* its arena is the one with a block of class 57344 */
+  void **live = scr_malloc(LIVE_BLOCKS * sizeof(void *));
+  for (int i = 0; i < LIVE_BLOCKS; i++) {
+    live[i] = scr_malloc(LIVE_BLOCK);
+    memset(live[i], 7, LIVE_BLOCK);
+  }
+  void *burst[BURST_BLOCKS];
+  struct scr_stats st0, st1;
+  memset(&st0, 0, sizeof st0);
+  r->arena = arena_with_live(57344);
+  CHECK(r->arena != UINT32_MAX);
+  for (int round = 0; round < ROUNDS; round++) {
+    if (round == 1) scr_arena_stats(r->arena, &st0);
+    for (int i = 0; i < BURST_BLOCKS; i++) {
+      burst[i] = scr_malloc(BURST_BLOCK);
+      CHECK(burst[i] != NULL);
+      memset(burst[i], round, BURST_BLOCK);
+    }
+    for (int i = 0; i < BURST_BLOCKS; i++) scr_free(burst[i]);
+  }
+  scr_arena_stats(r->arena, &st1);
+  r->madvise_calls = st1.madvise_calls - st0.madvise_calls;
+  r->dirty_before_exit = st1.dirty_bytes;
+  for (int i = 0; i < LIVE_BLOCKS; i++) scr_free(live[i]);
+  scr_free(live);
+  scr_free(mark);
+  return NULL;
+}
+
+static struct burst_result run_bursts(void) {
+  struct burst_result r;
+  memset(&r, 0, sizeof r);
+  pthread_t t;
+  pthread_create(&t, NULL, burst_thread, &r);
+  pthread_join(t, NULL);
+  return r;
+}
+
+/* With the proportional budget the thread's freed bursts wait committed
+ * and the next round takes them: no madvise.  With retain_ratio 0 (the
+ * fixed 4 MiB budget alone) the same rounds give pages back every round:
+ * the test would fail without the ratio. */
+static void test_bursts_reuse_freed_pages(void) {
+  scr_process_option_set("retain_ratio_above", "0"); /* its 8 MiB count (64 MiB by default) */
+  scr_process_option_set("retain_ratio", "0");
+  struct burst_result fixed = run_bursts();
+  scr_process_option_set("retain_ratio", "100");
+  struct burst_result ratio = run_bursts();
+  printf("  madvise calls over %d rounds: %llu with retain_ratio 0, %llu with 100\n", ROUNDS - 1,
+         (unsigned long long)fixed.madvise_calls, (unsigned long long)ratio.madvise_calls);
+  CHECK(fixed.madvise_calls >= ROUNDS - 1);
+  CHECK(ratio.madvise_calls <= 2);
+  /* what the thread kept above retain_bytes went back when it exited */
+  CHECK(ratio.dirty_before_exit >= (uint64_t)2 << 20);
+  struct scr_stats st;
+  CHECK(scr_arena_stats(ratio.arena, &st) == SCR_OK);
+  printf("  dirty before exit %llu KiB, after park %llu KiB\n", (unsigned long long)(ratio.dirty_before_exit >> 10),
+         (unsigned long long)(st.dirty_bytes >> 10));
+  CHECK(st.dirty_bytes + st.retained_bytes <= (uint64_t)512 << 10);
+  /* below retain_ratio_above the proportional part adds nothing */
+  scr_process_option_set("retain_ratio_above", "64M");
+  struct burst_result small = run_bursts();
+  printf("  madvise calls with 8 MiB live and retain_ratio_above 64M: %llu\n", (unsigned long long)small.madvise_calls);
+  CHECK(small.madvise_calls >= ROUNDS - 1);
+  scr_process_option_set("retain_ratio_above", "0");
+}
+
+static struct scr_process_stats pstats(void) {
+  struct scr_process_stats ps;
+  scr_process_stats(&ps);
+  return ps;
+}
+
+struct huge_job { size_t n; void *freed; };
+static void *huge_freer(void *arg) {
+  struct huge_job *j = arg;
+  uint8_t *p = scr_malloc(j->n);
+  CHECK(p != NULL);
+  memset(p, 0x5a, j->n);
+  j->freed = p;
+  scr_free(p);
+  return NULL;
+}
+
+/* A huge block one thread freed serves another thread's request of
+ * another size: smaller (its tail unmapped) or larger (grown); a calloc
+ * from it reads as zero; it is still known as freed (a second free is a
+ * double free); trim gives back what the cache holds. */
+static void test_huge_blocks_reused_by_any_thread(void) {
+  scr_trim();
+  struct scr_process_stats ps0 = pstats();
+  size_t n = (size_t)3 << 20; /* within retain_budget (4 MiB) with nothing else live */
+  struct huge_job job = {n, NULL};
+  pthread_t t;
+  pthread_create(&t, NULL, huge_freer, &job);
+  pthread_join(t, NULL);
+  void *freed = job.freed;
+  struct scr_process_stats ps1 = pstats();
+  CHECK_EQ(ps1.huge_cache_puts, ps0.huge_cache_puts + 1);
+  struct scr_stats st;
+  scr_stats(&st);
+  CHECK(st.cached_bytes >= n);
+  /* a double free of the cached block is told as one */
+  scr_process_option_set("on_error", "ignore");
+  scr_free(freed);
+  CHECK_EQ(pstats().double_frees, ps1.double_frees + 1);
+  scr_process_option_set("on_error", "abort");
+
+  uint64_t mmaps0 = st.mmap_calls;
+  uint8_t *p = scr_malloc((size_t)2 << 20); /* smaller: the tail goes */
+  CHECK(p == freed);
+  CHECK(p[0] == 0x5a); /* reused, not a fresh mapping */
+  CHECK_EQ(pstats().huge_cache_hits, ps1.huge_cache_hits + 1);
+  scr_stats(&st);
+  CHECK_EQ(st.mmap_calls, mmaps0);
+  scr_free(p);
+  size_t big = (size_t)7 << 19; /* 3.5 MiB */
+  uint8_t *q = scr_calloc(1, big); /* larger: grown, and zeroed */
+  CHECK(q != NULL);
+  bool zero = q[big - 1] == 0;
+  for (size_t i = 0; i < big; i += 4096) zero &= q[i] == 0;
+  CHECK(zero);
+  CHECK_EQ(pstats().huge_cache_hits, ps1.huge_cache_hits + 2);
+  scr_free(q);
+  scr_stats(&st);
+  CHECK(st.cached_blocks >= 1);
+  CHECK(scr_trim() >= big);
+  scr_stats(&st);
+  CHECK_EQ(st.cached_bytes, 0);
+}
+
+static void *free_it(void *p) {
+  scr_free(p); /* another thread's block: a remote free, which writes the freed-block key into it */
+  return NULL;
+}
+
+/* A huge block that another thread freed (its second word then holds the
+ * freed-block key) serves a malloc from the cache; a realloc of it to a
+ * small size copies its first bytes into a small block, which must not
+ * then look freed: its free is not a double free. */
+static void test_reused_block_is_not_freed(void) {
+  scr_trim();
+  size_t n = (size_t)2 << 20;
+  uint8_t *p = scr_malloc(n);
+  p[0] = 1;
+  pthread_t t;
+  pthread_create(&t, NULL, free_it, p);
+  pthread_join(t, NULL);
+  for (int i = 0; i < 64; i++) scr_free(scr_malloc(20000)); /* the owner drains its remote frees */
+  struct scr_process_stats ps0 = pstats();
+  uint8_t *q = scr_malloc(n); /* from the cache, as it was (first bytes unwritten) */
+  CHECK_EQ(pstats().huge_cache_hits, ps0.huge_cache_hits + 1);
+  uint8_t *r = scr_realloc(q, 100); /* moves: its first 100 bytes come along */
+  CHECK(r != NULL);
+  scr_process_option_set("on_error", "ignore");
+  scr_free(r);
+  CHECK_EQ(pstats().double_frees, ps0.double_frees);
+  scr_process_option_set("on_error", "abort");
+}
+
+/* A cached block taken for a much smaller request leaves the part of its
+ * tail past the next 4 MiB boundary in the cache, resident, as a block of
+ * its own, which serves the next request without a new mapping. */
+static void test_huge_block_tail_stays_cached(void) {
+  scr_trim();
+  scr_process_option_set("retain_budget", "64M");
+  size_t big = (size_t)9 << 20;
+  uint8_t *p = scr_malloc(big);
+  memset(p, 0x77, big);
+  scr_free(p);
+  struct scr_process_stats ps0 = pstats();
+  struct scr_stats st0, st1;
+  scr_stats(&st0);
+  uint8_t *a = scr_malloc((size_t)2 << 20); /* the 9 MiB block, cut */
+  CHECK(a == p);
+  struct scr_process_stats ps1 = pstats();
+  CHECK_EQ(ps1.huge_cache_hits, ps0.huge_cache_hits + 1);
+  CHECK_EQ(ps1.huge_cache_puts, ps0.huge_cache_puts + 1); /* its tail */
+  CHECK(ps1.huge_cache_bytes >= ((size_t)5 << 20));
+  uint8_t *b = scr_malloc((size_t)4 << 20); /* the tail, resident */
+  CHECK(b == p + ((size_t)4 << 20)); /* the next segment boundary, past its header page */
+  CHECK(b[0] == 0x77 && b[((size_t)4 << 20) - 1] == 0x77);
+  scr_stats(&st1);
+  CHECK_EQ(st1.mmap_calls, st0.mmap_calls);
+  CHECK_EQ(pstats().huge_cache_hits, ps0.huge_cache_hits + 2);
+  scr_process_option_set("on_error", "ignore"); /* the tail's block was never handed out as such before */
+  CHECK_EQ(scr_usable_size(b), ((size_t)4 << 20));
+  scr_process_option_set("on_error", "abort");
+  memset(a, 1, (size_t)2 << 20);
+  memset(b, 2, (size_t)4 << 20);
+  scr_free(a);
+  scr_free(b);
+  scr_trim();
+  struct scr_stats st;
+  scr_stats(&st);
+  CHECK_EQ(st.cached_bytes, 0);
+  scr_process_option_set("retain_budget", "4M");
+}
+
+/* The helper thread unmaps a cached huge block huge_decay_ms after it
+ * was freed, without any call from the program. */
+static void test_huge_blocks_decay(void) {
+  scr_trim();
+  scr_process_option_set("huge_decay_ms", "50");
+  struct scr_process_stats ps0 = pstats();
+  void *p = scr_malloc((size_t)3 << 20);
+  memset(p, 1, (size_t)3 << 20);
+  scr_free(p);
+  for (int i = 0; i < 64; i++) scr_free(scr_malloc(20000)); /* heap calls: the tick wakes the helper */
+  struct scr_stats st;
+  scr_stats(&st);
+  CHECK(st.cached_bytes >= ((size_t)3 << 20));
+  for (int i = 0; i < 200 && pstats().huge_cache_decayed == ps0.huge_cache_decayed; i++) usleep(10000);
+  scr_stats(&st);
+  CHECK(pstats().huge_cache_decayed >= ps0.huge_cache_decayed + ((size_t)3 << 20));
+  CHECK_EQ(st.cached_bytes, 0);
+  scr_process_option_set("huge_decay_ms", "1000");
+}
+
+static _Atomic int busy_stop, busy_ready;
+static _Atomic unsigned busy_arena = UINT32_MAX;
+
+/* Keeps freed pages dirty, then calls the allocator without pause (each
+ * call reaches its heap: blocks past the thread's cache) until told to
+ * stop. */
+static void *busy_thread(void *arg) {
+  (void)arg;
+  void *mark = scr_malloc(57000);
+  void *burst[BURST_BLOCKS];
+  for (int i = 0; i < BURST_BLOCKS; i++) memset(burst[i] = scr_malloc(BURST_BLOCK), 1, BURST_BLOCK);
+  void *live = scr_malloc((size_t)8 << 20); /* keeps the budget's proportional part above the burst */
+  for (int i = 0; i < BURST_BLOCKS; i++) scr_free(burst[i]);
+  atomic_store(&busy_arena, arena_with_live(57344));
+  atomic_store(&busy_ready, 1);
+  while (!atomic_load(&busy_stop)) scr_free(scr_malloc(200000));
+  scr_free(live);
+  scr_free(mark);
+  return NULL;
+}
+
+/* scr_trim from the main thread reaches the arena of a thread that is
+ * alive and busy: the thread trims at its next tick. */
+static void test_trim_reaches_busy_threads(void) {
+  atomic_store(&busy_stop, 0);
+  atomic_store(&busy_ready, 0);
+  pthread_t t;
+  pthread_create(&t, NULL, busy_thread, NULL);
+  while (!atomic_load(&busy_ready)) usleep(1000);
+  unsigned a = atomic_load(&busy_arena);
+  CHECK(a != UINT32_MAX);
+  struct scr_stats st;
+  scr_arena_stats(a, &st);
+  uint64_t dirty0 = st.dirty_bytes;
+  struct scr_process_stats ps0 = pstats();
+  scr_trim();
+  uint64_t dirty1 = dirty0;
+  for (int i = 0; i < 500 && pstats().trim_answers == ps0.trim_answers; i++) usleep(2000);
+  scr_arena_stats(a, &st);
+  dirty1 = st.dirty_bytes;
+  struct scr_process_stats ps1 = pstats();
+  atomic_store(&busy_stop, 1);
+  pthread_join(t, NULL);
+  printf("  busy thread's arena: %llu KiB dirty before the trim, %llu KiB after; %llu KiB given back by it\n",
+         (unsigned long long)(dirty0 >> 10), (unsigned long long)(dirty1 >> 10),
+         (unsigned long long)((ps1.trim_answer_bytes - ps0.trim_answer_bytes) >> 10));
+  CHECK(dirty0 >= (uint64_t)2 << 20);
+  CHECK(ps1.trim_answers >= ps0.trim_answers + 1);
+  CHECK(ps1.trim_answer_bytes - ps0.trim_answer_bytes >= dirty0 / 2);
+  CHECK(dirty1 < dirty0 / 2);
+}
+
+/* Whether the OS page at p is resident. */
+static int resident(const void *p) {
+  unsigned char v = 0;
+  uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
+  if (mincore((void *)((uintptr_t)p & ~(ps - 1)), ps, &v) != 0) return -1;
+  return v & 1;
+}
+
+enum { SLOT = 16384, SLOTS = 64 };
+
+/* Free 16 KiB slots among live ones: scr_trim gives back the OS pages
+ * inside each free slot past its first (which keeps the free list's link
+ * and the freed-block key: a second free is still a double free); the
+ * live slots are untouched; the slots serve mallocs and callocs again
+ * (calloc's read as zero). */
+static void test_interior_return(void) {
+  uint8_t *p[SLOTS];
+  for (int i = 0; i < SLOTS; i++) {
+    p[i] = scr_malloc(SLOT);
+    CHECK(p[i] != NULL);
+    memset(p[i], i & 3 ? 0xAA : (uint8_t)i, SLOT);
+  }
+  for (int i = 0; i < SLOTS; i++)
+    if (i & 3) scr_free(p[i]);
+  struct scr_process_stats ps0 = pstats();
+  scr_trim();
+  struct scr_process_stats ps1 = pstats();
+  uint64_t got = ps1.interior_bytes - ps0.interior_bytes, lazy = ps1.interior_lazy_bytes - ps0.interior_lazy_bytes;
+  printf("  %llu KiB given back inside free slots (%llu KiB with MADV_FREE)\n", (unsigned long long)(got >> 10),
+         (unsigned long long)(lazy >> 10));
+  CHECK(got >= (uint64_t)(SLOTS * 3 / 4 - 2) * (SLOT - 4096)); /* every free slot's 12 KiB (one may sit in a cache) */
+  bool lazy_mode = getenv("SCRALLOC_MADV_FREE_BELOW") != NULL;
+  if (lazy_mode) CHECK(lazy == got);
+  else CHECK(lazy == 0);
+  unsigned gone = 0, kept = 0;
+  for (int i = 0; i < SLOTS; i++) {
+    if (i & 3) {
+      gone += !lazy_mode && resident(p[i] + 8192) == 0;
+    } else {
+      bool same = true;
+      for (int k = 0; k < SLOT; k += 512) same &= p[i][k] == (uint8_t)i;
+      kept += same && resident(p[i] + 8192) == 1;
+    }
+  }
+  if (!lazy_mode) CHECK(gone >= SLOTS * 3 / 4 - 2);
+  CHECK_EQ(kept, SLOTS / 4);
+  /* a second trim finds them given back already */
+  scr_trim();
+  CHECK_EQ(pstats().interior_bytes, ps1.interior_bytes);
+  /* the freed-block key survived in each slot's first page */
+  scr_process_option_set("on_error", "ignore");
+  scr_free(p[1]);
+  CHECK_EQ(pstats().double_frees, ps1.double_frees + 1);
+  scr_process_option_set("on_error", "abort");
+  /* the slots serve again; callocs read as zero */
+  uint8_t *q[SLOTS];
+  bool zero = true;
+  for (int i = 0; i < SLOTS; i++) {
+    q[i] = i & 1 ? scr_calloc(1, SLOT) : scr_malloc(SLOT);
+    CHECK(q[i] != NULL);
+    if (i & 1)
+      for (int k = 0; k < SLOT; k += 64) zero &= q[i][k] == 0;
+    memset(q[i], 0x11, SLOT);
+  }
+  CHECK(zero);
+  for (int i = 0; i < SLOTS; i++) {
+    if ((i & 3) == 0) {
+      bool same = true;
+      for (int k = 0; k < SLOT; k += 512) same &= p[i][k] == (uint8_t)i;
+      CHECK(same);
+      scr_free(p[i]);
+    }
+    scr_free(q[i]);
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "lazy") == 0) { /* MADV_FREE for every interior range */
+    setenv("SCRALLOC_MADV_FREE_BELOW", "1G", 1);
+    scr_process_option_set("share", "0");
+    TEST(test_interior_return);
+    return check_done();
+  }
+  /* A purge pass decommits pages freed more than purge_delay_ms before;
+   * sanitizer builds are slow enough for a round to take that long. */
+  setenv("SCRALLOC_PURGE_DELAY_MS", "2000", 1);
+  scr_process_option_set("share", "0");
+  scr_process_option_set("discard_delay_ms", "100000");
+  scr_process_option_set("retain_ratio_above", "0"); /* the tests' live sets are small */
+  TEST(test_bursts_reuse_freed_pages);
+  TEST(test_huge_blocks_reused_by_any_thread);
+  TEST(test_huge_block_tail_stays_cached);
+  TEST(test_reused_block_is_not_freed);
+  TEST(test_huge_blocks_decay);
+  TEST(test_trim_reaches_busy_threads);
+  TEST(test_interior_return);
+  {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s lazy", argv[0]);
+    CHECK(system(cmd) == 0); /* the same with MADV_FREE */
+  }
+  scr_trim();
+  CHECK(scr_process_validate() == SCR_OK);
+  return check_done();
+}

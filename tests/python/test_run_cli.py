@@ -1,0 +1,110 @@
+"""python -m scralloc run: a program on a scralloc heap, its summary, its
+exit status, the timeline, --preload."""
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import scralloc
+from scralloc.__main__ import find_library
+
+PKG = os.path.dirname(os.path.dirname(os.path.abspath(scralloc.__file__)))
+
+PROGRAM = '''
+import sys
+table = {i: [str(i) * 5] for i in range(20_000)}
+print("entries", len(table), sys.argv[1:])
+if "--fail" in sys.argv:
+    sys.exit(3)
+if "--raise" in sys.argv:
+    raise KeyError("boom")
+'''
+
+
+def run(tmp_path, *args, env_extra=None):
+    prog = tmp_path / "prog.py"
+    prog.write_text(PROGRAM)
+    env = dict(os.environ, PYTHONPATH=PKG + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.update(env_extra or {})
+    args = [str(prog) if a == "PROG" else a for a in args]
+    return subprocess.run([sys.executable, "-m", "scralloc", "run", *args], env=env,
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+
+def test_summary_on_stderr(tmp_path):
+    r = run(tmp_path, "--retain", "0", "PROG", "a", "-x")
+    assert r.returncode == 0, r.stderr
+    assert "entries 20000 ['a', '-x']" in r.stdout      # the program's own arguments
+    err = r.stderr
+    assert "scralloc run (serve_python):" in err and "options        retain=0" in err
+    for line in ("peak heapUsed", "at exit", "peak RSS", "syscalls       mmap",
+                 "Python's calls", "size classes at exit"):
+        assert line in err, err
+
+
+def test_json_report_and_exit_status(tmp_path):
+    out = tmp_path / "s.json"
+    r = run(tmp_path, "--json", "-o", str(out), "--retain-bytes", "1M", "PROG", "--fail")
+    assert r.returncode == 3, r.stderr
+    s = json.loads(out.read_text())
+    assert s["status"] == 3 and s["mode"] == "serve_python"
+    assert s["options"] == {"retain_bytes": 1 << 20}
+    assert s["domains"] == ["mem", "obj"]
+    assert s["peak_heap_used"] > 20_000 * 50 >= 0       # the table was on the heap
+    assert s["python"]["obj"]["calls"] > 40_000
+    assert s["syscalls"]["mmap"] >= 1 and set(s["syscalls"]) == {"mmap", "munmap", "madvise", "mremap"}
+    assert any(c["block_size"] == 64 for c in s["classes"])
+
+
+def test_uncaught_exception_and_module(tmp_path):
+    r = run(tmp_path, "PROG", "--raise")
+    assert r.returncode == 1 and "KeyError: 'boom'" in r.stderr and "peak heapUsed" in r.stderr
+    r = run(tmp_path, "--json", "-m", "json.tool", "--help")
+    assert r.returncode == 0 and "usage" in r.stdout
+    assert json.loads(r.stderr.strip().splitlines()[-1])["program"][0] == "json.tool"
+
+
+def test_timeline(tmp_path):
+    tl = tmp_path / "t.csv"
+    r = run(tmp_path, "--timeline", str(tl), "--interval", "2", "--domains", "raw,mem,obj", "PROG")
+    assert r.returncode == 0, r.stderr
+    with tl.open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) >= 2 and "heap_used" in rows[0] and "rss" in rows[0]
+    assert max(int(row["heap_used"]) for row in rows) > 0
+    assert "[domains raw,mem,obj]" in r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--retain"], "--retain needs a value"),
+    (["--nosuch", "1", "PROG"], "unknown option --nosuch"),
+    (["--domains", "heap", "PROG"], "a list of raw, mem, obj"),
+    (["--retain", "lots", "PROG"], "not a size"),
+    ([], "no program given"),
+])
+def test_bad_usage(tmp_path, args, message):
+    r = run(tmp_path, *args)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(find_library() is None,
+                    reason="no libscralloc.so (make build/release/libscralloc.so)")
+def test_preload(tmp_path):
+    out = tmp_path / "s.json"
+    r = run(tmp_path, "--preload", "--json", "-o", str(out), "--retain", "0", "PROG", "z",
+            env_extra={"PYTHONMALLOC": "malloc"})
+    assert r.returncode == 0, r.stderr
+    assert "entries 20000 ['z']" in r.stdout
+    s = json.loads(out.read_text())
+    assert s["mode"] == "preload" and s["status"] == 0
+    # PYTHONMALLOC=malloc: the objects were the process allocator's
+    assert s["peak_heap_used"] > 20_000 * 50 and s["process"]["arenas"] >= 1
+    assert s["syscalls"]["mmap"] >= 1
+
+
+def test_preload_library_not_found(tmp_path):
+    r = run(tmp_path, "--preload", "--library", str(tmp_path / "none.so"), "PROG")
+    assert r.returncode == 2 and "none.so: no such file" in r.stderr

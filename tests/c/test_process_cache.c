@@ -178,7 +178,7 @@ static void test_full_big_lists_grow_within_the_budget(void) {
 
 /* A run: a thread's list of a small class (base cap 64 blocks) grows
  * with its own frees past the cap, up to 1,024 blocks, within the same
- * budget, so that a run of 1,000 mallocs and frees is served by the
+ * budget, while no other thread holds an arena, so that a run of 1,000 mallocs and frees is served by the
  * list; blocks of 48 B, a run of RUN_N. */
 enum { RUN_N = 1000 };
 static void *run_rounds(void *arg) {
@@ -198,12 +198,15 @@ static void *run_rounds(void *arg) {
 static void test_small_lists_grow_to_a_run(void) {
   CHECK(scr_process_option_set("cache_grow", "2M") == SCR_OK);
   uint64_t grows[2] = {99, 99};
-  run_thread(run_rounds, grows);
+  run_rounds(grows); /* the main thread, alone (the others' arenas are parked) */
   CHECK_EQ(grows[0], RUN_N - 64); /* every free past the base cap */
   CHECK_EQ(grows[1], 0);          /* the second run fits the grown list */
+  grows[0] = grows[1] = 99;
+  run_thread(run_rounds, grows); /* a thread while the main thread holds its arena */
+  CHECK_EQ(grows[0], 0);         /* small lists grow only alone */
   CHECK(scr_process_option_set("cache_grow", "0") == SCR_OK);
   grows[0] = grows[1] = 99;
-  run_thread(run_rounds, grows);
+  run_rounds(grows);
   CHECK_EQ(grows[0], 0); /* fixed caps */
   CHECK(scr_process_option_set("cache_grow", "2M") == SCR_OK);
 }

@@ -131,9 +131,9 @@ static void recycle_empty_list(scr_arena *a, unsigned c, uint32_t max) {
  * arena's grown bytes stay within its share of cache_grow (false: it
  * does not).
  *
- * Small classes: a thread that mallocs a run of blocks and frees it
- * (containers built and dropped) had 64 of them from its list and the
- * rest through its pages, twice the cost of a pair each
+ * Small classes (while no other thread holds an arena): a thread that
+ * mallocs a run of blocks and frees it (containers built and dropped)
+ * had 64 of them from its list and the rest through its pages, twice the cost of a pair each
  * (bench/proc_runs.c, runs of 1,000 blocks of 24-64 B).  Grown to the
  * run's length, the list serves all of them; the run's bytes (48 KiB for
  * 1,000 blocks of 48 B) come out of the same budget.
@@ -160,6 +160,11 @@ bool _scr_recycle_grow(scr_arena *a, unsigned c) {
   if (r->max == 0 || r->max >= cap || budget == 0 || a->shared || a->takes_turns)
     return false;
   unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
+  /* A small class's list grows only while no other thread holds an arena:
+   * threads that take turns (Python's, under the GIL) would each keep a
+   * run's blocks, and their pages, while another runs (the thread-waves
+   * notebook's parked arenas had nothing left for the discard). */
+  if (c < SCR_GROW_FIRST && held > 1) return false;
   if (a->cache_grown + size > budget / (held > 1 ? held : 1)) return false;
   r->max++;
   r->room++;

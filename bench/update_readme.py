@@ -63,6 +63,12 @@ BENCHES = {
                              + (["--steps", "200000"] if q else []),
         "rounds": 7,
     },
+    "suite": {
+        "make": [LIB, "suite-bin", f"{BIN}/bench_pairs"],
+        "argv": lambda r, q: ["python3", "bench/suite_bench.py", "--lib", LIB, "--bin", BIN, "--rounds", str(r)]
+                             + (["--only", "runs", "--only", "RFC"] if q else []),
+        "rounds": 3,
+    },
     "replay": {
         "make": [LIB, f"{BIN}/malloc_replay", f"{BIN}/libmalloc_trace.so"],
         "argv": lambda r, q: ["python3", "bench/replay_bench.py", "--lib", LIB, "--bin", BIN, "--traces", str(r),

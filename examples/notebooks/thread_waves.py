@@ -55,6 +55,7 @@ def main():
     t.start()
     for w in range(1, args.waves + 1):
         wave = w
+        sampler.sample(wave=w)                  # every wave has a row, however short it runs
         threads = [threading.Thread(target=worker, args=(args.mib,)) for _ in range(args.threads)]
         for th in threads:
             th.start()

@@ -283,7 +283,7 @@ def profiles_table(progs, names, results, variants):
 
 
 def issue29_table(progs, names, results):
-    """The figures issue #29 sets targets for, per allocator (medians)."""
+    """The return-policy figures the targets name, per allocator (medians)."""
     out = []
     rfc = next((p for p in progs if p.time_key == "rfc_churn.work_ms"), None)
     if rfc:
@@ -293,9 +293,9 @@ def issue29_table(progs, names, results):
             vals = [m[key] for m in res[a] if key in m]
             return statistics.median(vals) if vals else None
         live = next((med(a, "rfc_churn.live_kib") for a in names if med(a, "rfc_churn.live_kib")), None)
-        out.append(f"Issue #29, the RFC-shaped churn ({' '.join(os.path.basename(x) for x in rfc.argv)}): "
+        out.append(f"The RFC-shaped churn ({' '.join(os.path.basename(x) for x in rfc.argv)}): "
                    f"RSS in MiB, medians; the program holds {live / 1024:.0f} MiB after the bursts.\n"
-                   if live else "Issue #29, the RFC-shaped churn:\n")
+                   if live else "The RFC-shaped churn:\n")
         out.append("| figure | target | " + " | ".join(names) + " |")
         out.append("|---|---|" + "---:|" * len(names))
         figs = [("RSS after the bursts, no trim", "rfc_churn.rss_after_bursts_kib", "<= 1.15 x live"),
@@ -313,7 +313,7 @@ def issue29_table(progs, names, results):
         out.append("")
     large = [p for p in progs if p.argv[0].endswith("proc_large_reuse")]
     if large:
-        out.append("Issue #29, large-block reuse: scralloc over glibc, paired medians (95% interval).\n")
+        out.append("Large-block reuse: scralloc over glibc, paired medians (95% interval).\n")
         out.append("| threads | time / glibc | max RSS / glibc | glibc s, MiB | scralloc s, MiB |")
         out.append("|---:|---:|---:|---:|---:|")
         for p in large:

@@ -38,6 +38,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "suite_prog.h"
+
 /* Weak: a libc without malloc_trim (musl) leaves it NULL. */
 extern int malloc_trim(size_t pad) __attribute__((weak));
 
@@ -54,27 +56,12 @@ struct index {      /* one thread's long-lived index, freed by main */
 };
 static struct index indexes[MAX_THREADS];
 
-static uint64_t next(uint64_t *s) {
-  *s ^= *s << 13;
-  *s ^= *s >> 7;
-  *s ^= *s << 17;
-  return *s;
-}
-
 static size_t burst_size(uint64_t *s) {
-  uint64_t r = next(s) % 100;
-  if (r < 40) return 64 + next(s) % (512 - 64);
-  if (r < 70) return 512 + next(s) % (4096 - 512);
-  if (r < 90) return 4096 + next(s) % (32768 - 4096);
-  return 32768 + next(s) % (122880 - 32768);
-}
-
-static void *must(void *p) {
-  if (p == NULL) {
-    fprintf(stderr, "proc_rfc_churn: out of memory\n");
-    exit(3);
-  }
-  return p;
+  uint64_t r = rnd(s) % 100;
+  if (r < 40) return 64 + rnd(s) % (512 - 64);
+  if (r < 70) return 512 + rnd(s) % (4096 - 512);
+  if (r < 90) return 4096 + rnd(s) % (32768 - 4096);
+  return 32768 + rnd(s) % (122880 - 32768);
 }
 
 /* Writes once per 4 KiB so that every page of the block is resident. */
@@ -88,7 +75,7 @@ static void index_add(struct index *ix, uint64_t *s) {
     ix->cap = ix->cap ? ix->cap * 2 : 1024;
     ix->blocks = must(realloc(ix->blocks, ix->cap * sizeof *ix->blocks));
   }
-  size_t sz = 64 + next(s) % (1024 - 64);
+  size_t sz = 64 + rnd(s) % (1024 - 64);
   char *p = must(malloc(sz));
   memset(p, 0x5a, sz);
   ix->blocks[ix->n++] = p;
@@ -115,7 +102,7 @@ static void *worker(void *arg) {
     }
     while (ix->bytes < share) index_add(ix, &s);
     for (size_t i = n; i > 1; i--) { /* Fisher-Yates: free in shuffled order */
-      size_t j = next(&s) % i;
+      size_t j = rnd(&s) % i;
       void *t = burst[i - 1];
       burst[i - 1] = burst[j];
       burst[j] = t;
@@ -126,38 +113,10 @@ static void *worker(void *arg) {
   return NULL;
 }
 
-static long rss_kib(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  long v = -1;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "VmRSS: %ld kB", &v) == 1) break;
-  if (f) fclose(f);
-  return v;
-}
-
-static double now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
-/* A whole number in [lo, hi] from argv[i], or exit 2 with a message. */
-static long arg_num(int argc, char **argv, int i, long dflt, long lo, long hi, const char *what) {
-  if (argc <= i) return dflt;
-  char *end;
-  errno = 0;
-  long v = strtol(argv[i], &end, 10);
-  if (errno || end == argv[i] || *end || v < lo || v > hi) {
-    fprintf(stderr, "proc_rfc_churn: %s must be a whole number in %ld..%ld, not '%s'\n"
-            "usage: proc_rfc_churn [threads] [index MiB per thread] [bursts] [burst MiB] [wait ms]\n",
-            what, lo, hi, argv[i]);
-    exit(2);
-  }
-  return v;
-}
+static double now_ms(void) { return now_s() * 1e3; }
 
 int main(int argc, char **argv) {
+  prog_usage = "[threads] [index MiB per thread] [bursts] [burst MiB] [wait ms]";
   threads = (int)arg_num(argc, argv, 1, 16, 1, MAX_THREADS, "threads");
   index_per_thread = (size_t)arg_num(argc, argv, 2, 16, 0, 4096, "index MiB per thread") << 20;
   bursts = (int)arg_num(argc, argv, 3, 10, 1, 100000, "bursts");

@@ -75,6 +75,17 @@ static inline size_t stamped_size(const void *p) {
   return v;
 }
 
+/* This process's resident set in KiB (VmRSS), -1 where /proc has none. */
+static inline long rss_kib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  long v = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmRSS: %ld kB", &v) == 1) break;
+  if (f) fclose(f);
+  return v;
+}
+
 static inline double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);

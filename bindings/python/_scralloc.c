@@ -682,14 +682,7 @@ static PyType_Slot Block_slots[] = {
 static PyType_Spec Block_spec = {
   .name = "scralloc._scralloc.Block",
   .basicsize = sizeof(BlockObject),
-  .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC
-#ifdef Py_TPFLAGS_IMMUTABLETYPE
-           | Py_TPFLAGS_IMMUTABLETYPE
-#endif
-#ifdef Py_TPFLAGS_DISALLOW_INSTANTIATION
-           | Py_TPFLAGS_DISALLOW_INSTANTIATION
-#endif
-  ,
+  .flags = SCR_PY_HELPER_TYPE_FLAGS,
   .slots = Block_slots,
 };
 
@@ -1481,11 +1474,7 @@ static PyType_Slot Allocator_slots[] = {
 static PyType_Spec Allocator_spec = {
   .name = "scralloc.Allocator",
   .basicsize = sizeof(AllocatorObject),
-  .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC
-#ifdef Py_TPFLAGS_IMMUTABLETYPE
-           | Py_TPFLAGS_IMMUTABLETYPE
-#endif
-  ,
+  .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | SCR_PY_IMMUTABLE,
   .slots = Allocator_slots,
 };
 

@@ -893,14 +893,7 @@ static PyType_Slot Serving_slots[] = {
 static PyType_Spec Serving_spec = {
   .name = "scralloc._scralloc.Serving",
   .basicsize = sizeof(ServingObject),
-  .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC
-#ifdef Py_TPFLAGS_IMMUTABLETYPE
-           | Py_TPFLAGS_IMMUTABLETYPE
-#endif
-#ifdef Py_TPFLAGS_DISALLOW_INSTANTIATION
-           | Py_TPFLAGS_DISALLOW_INSTANTIATION
-#endif
-  ,
+  .flags = SCR_PY_HELPER_TYPE_FLAGS,
   .slots = Serving_slots,
 };
 

@@ -15,6 +15,21 @@
 
 typedef struct scr_py_record scr_py_record;
 
+/* The flags of the module's helper types (Block, Serving): garbage
+ * collected, immutable, and made only by the module, where the Python
+ * version has those flags. */
+#ifdef Py_TPFLAGS_IMMUTABLETYPE
+#define SCR_PY_IMMUTABLE Py_TPFLAGS_IMMUTABLETYPE
+#else
+#define SCR_PY_IMMUTABLE 0
+#endif
+#ifdef Py_TPFLAGS_DISALLOW_INSTANTIATION
+#define SCR_PY_NO_NEW Py_TPFLAGS_DISALLOW_INSTANTIATION
+#else
+#define SCR_PY_NO_NEW 0
+#endif
+#define SCR_PY_HELPER_TYPE_FLAGS (Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | SCR_PY_IMMUTABLE | SCR_PY_NO_NEW)
+
 /* ---- defined in _scralloc.c ---- */
 /* The record of an Allocator (self must be one). */
 scr_py_record *_scr_py_record_of(PyObject *self);

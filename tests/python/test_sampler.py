@@ -212,9 +212,10 @@ def test_plot_draws_the_fields():
 
 
 PRELOAD_SCRIPT = textwrap.dedent("""
-    import json, threading, scralloc
+    import json, threading, time, scralloc
     def work():
         keep = [bytes(100) for _ in range(200000)]  # > 65,536 calls: the arena publishes its figures
+        time.sleep(0.05)                            # held for a few samples, however fast the build
         del keep
     with scralloc.Sampler(interval=0.01) as s:     # source None: the preloaded allocator
         for _ in range(3):

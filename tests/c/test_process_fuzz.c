@@ -247,6 +247,7 @@ static const option_draw draws[] = {
     {"turns_cache_max", {"0", "4096"}},
     {"turns_keep", {"0", "65536"}},
     {"lend", {"0", "1"}},
+    {"pool", {"0", "1"}},
     {"switch_bytes", {"0", "65536", "1M"}},
     {"discard", {"0", "1", "2"}},
     {"discard_delay_ms", {"0", "1", "5", "20"}},

@@ -35,7 +35,7 @@ bool _scr_pool_overflow(scr_arena *a, unsigned c) {
   scr_recycled *r = &a->rc[c];
   uint32_t keep = r->max - r->max / 2, moved = r->max - keep;
   scr_pool_class *q = &_scr_pool[c].c;
-  if (moved == 0 || atomic_load_explicit(&q->n, memory_order_relaxed) >= SCR_POOL_BATCHES) return false;
+  if (!_scr_proc.opt.pool || moved == 0 || atomic_load_explicit(&q->n, memory_order_relaxed) >= SCR_POOL_BATCHES) return false;
   void *last = r->head; /* the keep-th block, keep >= 1 */
   for (uint32_t i = 1; i < keep; i++) {
     SCR_UNPOISON(last, sizeof(void *));

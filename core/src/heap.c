@@ -157,7 +157,13 @@ static scr_page *page_for_class(scr_heap *h, unsigned c) {
 static scr_page *page_with_room(scr_heap *h, unsigned c, bool *added) {
   scr_page *pg;
   *added = false;
-  while ((pg = h->queue[c]) != NULL && !_scr_page_has_room(pg)) _scr_queue_remove(h, pg); /* full */
+  while ((pg = h->queue[c]) != NULL && !_scr_page_has_room(pg)) {
+    if (pg->holes) { /* its list ran dry: the slots of its holes serve (interior.c) */
+      _scr_holes_refill(pg, pg->holes);
+      return pg;
+    }
+    _scr_queue_remove(h, pg); /* full */
+  }
   if (pg != NULL) return pg;
   pg = page_for_class(h, c);
   if (pg == NULL) {
@@ -207,6 +213,7 @@ static void page_release(scr_heap *h, scr_page *pg) {
 
 void _scr_heap_page_emptied(scr_heap *h, scr_page *pg) {
   unsigned c = pg->cls;
+  if (pg->holes) _scr_holes_forget(h, pg); /* types.h: holes only on pages with live blocks */
   if (_scr_page_keep(h, pg)) {
     h->empty_count[c]++;
     h->retained_pages += pg->span;
@@ -342,17 +349,26 @@ void _scr_heap_free_block(scr_heap *h, void *p) {
   _scr_large_free(h, seg, p);
 }
 
+/* p, on page idx of the NORMAL segment seg, whose tag is `tag`, is not
+ * plainly a live block of size class: not a slot the page carved (the
+ * slot test against the page's slot_limit, misuse.c: 0 for a page of no
+ * size class and for a page with holes, interior.c), or it holds the
+ * freed-block key.  False for every live small block (but one holding the
+ * key by chance).  || : the key is read only at a carved slot, memory
+ * that is mapped and readable. */
+static inline bool heap_slot_suspect(const scr_segment *seg, uintptr_t idx, const void *p, unsigned tag) {
+  const _scr_slot_geom *g = &_scr_misuse.geom[tag];
+  uint64_t off = (uintptr_t)p & g->mask;
+  return off * g->magic >= __atomic_load_n(&seg->slot_limit[idx], __ATOMIC_RELAXED) ||
+         _scr_block_word1(p) == _scr_misuse.key;
+}
+
 /* p, an address in seg (a segment of h), is not plainly a live block of
- * size class: the slot test and the freed-block key (misuse.c), and a
- * slot the page never carved.  False for every live small block (but one
- * holding the key by chance); true for every large one (classified). */
+ * size class (heap_slot_suspect); true for every large one (classified). */
 static inline bool heap_block_suspect(const scr_segment *seg, const void *p) {
   if (seg->kind != SCR_SEG_NORMAL) return true;
   uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
-  unsigned tag = seg->page_tag[idx];
-  if (_scr_block_suspect(p, tag)) return true;
-  const scr_page *pg = _scr_class_page((scr_segment *)seg, idx, tag);
-  return (size_t)((const uint8_t *)p - pg->start) >= (size_t)pg->capacity * pg->block_size;
+  return heap_slot_suspect(seg, idx, p, seg->page_tag[idx]);
 }
 
 /* The exact verdict on p for h's unchecked entry points (call names the
@@ -379,13 +395,9 @@ void scr_heap_free(scr_heap *h, void *p) {
   if (SCR_LIKELY(seg == h->last_free_seg && seg != NULL)) {
     uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
     unsigned tag = seg->page_tag[idx];
-    if (SCR_LIKELY(tag < SCR_CLASS_COUNT)) {
-      scr_page *pg = _scr_class_page(seg, idx, tag);
-      if (SCR_LIKELY(!_scr_block_suspect(p, tag) &&
-                     (size_t)((uint8_t *)p - pg->start) < (size_t)pg->capacity * pg->block_size)) {
-        _scr_small_free(h, pg, p);
-        return;
-      }
+    if (SCR_LIKELY(tag < SCR_CLASS_COUNT && !heap_slot_suspect(seg, idx, p, tag))) {
+      _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
+      return;
     }
   }
   if (p == NULL) return;

@@ -76,7 +76,7 @@ static inline void _scr_small_free(scr_heap *h, scr_page *pg, void *p) {
   pg->used--;
   scr_validate_page(pg);
   if (SCR_UNLIKELY(pg->used == 0)) {
-    if (h->queue_tail[pg->cls] == pg && _scr_page_keep(h, pg)) {
+    if (h->queue_tail[pg->cls] == pg && pg->holes == 0 && _scr_page_keep(h, pg)) {
       h->empty_count[pg->cls]++;
       h->retained_pages += pg->span;
     } else {

@@ -195,6 +195,19 @@ SCR_INTERNAL void _scr_large_cache_flush(scr_heap *h);
  * live blocks go back (MADV_DONTNEED, or MADV_FREE below
  * madv_free_below); bytes given back, *lazy_bytes of them lazily. */
 SCR_INTERNAL size_t _scr_heap_return_interior(scr_heap *h, size_t *lazy_bytes);
+/* Holes (types.h: scr_page.holes): the slots that start in the OS pages
+ * of mask back on pg's free list (its list ran dry, or the pages were not
+ * given back); a page with holes whose last block was freed forgets its
+ * slots; the slots that start in holes. */
+SCR_INTERNAL void _scr_holes_refill(scr_page *pg, uint32_t mask);
+SCR_INTERNAL void _scr_holes_forget(scr_heap *h, scr_page *pg);
+SCR_INTERNAL uint32_t _scr_holes_slot_count(const scr_page *pg);
+/* The slot at offset off of small page pg starts in a hole: it is free
+ * (the classifiers' test; any thread, hence the atomic load). */
+static inline bool _scr_slot_in_hole(const scr_page *pg, uintptr_t off) {
+  uint32_t holes = __atomic_load_n(&pg->holes, __ATOMIC_RELAXED);
+  return holes != 0 && ((holes >> (off / _scr_os_page_size())) & 1);
+}
 
 /* classify.c: what an address is for a heap */
 SCR_INTERNAL int _scr_classify(const scr_heap *h, const void *p);
@@ -251,18 +264,6 @@ SCR_INTERNAL const char *_scr_misuse_what(int kind, const char *call);
 /* The second word of block p (ASan builds: a free block is poisoned). */
 SCR_NO_ASAN static inline uint64_t _scr_block_word1(const void *p) { return ((const uint64_t *)p)[1]; }
 static inline void _scr_block_set_word1(void *p, uint64_t v) { ((uint64_t *)p)[1] = v; }
-/* Block p, on a page with tag `tag`, is not plainly a live block: not a
- * slot start below the page's last whole slot, or it holds the freed-block
- * key.  False for every live block but one holding the key by chance; the
- * caller classifies a true exactly. */
-static inline bool _scr_block_suspect(const void *p, unsigned tag) {
-  const _scr_slot_geom *g = &_scr_misuse.geom[tag];
-  uint64_t off = (uintptr_t)p & g->mask;
-  /* || : the key is read only at a slot start of a size class's page,
-   * memory that is mapped and readable (a huge mapping may end short of
-   * its last 4 MiB, a poisoned free page is not readable). */
-  return off * g->magic >= g->limit || _scr_block_word1(p) == _scr_misuse.key;
-}
 /* The bump index of small page pg, read by a thread that does not hold
  * its heap (the slot test of another arena's block): relaxed atomics on
  * both sides. */

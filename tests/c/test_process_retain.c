@@ -385,11 +385,116 @@ static void test_interior_return(void) {
   }
 }
 
+enum { HOLE_SLOT = 64, HOLE_PAGE = 65536, HOLE_SLOTS = HOLE_PAGE / HOLE_SLOT, HOLE_ALLOCS = 3 * HOLE_SLOTS };
+
+/* The heap validator on the caller's arena (the debug build's asserts
+ * run it at every state change too). */
+static void check_arena_valid(const void *p) {
+  CHECK_EQ(scr_heap_validate(scr_heap_of(p, NULL)), SCR_OK);
+  CHECK_EQ(scr_process_validate(), SCR_OK);
+}
+
+/* Holes (core/src/interior.c): a page of 64 B slots with a live block at
+ * each end and every slot between them free gives back the 14 OS pages
+ * between at scr_trim (4 KiB OS pages); the live blocks keep their bytes;
+ * a second free of a slot in a hole is a double free; mallocs and callocs
+ * take the slots again (callocs read as zero), the holes' last. */
+static void test_holes(void) {
+  uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
+  if (ps != 4096) {
+    printf("  skipped: OS pages of %lu bytes\n", (unsigned long)ps);
+    return;
+  }
+  static uint8_t *b[HOLE_ALLOCS];
+  for (int i = 0; i < HOLE_ALLOCS; i++) {
+    b[i] = scr_malloc(HOLE_SLOT);
+    CHECK(b[i] != NULL);
+    memset(b[i], 0x33, HOLE_SLOT);
+  }
+  /* a page all of whose slots are ours: its first slot is ours and so is
+   * the slot HOLE_SLOTS - 1 places on (blocks come carved in order) */
+  uint8_t *page = NULL;
+  for (int i = 0; i < HOLE_ALLOCS && page == NULL; i++) {
+    uintptr_t a = (uintptr_t)b[i];
+    if (a % HOLE_PAGE != 0) continue;
+    int n = 0;
+    for (int k = 0; k < HOLE_ALLOCS; k++) n += (uintptr_t)b[k] - a < HOLE_PAGE;
+    if (n == HOLE_SLOTS) page = b[i];
+  }
+  CHECK(page != NULL);
+  if (page == NULL) return;
+  uint8_t *first = page, *last = page + HOLE_PAGE - HOLE_SLOT;
+  memset(first, 0xF1, HOLE_SLOT);
+  memset(last, 0xF2, HOLE_SLOT);
+  for (int i = 0; i < HOLE_ALLOCS; i++)
+    if (b[i] != first && b[i] != last) scr_free(b[i]);
+  check_arena_valid(first);
+  struct scr_process_stats ps0 = pstats();
+  scr_trim();
+  struct scr_process_stats ps1 = pstats();
+  check_arena_valid(first);
+  uint64_t got = ps1.interior_bytes - ps0.interior_bytes, lazy = ps1.interior_lazy_bytes - ps0.interior_lazy_bytes;
+  bool lazy_mode = getenv("SCRALLOC_MADV_FREE_BELOW") != NULL;
+  printf("  %llu KiB given back in holes (%llu KiB with MADV_FREE)\n", (unsigned long long)(got >> 10),
+         (unsigned long long)(lazy >> 10));
+  CHECK(got >= (uint64_t)14 * 4096);
+  if (lazy_mode) CHECK(lazy == got);
+  else CHECK(lazy == 0);
+  unsigned gone = 0;
+  for (int j = 1; j < 15; j++) gone += resident(page + j * 4096) == 0;
+  if (!lazy_mode) CHECK_EQ(gone, 14);
+  CHECK_EQ(resident(first), 1);
+  CHECK_EQ(resident(last), 1);
+  bool same = true;
+  for (int k = 0; k < HOLE_SLOT; k++) same &= first[k] == 0xF1 && last[k] == 0xF2;
+  CHECK(same);
+  /* a second trim finds nothing more in that page */
+  scr_trim();
+  check_arena_valid(first);
+  /* a second free of a slot in a hole, and of a listed slot, is a double free */
+  scr_process_option_set("on_error", "ignore");
+  scr_free(page + 5 * 4096);
+  CHECK_EQ(pstats().double_frees, ps1.double_frees + 1);
+  scr_free(page + HOLE_SLOT);
+  CHECK_EQ(pstats().double_frees, ps1.double_frees + 2);
+  scr_process_option_set("on_error", "abort");
+  check_arena_valid(first);
+  /* the page's slots serve again, the holes' included; callocs read zero */
+  static uint8_t *q[HOLE_SLOTS];
+  unsigned in_page = 0;
+  bool zero = true;
+  for (int i = 0; i < HOLE_SLOTS - 2; i++) {
+    q[i] = i & 1 ? scr_calloc(1, HOLE_SLOT) : scr_malloc(HOLE_SLOT);
+    CHECK(q[i] != NULL);
+    in_page += (uintptr_t)(q[i] - page) < HOLE_PAGE;
+    if (i & 1)
+      for (int k = 0; k < HOLE_SLOT; k++) zero &= q[i][k] == 0;
+    memset(q[i], 0x44, HOLE_SLOT);
+  }
+  printf("  %u of %u blocks taken again from the page\n", in_page, HOLE_SLOTS - 2);
+  CHECK_EQ(in_page, HOLE_SLOTS - 2);
+  CHECK(zero);
+  check_arena_valid(first);
+  same = true;
+  for (int k = 0; k < HOLE_SLOT; k++) same &= first[k] == 0xF1 && last[k] == 0xF2;
+  CHECK(same);
+  /* holes again, then the page empties: its blocks are freed, the live
+   * ends last (frees on a page with holes take the checked side) */
+  for (int i = 0; i < HOLE_SLOTS - 2; i++) scr_free(q[i]);
+  scr_trim();
+  check_arena_valid(first);
+  scr_free(first);
+  scr_free(last);
+  check_arena_valid(page);
+  scr_trim();
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "lazy") == 0) { /* MADV_FREE for every interior range */
     setenv("SCRALLOC_MADV_FREE_BELOW", "1G", 1);
     scr_process_option_set("share", "0");
     TEST(test_interior_return);
+    TEST(test_holes);
     return check_done();
   }
   /* A purge pass decommits pages freed more than purge_delay_ms before;
@@ -405,6 +510,7 @@ int main(int argc, char **argv) {
   TEST(test_huge_blocks_decay);
   TEST(test_trim_reaches_busy_threads);
   TEST(test_interior_return);
+  TEST(test_holes);
   {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s lazy", argv[0]);

@@ -44,6 +44,7 @@ int _scr_proc_classify(const void *p, uintptr_t e) {
   uint32_t size = _scr_class_sizes[tag];
   if (off % size != 0) return SCR_EINTERIOR;
   if (off / size >= _scr_page_capacity(pg)) return SCR_ENOTALLOC; /* (the page tail too) */
+  if (_scr_slot_in_hole(pg, off)) return SCR_EDOUBLEFREE; /* free, its OS page given back (core/src/interior.c) */
   if (_scr_block_word1(p) == _scr_misuse.key) return SCR_EDOUBLEFREE;
   return SCR_OK;
 }

@@ -7,9 +7,11 @@
  * blocks to each other through a shared array, leave blocks behind when
  * they exit, sleep (so that they block, as turn takers do), and free sets
  * with scr_free_many (now and then one of 16,384 blocks, which it frees in
- * address order), while the main thread changes options, trims, takes
- * statistics, runs the validator and forks (the child frees blocks the
- * parent's threads made, allocates, starts a thread).  Every block
+ * address order), keep a few of a run of small blocks and trim (holes
+ * among them: core/src/interior.c), while the main thread changes
+ * options, trims, takes statistics, runs the validator and forks (the
+ * child frees blocks the parent's threads made, allocates, starts a
+ * thread).  Every block
  * carries a cookie (its size, a pattern from its address) checked before
  * it is freed or reallocated; calloc's blocks must read as zero and
  * aligned blocks be aligned.  At the round's end every block is freed
@@ -158,6 +160,42 @@ typedef struct {
   unsigned sleepy; /* 1 in this many operations sleeps (0: never) */
 } worker_arg;
 
+/* A run of blocks of one small size of which about one in 128 stays live
+ * (into the thread's local blocks) and the rest are freed, then a trim:
+ * pages with live blocks and whole free OS pages among them, which go
+ * back as holes (core/src/interior.c) that later mallocs and callocs of
+ * the size take again, and frees of the blocks left check. */
+enum { SIEVE = 2048 };
+static void sieve(void **local, uint64_t *s) {
+  void **run = scr_malloc(SIEVE * sizeof *run);
+  if (run == NULL) {
+    atomic_fetch_add(&failed_allocs, 1);
+    return;
+  }
+  size_t m = COOKIE_MIN + next(s) % 1000;
+  size_t n = 0;
+  for (size_t j = 0; j < SIEVE; j++) {
+    uint8_t *p = scr_malloc(m);
+    if (p == NULL) {
+      atomic_fetch_add(&failed_allocs, 1);
+      continue;
+    }
+    cookie_write(p, m);
+    run[n++] = p;
+  }
+  for (size_t j = 0; j < n; j++) {
+    if (next(s) % 128 == 0) {
+      unsigned k = (unsigned)(next(s) % LOCAL);
+      drop(local[k]);
+      local[k] = run[j];
+    } else {
+      drop(run[j]);
+    }
+  }
+  scr_free(run);
+  scr_trim();
+}
+
 static void *worker(void *arg) {
   worker_arg *w = arg;
   uint64_t s = w->seed;
@@ -216,7 +254,8 @@ static void *worker(void *arg) {
       else if (next(&s) % 8 == 0) sched_yield();
       break;
     default:
-      if (next(&s) % 64 == 0) scr_trim();
+      if (next(&s) % 256 == 0) sieve(local, &s);
+      else if (next(&s) % 64 == 0) scr_trim();
       break;
     }
   }

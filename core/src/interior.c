@@ -185,6 +185,7 @@ void _scr_holes_forget(scr_heap *h, scr_page *pg) {
   pg->zero = 0;
   __atomic_store_n(&pg->capacity, 0, __ATOMIC_RELAXED); /* (_scr_page_capacity's readers) */
   holes_set(pg, 0);
+  SCR_UNPOISON(pg->start, SCR_PAGE_SIZE); /* not carved, as a page just formatted */
 }
 
 /* The OS pages of pg (slots below 2 ps, all carved, live blocks and free

@@ -137,9 +137,9 @@ typedef struct scr_segment {
    * its tag); 0 for every other page, and for a page with holes (the test
    * then fails for every address: its frees are checked on the slow side,
    * which knows the holes).  Written by the holder when the page carves a
-   * slot or its holes change, read by any thread: relaxed atomics.  Lines of their
-   * own.  64 bits (the value fits 19), so that the test compares a 64-bit
-   * product with it in memory, one instruction (process.h). */
+   * slot or its holes change, read by any thread: relaxed atomics.  Lines
+   * of their own.  64 bits (the value fits 19), so that the test compares
+   * a 64-bit product with it in memory, one instruction (process.h). */
   _Alignas(64) uint64_t slot_limit[SCR_PAGES_PER_SEGMENT];
   scr_page pages[SCR_PAGES_PER_SEGMENT]; /* NORMAL: descriptors */
 } scr_segment;

@@ -1,8 +1,9 @@
 /* Interior return: free memory inside pages that still hold live blocks
  * goes back to the OS, as the glibc RFC does for free chunks.  A 64 KiB
  * page of a size class goes back only when its last block is freed; one
- * live block would keep the other 60 KiB committed.  Two mechanisms, by
- * slot size (ps: the OS page size, 4 KiB):
+ * live block would keep the other 60 KiB committed.  Free slots go back
+ * in two ways by slot size (ps: the OS page size, 4 KiB), and the part of
+ * a page never carved in a third:
  *
  * Big slots (2 ps and more: 8 KiB up): a free slot has at least one whole
  * OS page past its first bytes, which hold what the free list and the
@@ -39,9 +40,15 @@
  *   - calloc clears every slot that is not carved from a page that read
  *     as zero (heap.c: small_calloc), hole slots included.
  *
- * Both go back with MADV_DONTNEED (in batches, one process_madvise
- * each), or with MADV_FREE for a range below madv_free_below, and count
- * in interior_bytes (interior_lazy_bytes for MADV_FREE).
+ * Tails: a page that has not carved all its slots, on memory used
+ * before (page->zero clear), gives back the whole OS pages past its last
+ * carved slot and clears the bytes before them, so that it reads as zero
+ * past its carved slots (page->zero set: carving and calloc skip the
+ * clearing, and the next pass skips the page).
+ *
+ * All go back with MADV_DONTNEED (in batches, one process_madvise each),
+ * or (tails excepted) with MADV_FREE for a range below madv_free_below,
+ * and count in interior_bytes (interior_lazy_bytes for MADV_FREE).
  *
  * When: at trim and at the process allocator's discard, not at every
  * free (an madvise per free would cost what the issue's churn lost).
@@ -50,6 +57,7 @@
  * bytes or zero (FREE); malloc promises nothing there, and calloc clears
  * every slot that is not fresh (heap.c). */
 #include "internal.h"
+#include <string.h>
 #include <sys/uio.h>
 
 #define INTERIOR_BATCH 64
@@ -62,8 +70,9 @@ SCR_NO_ASAN static uint64_t read_mark(const void *b) { return ((const uint64_t *
 SCR_NO_ASAN static void write_mark(void *b) { ((uint64_t *)b)[2] = interior_mark(b); }
 
 /* Ranges for one process_madvise: a big slot's interior (slot set, to be
- * marked once given back) or a run of a page's holes (page and run set,
- * filled again when it was not given back). */
+ * marked once given back), a run of a page's holes (page and run set,
+ * filled again when it was not given back), or a page's tail (page set,
+ * run 0: the page reads as zero past its carved slots once given back). */
 typedef struct interior_batch {
   size_t n, bytes;
   struct iovec r[INTERIOR_BATCH];
@@ -76,10 +85,11 @@ static void interior_flush(scr_heap *h, interior_batch *b) {
   size_t done = _scr_os_decommit_ranges(b->r, b->n, &h->os);
   for (size_t i = 0; i < b->n; i++) {
     if (i >= done) {
-      if (b->page[i]) _scr_holes_refill(b->page[i], b->run[i]); /* still committed: listed again */
+      if (b->page[i] && b->run[i]) _scr_holes_refill(b->page[i], b->run[i]); /* still committed: listed again */
       continue;
     }
     if (b->slot[i]) write_mark(b->slot[i]);
+    else if (b->page[i] && b->run[i] == 0) b->page[i]->zero = 1; /* a tail: what it carves reads as zero */
     b->bytes += b->r[i].iov_len;
   }
   b->n = 0;
@@ -235,6 +245,23 @@ SCR_NO_ASAN static void holes_page(scr_heap *h, scr_page *pg, uintptr_t ps, inte
   }
 }
 
+/* ---- tails: the OS pages past a page's carved slots ---- */
+
+/* pg (with live blocks) has not carved all its slots, and its memory was
+ * in use before (not zero: a retained page of another class, or a dirty
+ * one): the whole OS pages past its last carved slot go into the batch,
+ * and the bytes before them, past that slot, are cleared, so that once
+ * they are given back the page reads as zero past its carved slots
+ * (pg->zero: carving and calloc skip the clearing).  Never MADV_FREE,
+ * after which they would not read as zero. */
+static void tail_page(scr_heap *h, scr_page *pg, uintptr_t ps, interior_batch *b) {
+  uintptr_t end = (uintptr_t)pg->start + (size_t)pg->capacity * pg->block_size;
+  uintptr_t lo = (end + ps - 1) & ~(ps - 1), hi = (uintptr_t)pg->start + (size_t)pg->span * SCR_PAGE_SIZE;
+  if (hi <= lo || hi - lo < h->opt.madv_free_below) return;
+  memset((void *)end, 0, lo - end); /* never carved: not poisoned */
+  interior_add(h, b, (void *)lo, hi - lo, NULL, pg, 0);
+}
+
 size_t _scr_heap_return_interior(scr_heap *h, size_t *lazy_bytes) {
   uintptr_t ps = _scr_os_page_size();
   bool holes = holes_os_pages(ps) != 0;
@@ -245,7 +272,9 @@ size_t _scr_heap_return_interior(scr_heap *h, size_t *lazy_bytes) {
     if (seg->kind != SCR_SEG_NORMAL) continue;
     for (unsigned i = SCR_FIRST_PAGE; i < SCR_PAGES_PER_SEGMENT; i++) {
       scr_page *pg = &seg->pages[i];
-      if (pg->kind != SCR_PAGE_SMALL || pg->used == 0 || pg->free == NULL) continue;
+      if (pg->kind != SCR_PAGE_SMALL || pg->used == 0) continue;
+      if (pg->capacity < pg->reserved && !pg->zero) tail_page(h, pg, ps, &b);
+      if (pg->free == NULL) continue;
       if (pg->block_size >= 2 * ps) interior_page(h, pg, ps, &b, &lazy);
       else if (holes && pg->span == 1 && pg->capacity == pg->reserved) holes_page(h, pg, ps, &b, &lazy);
     }

@@ -489,6 +489,64 @@ static void test_holes(void) {
   scr_trim();
 }
 
+enum { TAIL_OLD = 160, TAIL_SLOT = 192, TAIL_SLOTS = HOLE_PAGE / TAIL_SLOT };
+
+/* Tails (core/src/interior.c): a page of 192 B slots taken on memory
+ * another class used (its bytes still there: the retained page of that
+ * class, emptied with the threads' caches off) with one slot carved gives
+ * back the OS pages past that slot at scr_trim; the page then carves the
+ * rest, and callocs from it read as zero. */
+static void test_tail(void) {
+  uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uint64_t cache_max = scr_process_option_get("cache_max");
+  scr_process_option_set("cache_max", "0"); /* frees go to their pages, which empty */
+  static uint8_t *fresh[2 * TAIL_SLOTS], *old[4 * (HOLE_PAGE / TAIL_OLD)], *q[TAIL_SLOTS];
+  /* the class's first two pages are fresh ones (heap.c: SCR_FRESH_PAGES) */
+  for (int i = 0; i < 2 * TAIL_SLOTS; i++) CHECK((fresh[i] = scr_malloc(TAIL_SLOT)) != NULL);
+  /* pages of another class, written and freed: committed pages to take */
+  for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
+    CHECK((old[i] = scr_malloc(TAIL_OLD)) != NULL);
+    memset(old[i], 0xEE, TAIL_OLD);
+  }
+  for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) scr_free(old[i]);
+  uint8_t *first = scr_malloc(TAIL_SLOT);
+  CHECK(first != NULL);
+  uint8_t *page = (uint8_t *)((uintptr_t)first & ~(uintptr_t)(HOLE_PAGE - 1));
+  if (first != page || page[ps + 100] != 0xEE) {
+    printf("  skipped: the page was not taken on used memory (%p, %p: %x)\n", (void *)first, (void *)page, page[ps + 100]);
+  } else {
+    struct scr_process_stats ps0 = pstats();
+    scr_trim();
+    struct scr_process_stats ps1 = pstats();
+    check_arena_valid(first);
+    printf("  %llu KiB given back in total\n", (unsigned long long)((ps1.interior_bytes - ps0.interior_bytes) >> 10));
+    CHECK(ps1.interior_bytes - ps0.interior_bytes >= HOLE_PAGE - ps);
+    CHECK_EQ(resident(page + ps), 0);
+    CHECK_EQ(resident(page + HOLE_PAGE - ps), 0);
+    CHECK_EQ(resident(first), 1);
+    unsigned in_page = 0;
+    bool zero = true;
+    for (int i = 0; i < TAIL_SLOTS - 1; i++) {
+      q[i] = scr_calloc(1, TAIL_SLOT);
+      CHECK(q[i] != NULL);
+      in_page += (uintptr_t)(q[i] - page) < HOLE_PAGE;
+      for (int k = 0; k < TAIL_SLOT; k++) zero &= q[i][k] == 0;
+      memset(q[i], 0x55, TAIL_SLOT);
+    }
+    printf("  %u of %u callocs from the page\n", in_page, TAIL_SLOTS - 1);
+    CHECK_EQ(in_page, TAIL_SLOTS - 1);
+    CHECK(zero);
+    check_arena_valid(first);
+    for (int i = 0; i < TAIL_SLOTS - 1; i++) scr_free(q[i]);
+  }
+  scr_free(first);
+  for (int i = 0; i < 2 * TAIL_SLOTS; i++) scr_free(fresh[i]);
+  char v[32];
+  snprintf(v, sizeof v, "%llu", (unsigned long long)cache_max);
+  scr_process_option_set("cache_max", v);
+  scr_trim();
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "lazy") == 0) { /* MADV_FREE for every interior range */
     setenv("SCRALLOC_MADV_FREE_BELOW", "1G", 1);
@@ -511,6 +569,7 @@ int main(int argc, char **argv) {
   TEST(test_trim_reaches_busy_threads);
   TEST(test_interior_return);
   TEST(test_holes);
+  TEST(test_tail);
   {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "%s lazy", argv[0]);

@@ -337,7 +337,7 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(share_collisions, "calls that found the shared arena taken (the thread waited for it, or claimed its own)") \
   X(trim_answers, "trims threads holding arenas made at their next call that reached their heap, asked by another thread's scr_trim or malloc_trim (cumulative)") \
   X(trim_answer_bytes, "bytes those trims gave back (cumulative)") \
-  X(interior_bytes, "bytes given back inside free slots of pages that still hold live blocks, by trims and discards (cumulative)") \
+  X(interior_bytes, "bytes given back inside pages that still hold live blocks (free slots, never carved tails), by trims and discards (cumulative)") \
   X(interior_lazy_bytes, "of those, bytes given back with MADV_FREE, which the kernel reclaims only under memory pressure (cumulative)") \
   X(huge_cache_puts, "freed huge blocks put in the process's cache for any thread (cumulative)") \
   X(huge_cache_hits, "huge blocks served from the process's cache, resized (cumulative)") \

@@ -229,7 +229,7 @@ struct scr_heap {
   uint64_t purge_at_ms;                  /* next purge pass (monotonic ms) */
   uint64_t large_live, large_bytes;      /* live large blocks, their bytes */
   uint64_t decommits, page_acquires, page_releases;
-  uint64_t interior_bytes;               /* bytes given back inside free slots of pages in use (interior.c), cumulative */
+  uint64_t interior_bytes;               /* bytes given back inside pages in use (interior.c), cumulative */
   uint64_t interior_lazy_bytes;          /* of those, with MADV_FREE */
   scr_os_counters os;                    /* syscalls of this heap */
   uint32_t cache_count;                  /* entries in cache */

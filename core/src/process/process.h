@@ -269,7 +269,7 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(share_collisions, "calls that found the shared arena taken (the thread waited for it, or claimed its own)") \
   X(trim_answers, "trims made by threads holding arenas at their next tick, asked by another thread's scr_trim or malloc_trim") \
   X(trim_answer_bytes, "bytes those trims gave back")                        \
-  X(interior_bytes, "bytes given back inside free slots of pages that hold live blocks (trim, discard)") \
+  X(interior_bytes, "bytes given back inside pages that hold live blocks: free slots, never carved tails (trim, discard)") \
   X(interior_lazy_bytes, "of those, bytes given back with MADV_FREE (not yet reclaimed, maybe)") \
   X(huge_cache_puts, "freed huge blocks put in the process's cache")          \
   X(huge_cache_hits, "huge blocks served from the process's cache (resized)") \

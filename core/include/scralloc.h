@@ -330,8 +330,6 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(thp_mode, "transparent huge pages: 0 never/absent, 1 madvise, 2 always")   \
   X(parked_drains, "parked arenas a freeing thread freed a batch of blocks into")\
   X(forks, "forks survived")                                                   \
-  X(turn_takers, "threads found waiting often while holding an arena (their caches keep no big blocks)") \
-  X(turn_looks, "looks at the clock for threads that take turns (one per 1024 heap calls of a thread while others hold arenas)") \
   X(share_joins, "threads that started on the shared arena")                     \
   X(share_leaves, "threads that left the shared arena for their own (found it taken share_contended times in 256 calls, ran hot, or exited)") \
   X(share_collisions, "calls that found the shared arena taken (the thread waited for it, or claimed its own)") \

@@ -28,7 +28,6 @@
 #include "process/recycle.c"
 #include "process/pool.c"
 #include "process/lend.c"
-#include "process/turns.c"
 #include "process/share.c"
 #include "process/hooks.c"
 #include "process/huge_cache.c"

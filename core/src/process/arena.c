@@ -210,13 +210,10 @@ static uint64_t proc_keep_want(void) {
 /* The holder moves its heap to the current share (at claim, and at ticks);
  * a share a quarter or more below the last gives back what the heap keeps
  * above it (a smaller change waits, so that a budget moving with the
- * heap does not purge at every tick).  A thread that takes turns
- * (turns.c) keeps at most turns_keep.  Cached large blocks count in the
+ * heap does not purge at every tick).  Cached large blocks count in the
  * same share. */
 static void proc_keep_update(scr_arena *a) {
   uint64_t want = proc_keep_want();
-  uint64_t turns_keep = _scr_proc.opt.turns_keep;
-  if (a->takes_turns && turns_keep && want > turns_keep) want = turns_keep;
   if (want == 0 || want == a->keep) return;
   if (want < a->keep && want > a->keep - a->keep / 4) return;
   a->keep = want;
@@ -257,7 +254,6 @@ static void proc_adopt(scr_arena *a, unsigned poisoned, bool shared) {
     _scr_tl_arena = a;
     pthread_setspecific(P->key, a);
   }
-  _scr_turns_on_claim(a);
   SCR_PC_ADD(claims, 1);
   _scr_remote_poll(a);
   proc_keep_update(a);
@@ -434,7 +430,6 @@ void _scr_arena_tick_slow(scr_arena *a) {
     a->switch_pending = 0;
     return;
   }
-  if (a->ops >= a->turns_next && !a->takes_turns) _scr_turns_check(a);
   if (a->switch_pending) { /* last: the caller holds another arena after it */
     a->switch_pending = 0;
     proc_switch(a);

@@ -62,9 +62,6 @@ SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
   X(cache_medium_after, 16, 0, 65535, "mallocs of a medium class a thread that claimed its arena while no other was held (the main thread, as a rule) makes before its cache keeps blocks of that class (0: from the first)") \
   X(cache_max, 65536, 0, 65536, "blocks above this size skip the thread's cache (0: no cache)") \
   X(cache_grow, (uint64_t)2 << 20, 0, (uint64_t)1 << 30, "bytes by which the caps of the threads' cache lists may grow together (below 4 KiB up to 1024 blocks, with the thread's own blocks; the others up to 64), a block at a time when a full list is freed into; each thread's share is this over the threads holding arenas (0: the caps stay as cache_bytes and cache_medium set them)") \
-  X(turns_after, 0, 0, UINT64_MAX, "a thread holding its arena whose heap calls came 20 us apart or more on average over this many windows of 1024 (it waits for others, or shares its CPU with many) takes turns with others: its cache keeps no block above turns_cache_max (0: never, the default: a clock cannot tell a thread that waits from one the scheduler preempts)") \
-  X(turns_cache_max, 4096, 0, 65536, "cache_max of a thread that takes turns") \
-  X(turns_keep, 0, 0, UINT64_MAX, "empty pages a thread that takes turns keeps committed, at most (0: its share, as any thread)") \
   X(share, 1, 0, 1, "threads start on one arena they share (a lock per call) until one finds it taken share_contended times within 256 calls or runs share_hot calls without blocking, then claim their own: 0 off, every thread claims its own at its first allocation") \
   X(share_hot, 4096, 256, UINT64_MAX, "calls without blocking (each 256 of them within 1 ms) after which a thread on the shared arena claims its own") \
   X(share_contended, 8, 1, 256, "times within 256 calls a thread on the shared arena finds it taken (another thread allocating that moment) before it claims its own; it waits for it the times before (1: claims its own at the first)") \
@@ -159,10 +156,6 @@ typedef struct scr_arena {
   unsigned switch_pending;          /* carving while a parked arena has room: look at the next tick (holder) */
   uint64_t carved_mark;             /* carved at the claim or the last look for room (holder) */
   uint64_t lend_after;              /* ops before which lend.c does not look again (holder) */
-  uint64_t turns_idle;              /* windows of heap calls in which the holder waited (turns.c) */
-  unsigned takes_turns;             /* the holder waits often: smaller cache (turns.c) */
-  uint64_t turns_next;              /* ops at which turns.c looks again (holder) */
-  uint64_t turns_window_ns;         /* when the window of heap calls began (0: at the next look) (holder) */
   uintptr_t pf_from;                /* start of the last range faulted ahead (holder) */
   uint64_t pf_counted;              /* bytes of that range counted in the budget (holder) */
   _Atomic int pf_state;             /* 0 idle, 1 queued, 2 the helper is on it, 3 and the holder waits */
@@ -262,8 +255,6 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(holds, "parked arenas whose emptied pages wait for the discard (freed by the only thread holding an arena)") \
   X(cache_grows, "blocks by which threads' full cache lists grew") \
   X(remote_sent_unowned, "remote frees by threads that hold no arena")      \
-  X(turn_takers, "threads found taking turns (blocking often while holding an arena)") \
-  X(turn_looks, "getrusage calls that counted a thread's context switches") \
   X(share_joins, "threads that started on the shared arena")               \
   X(share_leaves, "threads that left the shared arena for their own (found it taken share_contended times in 256 calls, ran hot, or exited)") \
   X(share_collisions, "calls that found the shared arena taken (the thread waited for it, or claimed its own)") \
@@ -361,11 +352,6 @@ static inline scr_arena *_scr_arena_get(void) {
  * and the switch (hooks.c sets ops to get there at the end of the heap
  * call that asked) and now and then publishes a stats snapshot. */
 SCR_INTERNAL void _scr_arena_tick_slow(scr_arena *a);
-/* turns.c: threads that take turns (block often while holding arenas) */
-#define SCR_TURNS_CHECK_EVERY 1024 /* heap calls between two looks at the clock */
-#define SCR_TURNS_IDLE_NS 20000u   /* a window whose heap calls came this far apart on average is idle */
-SCR_INTERNAL void _scr_turns_on_claim(scr_arena *a);
-SCR_INTERNAL void _scr_turns_check(scr_arena *a);
 
 static inline void _scr_arena_tick(scr_arena *a) {
   if (SCR_UNLIKELY((++a->ops & (SCR_ARENA_POLL_EVERY - 1)) == 0)) _scr_arena_tick_slow(a);

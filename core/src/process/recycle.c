@@ -30,9 +30,8 @@
  * 40.1 MiB with these defaults, 38.2 with cache_max=4096, 37.9 with no
  * cache at all (glibc 38.6), while the threaded stress with cache_max=4096
  * faulted 10.5k pages instead of 3.6k and took 0.098 s instead of 0.068
- * (10 and 9 interleaved runs).  Hence options, defaults
- * for speed, and a smaller cache for the threads that block often
- * (turns.c). */
+ * (10 and 9 interleaved runs).  Hence options and defaults for speed;
+ * the shared arena (share.c) is where such threads meet. */
 #include "process.h"
 #include <string.h>
 
@@ -149,15 +148,14 @@ static void recycle_empty_list(scr_arena *a, unsigned c, uint32_t max) {
  * shared by the threads holding arenas, bounds what all lists of all
  * threads keep past their bases, so a program of many threads keeps
  * about what one would.  The caps go back to their bases at park and
- * trim.  Lists of threads that take turns do not grow: the shared
- * arena's (share.c) and a turn taker's (turns.c, whose caps go back to
- * their bases when it is found), so that Python's threads do not keep a
- * burst's blocks while another thread runs. */
+ * trim.  The shared arena's lists (share.c: threads that take turns) do
+ * not grow, so that Python's threads do not keep a burst's blocks while
+ * another thread runs. */
 bool _scr_recycle_grow(scr_arena *a, unsigned c) {
   scr_recycled *r = &a->rc[c];
   uint64_t size = _scr_class_sizes[c], budget = _scr_proc.opt.cache_grow;
   uint32_t cap = c < SCR_GROW_FIRST ? SCR_RECYCLE_RUN_MAX : SCR_RECYCLE_CLASS_MAX;
-  if (r->max == 0 || r->max >= cap || budget == 0 || a->shared || a->takes_turns)
+  if (r->max == 0 || r->max >= cap || budget == 0 || a->shared)
     return false;
   unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
   /* A small class's list grows only while no other thread holds an arena:

@@ -126,8 +126,6 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->dontdump_segments = SCR_PLOAD_(dontdump_advised);
   o->forks = SCR_PLOAD_(forks);
   o->parked_drains = SCR_PLOAD_(parked_drains);
-  o->turn_takers = SCR_PLOAD_(turn_takers);
-  o->turn_looks = SCR_PLOAD_(turn_looks);
   o->share_joins = SCR_PLOAD_(share_joins);
   o->share_leaves = SCR_PLOAD_(share_leaves);
   o->share_collisions = SCR_PLOAD_(share_collisions);
@@ -209,11 +207,9 @@ void _scr_proc_report(int fd, bool per_arena) {
            pid, U(ps.remote_frees), U(ps.remote_pending), U(ps.realloc_moves), U(ps.pool_puts), U(ps.pool_takes),
            U(ps.lends), U(ps.holds), U(ps.cache_grows));
   proc_write_line(&o, fd);
-  _scr_out_put(&o, "scralloc[%d]: %llu turn takers (threads found blocking often while holding an arena, "
-           "whose caches then keep no big blocks; %llu looks at threads' context switch counts), %llu "
-           "joined the shared arena (threads that started on one arena shared under a lock; %llu left it "
+  _scr_out_put(&o, "scralloc[%d]: %llu joined the shared arena (threads that started on one arena shared under a lock; %llu left it "
            "for their own, %llu collisions: calls that found it taken)\n",
-           pid, U(ps.turn_takers), U(ps.turn_looks), U(ps.share_joins), U(ps.share_leaves), U(ps.share_collisions));
+           pid, U(ps.share_joins), U(ps.share_leaves), U(ps.share_collisions));
   proc_write_line(&o, fd);
   uint64_t mode = _scr_proc.opt.on_error;
   _scr_out_put(&o, "scralloc[%d]: bad pointers given to free, realloc or malloc_usable_size: %llu double frees, "

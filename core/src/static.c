@@ -20,22 +20,34 @@
 #include "classify.c"
 #include "stats.c"
 #include "validate.c"
-/* ---- process allocator (core/src/process/) ---- */
-#include "process/options.c"
+/* ---- process allocator (core/src/process/), layer by layer, bottom up
+ * (process.h draws them; tests/tools/process_layers.py checks them) ---- */
+/* base */
 #include "process/os_linux.c"
-#include "process/arena.c"
-#include "process/remote.c"
-#include "process/recycle.c"
-#include "process/pool.c"
-#include "process/lend.c"
-#include "process/share.c"
-#include "process/hooks.c"
-#include "process/huge_cache.c"
-#include "process/prefault.c"
-#include "process/discard.c"
+#include "process/options.c"
+#include "process/state.c"
 #include "process/misuse.c"
+/* arenas */
+#include "process/budget.c"
+#include "process/hooks.c"
+#include "process/prefault.c"
+#include "process/huge_cache.c"
+#include "process/validate.c"
+#include "process/arena.c"
+#include "process/discard.c"
+#include "process/helper.c"
+/* caches */
+#include "process/remote.c"
+#include "process/pool.c"
+#include "process/recycle.c"
+#include "process/lend.c"
+#include "process/holder.c"
+/* entry */
+#include "process/share.c"
 #include "process/malloc.c"
 #include "process/free_many.c"
-#include "process/validate.c"
-#include "process/stats.c"
+#include "process/fork.c"
 #include "process/override.c"
+/* observers */
+#include "process/stats.c"
+#include "process/override_stats.c"

@@ -1,8 +1,11 @@
 /* Process-wide statistics: the heap figures summed over every arena (in
  * the shape of memoryUsage(): heap_total is what the arenas hold, after
  * what discards returned; heap_used what live blocks take), the process
- * layer's own counters, and the SCRALLOC_STATS=1 report at exit. */
-#include "process.h"
+ * layer's own counters, and the SCRALLOC_STATS=1 report at exit.
+ * Layer: observers: reads every layer (arena snapshots under their
+ * snap_lock, the counters, the pool's and the huge-block cache's
+ * figures); owns nothing, and nothing below calls it. */
+#include "observers.h"
 #include <fcntl.h>
 #include <stdarg.h>
 #include <string.h>
@@ -24,7 +27,7 @@ static void proc_refresh_own(void) {
   scr_arena *me = _scr_tl_arena;
   if (me) {
     _scr_remote_poll(me);
-    _scr_arena_publish(me);
+    _scr_holder_publish(me);
   }
   _scr_share_publish();
 }

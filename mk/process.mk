@@ -1,4 +1,5 @@
-# The process allocator (core/src/process/): its tests in the ThreadSanitizer
+# The process allocator (core/src/process/): the direction of its layers
+# (tests/tools/process_layers.py: a new cycle or a call up fails), its tests in the ThreadSanitizer
 # build (the Makefile's test-c already runs tests/c/test_process_*.c in the
 # debug and ASan+UBSan builds), real programs under LD_PRELOAD, and the
 # whole-program benchmark against glibc, jemalloc, mimalloc and tcmalloc.
@@ -11,9 +12,12 @@ $(eval $(call ctest,release,test_process_fuzz,$(REL_FLAGS)))
 
 TEST_STEPS  += test-process
 BENCH_STEPS += bench-process bench-pairs bench-replay
-.PHONY: test-process test-process-tsan test-process-release test-preload bench-process bench-pairs bench-replay
+.PHONY: test-process test-process-layers test-process-tsan test-process-release test-preload bench-process bench-pairs bench-replay
 
-test-process: test-process-tsan test-process-release test-preload
+test-process: test-process-layers test-process-tsan test-process-release test-preload
+
+test-process-layers:
+	@echo "== the process allocator's layers (tests/tools/process_layers.py)"; $(PYTHON) tests/tools/process_layers.py
 
 test-process-release: $(B)/release/tests/test_process_fuzz
 	@echo "== release test_process_fuzz"; SCR_FUZZ_ROUNDS=24 $(B)/release/tests/test_process_fuzz

@@ -408,6 +408,7 @@ void _scr_segment_purge(scr_heap *h, bool all) {
   bool kept_empty = all;
   purge_batch batch;
   batch.n = 0;
+  if (!all) h->purge_passes++;
   for (scr_segment *seg = h->segments; seg; seg = next) { /* newest first */
     next = seg->next;
     if (seg->kind != SCR_SEG_NORMAL) continue;

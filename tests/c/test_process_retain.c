@@ -257,6 +257,50 @@ static void test_huge_blocks_decay(void) {
   scr_process_option_set("huge_decay_ms", "1000");
 }
 
+/* The figures of what went back, and how: freed pages go back at a purge
+ * pass once purge_delay_ms has passed (a decay pass: no trim, no call but
+ * the thread's own mallocs), with MADV_DONTNEED by default or MADV_FREE
+ * under madv_free_below, and the kernel's LazyFree shows the latter until
+ * it reclaims them; what stays committed meanwhile is within the budget. */
+static void test_advice_figures(void) {
+  enum { N = 2048, SIZE = 2048 }; /* 4 MiB of 2 KiB blocks: 64 pages */
+  static void *b[N];
+  scr_trim();
+  struct scr_stats st0, st1;
+  scr_stats(&st0);
+  struct scr_process_stats ps0 = pstats();
+  for (int i = 0; i < N; i++) memset(b[i] = scr_malloc(SIZE), 5, SIZE);
+  for (int i = 0; i < N; i++) scr_free(b[i]);
+  CHECK(pstats().budget_held <= pstats().budget + ((uint64_t)1 << 20));
+  /* Two passes, each past purge_delay_ms (2 s here): the first ages the
+   * freed pages, the second gives them back.  A page released is what
+   * ticks the pass; each round takes one of the freed pages. */
+  for (int round = 0; round < 3; round++) {
+    scr_debug_advance_clock(3000);
+    scr_free(scr_malloc(40000));
+  }
+  scr_stats(&st1);
+  struct scr_process_stats ps1 = pstats();
+  bool lazy_mode = getenv("SCRALLOC_MADV_FREE_BELOW") != NULL;
+  uint64_t dontneed = st1.dontneed_bytes - st0.dontneed_bytes, lazy = st1.lazy_free_bytes - st0.lazy_free_bytes;
+  printf("  %llu decay passes; %llu KiB back with MADV_DONTNEED, %llu KiB with MADV_FREE (%llu KiB pending in "
+         "the kernel); %llu KiB kept committed, budget %llu KiB\n",
+         (unsigned long long)(ps1.decay_passes - ps0.decay_passes), (unsigned long long)(dontneed >> 10),
+         (unsigned long long)(lazy >> 10), (unsigned long long)(ps1.lazy_free_pending >> 10),
+         (unsigned long long)(ps1.budget_held >> 10), (unsigned long long)(ps1.budget >> 10));
+  CHECK(ps1.decay_passes >= ps0.decay_passes + 1);
+  CHECK(st1.purge_passes >= st0.purge_passes + 1);
+  if (lazy_mode) {
+    CHECK(lazy >= (uint64_t)1 << 20);
+    CHECK(ps1.lazy_free_pending > 0); /* nothing presses the kernel to take them this soon */
+  } else {
+    CHECK(dontneed >= (uint64_t)1 << 20);
+    CHECK_EQ(lazy, 0);
+    CHECK_EQ(ps1.lazy_free_pending, 0);
+  }
+  CHECK(ps1.budget_held <= ps1.budget + ((uint64_t)1 << 20));
+}
+
 static _Atomic int busy_stop, busy_ready;
 static _Atomic unsigned busy_arena = UINT32_MAX;
 
@@ -390,6 +434,7 @@ int main(int argc, char **argv) {
     setenv("SCRALLOC_MADV_FREE_BELOW", "1G", 1);
     scr_process_option_set("share", "0");
     TEST(test_interior_return);
+    TEST(test_advice_figures);
     return check_done();
   }
   /* A purge pass decommits pages freed more than purge_delay_ms before;
@@ -403,6 +448,7 @@ int main(int argc, char **argv) {
   TEST(test_huge_block_tail_stays_cached);
   TEST(test_reused_block_is_not_freed);
   TEST(test_huge_blocks_decay);
+  TEST(test_advice_figures);
   TEST(test_trim_reaches_busy_threads);
   TEST(test_interior_return);
   {

@@ -49,7 +49,7 @@ static void hc_remove_at(unsigned i) {
 /* Unmap the segments in out[0..n) (outside the lock). */
 static uint64_t hc_unmap(scr_segment **out, unsigned n) {
   uint64_t bytes = 0;
-  scr_os_counters c = {0, 0, 0, 0, 0};
+  scr_os_counters c = {0};
   for (unsigned i = 0; i < n; i++) {
     bytes += out[i]->size;
     _scr_segment_unmap_detached(out[i], &c);

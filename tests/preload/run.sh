@@ -50,7 +50,7 @@ run() {
 
 run python-workload "$py" "$here/py_workload.py"
 # its threads take turns (the GIL): they start on the shared arena
-if ! grep -qE "^scralloc\[[0-9]+\]: .* [1-9][0-9]* joined the shared arena" "$tmp/stats"; then
+if ! grep -qE "^scralloc\[[0-9]+\]: (.* )?[1-9][0-9]* joined the shared arena" "$tmp/stats"; then
   echo "FAIL python-workload: no thread joined the shared arena"; tail -n 5 "$tmp/stats"; fail=1
 fi
 run python-workload-pymalloc-off env PYTHONMALLOC=malloc "$py" "$here/py_workload.py"

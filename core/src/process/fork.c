@@ -2,7 +2,7 @@
  * Layer: entry (its top but override.c): they take every layer's locks,
  * top down in the lock order (process.h), across fork, and let them go
  * after, so that no layer below has to know about fork beyond its own
- * locks and its after-fork-in-the-child step.
+ * locks and its after-fork-in-the-child step.  Owns nothing.
  * The child has one thread.  The parent's lock and every snapshot lock
  * are held across fork so the child finds them consistent; arenas other
  * threads held stay theirs in the child (their heaps may be mid-call),

@@ -5,7 +5,7 @@
  * pointers carve fresh memory in.  Sets of at least SCR_FREE_MANY_SORT
  * blocks are sorted (in place, heapsort: no allocation, O(n log n)).
  * Layer: entry (scr_free per block, on the shared arena's lock once for
- * the whole set where the caller is on it). */
+ * the whole set where the caller is on it).  Owns nothing. */
 #include "entry.h"
 
 #define SCR_FREE_MANY_SORT 16384

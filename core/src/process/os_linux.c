@@ -4,7 +4,7 @@
  * malloc.  Every
  * Linux-only path has a fallback that does nothing.
  * Layer: base (the bottom: every other file of the process layer calls
- * the OS through here or through core/src/prim/). */
+ * the OS through here or through core/src/prim/).  Owns nothing. */
 #include "process.h"
 #include <errno.h>
 #include <fcntl.h>

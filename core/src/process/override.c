@@ -2,7 +2,7 @@
  * that LD_PRELOAD=libscralloc.so puts any dynamically linked program on
  * scralloc.  Nothing here calls the system allocator: memory scralloc does
  * not own (none should exist under LD_PRELOAD) is ignored by free.
- * Layer: entry (its top: other names of malloc.c's calls).  glibc's
+ * Layer: entry (its top: other names of malloc.c's calls); owns nothing.  glibc's
  * statistics calls (mallinfo, malloc_stats, malloc_info) read the stats:
  * override_stats.c, with the observers. */
 #include "entry.h"

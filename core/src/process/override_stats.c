@@ -2,7 +2,8 @@
  * mallinfo2, mallinfo, malloc_stats and malloc_info report scralloc's
  * figures (stats.c), so that a program printing them under LD_PRELOAD does
  * not read glibc's idle arenas.
- * Layer: observers (beside stats.c, whose figures they print). */
+ * Layer: observers (beside stats.c, whose figures they print); owns
+ * nothing. */
 #include "observers.h"
 
 #if SCR_OVERRIDE

@@ -7,7 +7,7 @@
  *   DISCARDING: borrowed by the helper or a freeing thread)
  *   every arena's list of tag SCR_TAG_OTHER is empty with no room
  * Layer: arenas (below arena.c, which runs it at its state changes): it
- * reads the arena lists only, under _scr_proc.lock. */
+ * reads the arena lists only, under _scr_proc.lock, and owns nothing. */
 #include "arenas.h"
 
 /* Under _scr_proc.lock.  true when consistent; reports what is not. */

@@ -5,12 +5,12 @@
  * includes the one below, so that a file sees only its layer and those
  * under it (tests/tools/process_layers.py checks the direction):
  *
- *   observers  stats.c override_stats.c                    observers.h
- *   entry      share.c malloc.c free_many.c fork.c override.c   entry.h
- *   caches     remote.c pool.c recycle.c lend.c holder.c        caches.h
+ *   observers  stats.c override_stats.c                        observers.h
+ *   entry      share.c malloc.c free_many.c fork.c override.c       entry.h
+ *   caches     remote.c pool.c recycle.c lend.c holder.c            caches.h
  *   arenas     budget.c hooks.c prefault.c huge_cache.c validate.c
- *              arena.c discard.c helper.c                       arenas.h
- *   base       os_linux.c options.c state.c misuse.c            process.h
+ *              arena.c discard.c helper.c                           arenas.h
+ *   base       os_linux.c options.c state.c misuse.c                process.h
  *              (and the core heap, core/src/)
  * (top first; within a layer a file uses only those to its left).
  *

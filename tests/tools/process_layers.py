@@ -10,7 +10,8 @@ macros: a file that calls an inline of a header depends on what the
 inline calls), and checks that
   - every file's layer is one of LAYERS,
   - no file uses a file of a layer above its own,
-  - the files' graph has no cycle (within a layer too).
+  - the files' graph has no cycle (within a layer too),
+  - core/src/static.c includes every file, layer by layer, bottom up.
 It prints the layers with their files and the edges, and exits 1 on a
 violation, so that `make test` fails on a new cycle.
 """
@@ -177,6 +178,16 @@ def main():
         for g, syms in sorted(edges[f].items()):
             if layer[f] in rank and layer[g] in rank and rank[layer[g]] > rank[layer[f]]:
                 errors.append(f"{f} ({layer[f]}) uses {g} ({layer[g]}), a layer above: {', '.join(sorted(syms))}")
+
+    # core/src/static.c includes the files layer by layer, bottom up: then a
+    # file cannot even see the declarations of a layer above it
+    unity = open(os.path.join(ROOT, "core", "src", "static.c")).read()
+    included = re.findall(r'#include "process/([a-z_]+\.c)"', unity)
+    for f in sorted(set(f for f in files if f.endswith(".c")) - set(included)):
+        errors.append(f"core/src/static.c does not include process/{f}")
+    for a, b in zip(included, included[1:]):
+        if a in layer and b in layer and layer[a] in rank and layer[b] in rank and rank[layer[b]] < rank[layer[a]]:
+            errors.append(f"core/src/static.c includes {b} ({layer[b]}) after {a} ({layer[a]}): bottom up, please")
 
     # cycles among the .c files (a header's inlines count as its users' own code)
     graph = {f: {g for g in edges[f] if g.endswith(".c")} for f in files if f.endswith(".c")}

@@ -50,7 +50,8 @@ $(B)/release/tests/misuse_check: tests/preload/misuse_check.c
 	$(CC) -std=gnu11 -O1 -Wall -Wextra $(WERROR) -pthread -o $@ $< -ldl
 
 test-preload: $(B)/release/libscralloc.so $(B)/debug/libscralloc.so $(B)/release/tests/override_check $(REPLAY_BIN) \
-  $(B)/release/bench/proc_launch $(B)/release/tests/thread_exit_check $(B)/release/tests/misuse_check
+  $(B)/release/bench/proc_launch $(B)/release/tests/thread_exit_check $(B)/release/tests/misuse_check \
+  $(B)/release/bench/proc_mixed_queue
 	LD_PRELOAD=$(B)/release/libscralloc.so $(B)/release/tests/override_check
 	LD_PRELOAD=$(B)/debug/libscralloc.so $(B)/release/tests/override_check
 	LD_PRELOAD=$(B)/release/libscralloc.so $(B)/release/tests/thread_exit_check
@@ -62,6 +63,7 @@ test-preload: $(B)/release/libscralloc.so $(B)/debug/libscralloc.so $(B)/release
 	tests/preload/replay_check.sh $(B)/debug/libscralloc.so $(B)/release/bench
 	$(PYTHON) tests/preload/launch_check.py $(B)/release/bench $(B)/release/libscralloc.so
 	$(PYTHON) tests/preload/bench_stats_check.py $(B)/release/bench $(B)/release/libscralloc.so
+	tests/preload/remap_race_check.sh $(B)/release/libscralloc.so $(B)/release/bench
 
 # Workloads linked against nothing but libc: each allocator is LD_PRELOADed.
 PROC_BENCH_BIN := $(B)/release/bench/proc_xthread $(B)/release/bench/proc_churn $(B)/release/bench/proc_pairs \

@@ -106,6 +106,11 @@ void _scr_holder_tick_slow(scr_arena *a) {
   if (_scr_huge_cache_tick()) _scr_helper_post();
   _scr_arena_busy_publish(a, false);
   _scr_arena_keep_update(a);
+  /* The time dimension for a thread that keeps calling without taking or
+   * releasing a page (where the heap runs its purge pass otherwise): its
+   * freed pages still go back purge_delay_ms after they were freed.  One
+   * clock read per tick while it holds any. */
+  _scr_segment_purge_tick(a->heap);
   if (a->pf_pending) {
     a->pf_pending = 0;
     if (_scr_prefault_post(a)) _scr_helper_post();

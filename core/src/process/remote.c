@@ -104,7 +104,7 @@ static void proc_borrow_and_drain(scr_arena *a) {
    * as before: those threads would fault fresh pages while these wait
    * (the threaded stress's end, 11.1 -> 12.9 MiB max RSS when every
    * drain held them).  Released at the next claim or by the discard. */
-  if (!a->held && !a->discarded && _scr_proc_alone(_scr_tl_arena)) {
+  if (P->opt.hold && !a->held && !a->discarded && _scr_proc_alone(_scr_tl_arena)) {
     _scr_heap_hold_empty_pages(a->heap);
     a->held = 1;
     SCR_PC_ADD(holds, 1);

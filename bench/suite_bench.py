@@ -268,12 +268,13 @@ def profiles_table(progs, names, results, variants):
             res = results[p.name]
             tf = lambda m, k=p.time_key: run_time(m, k)  # noqa: E731
             meds = {a: statistics.median(tf(m) for m in res[a]) for a in peers if res[a]}
-            if not res[v] or not meds:
+            if not res[v]:
                 continue
-            fastest = min(meds, key=meds.get)
-            r = paired(res[v], res[fastest], tf)
-            if r:
-                fast[p.name] = statistics.median(r)
+            if meds:  # none with --no-peers
+                fastest = min(meds, key=meds.get)
+                r = paired(res[v], res[fastest], tf)
+                if r:
+                    fast[p.name] = statistics.median(r)
             r = paired(res[v], res["scralloc"], tf) if res.get("scralloc") else []
             if r:
                 dflt[p.name] = statistics.median(r)
@@ -287,7 +288,8 @@ def profiles_table(progs, names, results, variants):
         keep = "-" if not dflt else ("yes" if g > 1 and dflt[lo] >= 0.95 else
                                      "no: loses on the geomean" if g <= 1 else
                                      f"no: costs {1 / dflt[lo] - 1:.0%} on {lo}")
-        out.append(f"| {v} | {geomean(list(fast.values())):.2f} | {g:.3f} | "
+        gf = f"{geomean(list(fast.values())):.2f}" if fast else "-"
+        out.append(f"| {v} | {gf} | {g:.3f} | "
                    f"{f'{dflt[hi]:.2f} ({hi})' if hi else '-'} | {f'{dflt[lo]:.2f} ({lo})' if lo else '-'} | "
                    f"{geomean(list(rss.values())):.3f} | {f'{rss[wr]:.2f} ({wr})' if wr else '-'} | {keep} |")
     out.append("")
@@ -403,6 +405,8 @@ def main():
     ap.add_argument("--profile", action="append", default=[],
                     help="another scralloc column with these options, NAME=VALUE[,NAME=VALUE] "
                          "(SCRALLOC_NAME=VALUE in its environment; repeatable): a mechanism switched off")
+    ap.add_argument("--no-peers", action="store_true",
+                    help="run scralloc and its --profile columns only (the mechanism table, in less time)")
     ap.add_argument("--json", default="build/bench/suite.json")
     ap.add_argument("--markdown", default="", help="also write the tables to this file")
     ap.add_argument("--from-json", default="",
@@ -429,7 +433,7 @@ def main():
         if args.quick:
             return quick(progs, launcher, [("glibc", None), ("scralloc", lib)])
         # [(column name, library or None, extra environment)]
-        allocs = [(a, path, {}) for a, path in find_allocators(lib)]
+        allocs = [(a, path, {}) for a, path in find_allocators(lib) if not args.no_peers or a == "scralloc"]
         allocs += [(f"scralloc {prof}", lib, profile_env(prof)) for prof in args.profile]
         results = {p.name: {a: [] for a, _, _ in allocs} for p in progs}
         failures = 0

@@ -247,13 +247,20 @@ def report(progs, allocs, results, rounds, machine=""):
 
 def profiles_table(progs, names, results, variants):
     """scralloc with options of its own (--profile), row by row against the
-    default build and against the fastest peer: what switching a mechanism
-    off costs or saves across the suite."""
-    out = ["scralloc with options (--profile): paired medians over every row; \"vs default\" is the "
-           "setting's time over scralloc's with its defaults in the same round.\n",
-           "| setting | time / fastest, geomean | worst row | time / default, geomean | worst row vs default "
-           "| max RSS / glibc, geomean |",
-           "|---|---:|---|---:|---|---:|"]
+    default build and against the fastest peer: the mechanism table.  A
+    setting that switches a mechanism off shows what the mechanism pays:
+    "off / default" above 1 on the geometric mean means the mechanism wins
+    there; the row where switching it off gains most is where it loses.
+    The verdict applies the rule of keeping a mechanism: it wins on the
+    geometric mean and loses no more than 5% on any row (time), with max
+    RSS beside it for the mechanisms that are about memory."""
+    out = ["scralloc with options (--profile): paired medians over every row; \"off / default\" is the "
+           "setting's time (or max RSS) over scralloc's with its defaults in the same round: above 1, the "
+           "mechanism the setting switches off pays there.\n",
+           "| setting | time / fastest, geomean | time off / default, geomean | mechanism helps most "
+           "(off / default) | mechanism costs most (off / default) | max RSS off / default, geomean "
+           "| worst max RSS off / default | keep? |",
+           "|---|---:|---:|---|---|---:|---|---|"]
     peers = [a for a in names if not a.startswith("scralloc")]
     for v in variants:
         fast, dflt, rss = {}, {}, {}
@@ -261,23 +268,30 @@ def profiles_table(progs, names, results, variants):
             res = results[p.name]
             tf = lambda m, k=p.time_key: run_time(m, k)  # noqa: E731
             meds = {a: statistics.median(tf(m) for m in res[a]) for a in peers if res[a]}
-            if not res[v] or not meds:
+            if not res[v]:
                 continue
-            fastest = min(meds, key=meds.get)
-            r = paired(res[v], res[fastest], tf)
-            if r:
-                fast[p.name] = statistics.median(r)
+            if meds:  # none with --no-peers
+                fastest = min(meds, key=meds.get)
+                r = paired(res[v], res[fastest], tf)
+                if r:
+                    fast[p.name] = statistics.median(r)
             r = paired(res[v], res["scralloc"], tf) if res.get("scralloc") else []
             if r:
                 dflt[p.name] = statistics.median(r)
-            r = paired(res[v], res["glibc"], lambda m: m["maxrss_mib"]) if res.get("glibc") else []
+            r = paired(res[v], res["scralloc"], lambda m: m["maxrss_mib"]) if res.get("scralloc") else []
             if r:
                 rss[p.name] = statistics.median(r)
-        wf = max(fast, key=fast.get) if fast else None
-        wd = max(dflt, key=dflt.get) if dflt else None
-        out.append(f"| {v} | {geomean(list(fast.values())):.2f} | "
-                   f"{f'{fast[wf]:.2f} ({wf})' if wf else '-'} | {geomean(list(dflt.values())):.2f} | "
-                   f"{f'{dflt[wd]:.2f} ({wd})' if wd else '-'} | {geomean(list(rss.values())):.2f} |")
+        hi = max(dflt, key=dflt.get) if dflt else None
+        lo = min(dflt, key=dflt.get) if dflt else None
+        wr = max(rss, key=rss.get) if rss else None
+        g = geomean(list(dflt.values())) if dflt else float("nan")
+        keep = "-" if not dflt else ("yes" if g > 1 and dflt[lo] >= 0.95 else
+                                     "no: loses on the geomean" if g <= 1 else
+                                     f"no: costs {1 / dflt[lo] - 1:.0%} on {lo}")
+        gf = f"{geomean(list(fast.values())):.2f}" if fast else "-"
+        out.append(f"| {v} | {gf} | {g:.3f} | "
+                   f"{f'{dflt[hi]:.2f} ({hi})' if hi else '-'} | {f'{dflt[lo]:.2f} ({lo})' if lo else '-'} | "
+                   f"{geomean(list(rss.values())):.3f} | {f'{rss[wr]:.2f} ({wr})' if wr else '-'} | {keep} |")
     out.append("")
     return out
 
@@ -362,10 +376,27 @@ def scr_heap_pairs(bindir):
     return out
 
 
+def report_from_json(args):
+    """The tables of an earlier run, from its --json file (the report's
+    layout may have changed since; the runs have not)."""
+    with open(args.from_json) as f:
+        saved = json.load(f)
+    by_name = {p.name: p for p in programs(args.bin, tempfile.gettempdir())}
+    progs = [by_name[n] for n in saved["programs"] if n in by_name]
+    names = list(next(iter(saved["results"].values())))
+    allocs = [(a, None, {}) for a in names]
+    text, _ = report(progs, allocs, saved["results"], saved["rounds"], "")
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(text)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--lib", required=True, help="libscralloc.so")
-    ap.add_argument("--bin", required=True, help="folder with proc_launch and the proc_* programs")
+    ap.add_argument("--lib", help="libscralloc.so (required but with --from-json)")
+    ap.add_argument("--bin", default="build/release/bench", help="folder with proc_launch and the proc_* programs")
     ap.add_argument("--rounds", type=int, default=int(os.environ.get("SCR_BENCH_RUNS", "7")))
     ap.add_argument("--quick", action="store_true", default=os.environ.get("SCR_BENCH_QUICK") == "1",
                     help="each program once at tiny sizes under glibc and scralloc: does it exit 0?")
@@ -374,9 +405,17 @@ def main():
     ap.add_argument("--profile", action="append", default=[],
                     help="another scralloc column with these options, NAME=VALUE[,NAME=VALUE] "
                          "(SCRALLOC_NAME=VALUE in its environment; repeatable): a mechanism switched off")
+    ap.add_argument("--no-peers", action="store_true",
+                    help="run scralloc and its --profile columns only (the mechanism table, in less time)")
     ap.add_argument("--json", default="build/bench/suite.json")
     ap.add_argument("--markdown", default="", help="also write the tables to this file")
+    ap.add_argument("--from-json", default="",
+                    help="print the report of the runs in this file (an earlier --json) instead of running")
     args = ap.parse_args()
+    if args.from_json:
+        return report_from_json(args)
+    if not args.lib:
+        ap.error("--lib is required")
     launcher = os.path.join(args.bin, "proc_launch")
     for path in (launcher, args.lib):
         if not os.path.exists(path):
@@ -394,7 +433,7 @@ def main():
         if args.quick:
             return quick(progs, launcher, [("glibc", None), ("scralloc", lib)])
         # [(column name, library or None, extra environment)]
-        allocs = [(a, path, {}) for a, path in find_allocators(lib)]
+        allocs = [(a, path, {}) for a, path in find_allocators(lib) if not args.no_peers or a == "scralloc"]
         allocs += [(f"scralloc {prof}", lib, profile_env(prof)) for prof in args.profile]
         results = {p.name: {a: [] for a, _, _ in allocs} for p in progs}
         failures = 0

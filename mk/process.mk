@@ -1,4 +1,5 @@
-# The process allocator (core/src/process/): its tests in the ThreadSanitizer
+# The process allocator (core/src/process/): the direction of its layers
+# (tests/tools/process_layers.py: a new cycle or a call up fails), its tests in the ThreadSanitizer
 # build (the Makefile's test-c already runs tests/c/test_process_*.c in the
 # debug and ASan+UBSan builds), real programs under LD_PRELOAD, and the
 # whole-program benchmark against glibc, jemalloc, mimalloc and tcmalloc.
@@ -11,9 +12,12 @@ $(eval $(call ctest,release,test_process_fuzz,$(REL_FLAGS)))
 
 TEST_STEPS  += test-process
 BENCH_STEPS += bench-process bench-pairs bench-replay
-.PHONY: test-process test-process-tsan test-process-release test-preload bench-process bench-pairs bench-replay
+.PHONY: test-process test-process-layers test-process-tsan test-process-release test-preload bench-process bench-pairs bench-replay
 
-test-process: test-process-tsan test-process-release test-preload
+test-process: test-process-layers test-process-tsan test-process-release test-preload
+
+test-process-layers:
+	@echo "== the process allocator's layers (tests/tools/process_layers.py)"; $(PYTHON) tests/tools/process_layers.py
 
 test-process-release: $(B)/release/tests/test_process_fuzz
 	@echo "== release test_process_fuzz"; SCR_FUZZ_ROUNDS=24 $(B)/release/tests/test_process_fuzz
@@ -46,7 +50,8 @@ $(B)/release/tests/misuse_check: tests/preload/misuse_check.c
 	$(CC) -std=gnu11 -O1 -Wall -Wextra $(WERROR) -pthread -o $@ $< -ldl
 
 test-preload: $(B)/release/libscralloc.so $(B)/debug/libscralloc.so $(B)/release/tests/override_check $(REPLAY_BIN) \
-  $(B)/release/bench/proc_launch $(B)/release/tests/thread_exit_check $(B)/release/tests/misuse_check
+  $(B)/release/bench/proc_launch $(B)/release/tests/thread_exit_check $(B)/release/tests/misuse_check \
+  $(B)/release/bench/proc_mixed_queue
 	LD_PRELOAD=$(B)/release/libscralloc.so $(B)/release/tests/override_check
 	LD_PRELOAD=$(B)/debug/libscralloc.so $(B)/release/tests/override_check
 	LD_PRELOAD=$(B)/release/libscralloc.so $(B)/release/tests/thread_exit_check
@@ -58,6 +63,7 @@ test-preload: $(B)/release/libscralloc.so $(B)/debug/libscralloc.so $(B)/release
 	tests/preload/replay_check.sh $(B)/debug/libscralloc.so $(B)/release/bench
 	$(PYTHON) tests/preload/launch_check.py $(B)/release/bench $(B)/release/libscralloc.so
 	$(PYTHON) tests/preload/bench_stats_check.py $(B)/release/bench $(B)/release/libscralloc.so
+	tests/preload/remap_race_check.sh $(B)/release/libscralloc.so $(B)/release/bench
 
 # Workloads linked against nothing but libc: each allocator is LD_PRELOADed.
 PROC_BENCH_BIN := $(B)/release/bench/proc_xthread $(B)/release/bench/proc_churn $(B)/release/bench/proc_pairs \

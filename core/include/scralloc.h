@@ -145,7 +145,10 @@ SCR_API int scr_options_set(scr_options *opt, const char *name, const char *valu
   X(meta_bytes, "bytes of segment headers (page descriptors)")                  \
   X(decommits, "page runs decommitted (cumulative)")                            \
   X(page_acquires, "pages taken from segments or the OS (cumulative)")          \
-  X(page_releases, "pages given back to segments or the OS (cumulative)")
+  X(page_releases, "pages given back to segments or the OS (cumulative)")      \
+  X(dontneed_bytes, "bytes given back with MADV_DONTNEED, which read as zero afterwards (cumulative)") \
+  X(lazy_free_bytes, "bytes given back with MADV_FREE, which the kernel takes only under memory pressure (cumulative)") \
+  X(purge_passes, "timed passes that gave back pages freed more than purge_delay_ms before (cumulative)")
 
 #define SCR_CLASS_STATS_FIELDS(X)                                               \
   X(block_size, "bytes per block")                                              \
@@ -330,8 +333,6 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(thp_mode, "transparent huge pages: 0 never/absent, 1 madvise, 2 always")   \
   X(parked_drains, "parked arenas a freeing thread freed a batch of blocks into")\
   X(forks, "forks survived")                                                   \
-  X(turn_takers, "threads found waiting often while holding an arena (their caches keep no big blocks)") \
-  X(turn_looks, "looks at the clock for threads that take turns (one per 1024 heap calls of a thread while others hold arenas)") \
   X(share_joins, "threads that started on the shared arena")                     \
   X(share_leaves, "threads that left the shared arena for their own (found it taken share_contended times in 256 calls, ran hot, or exited)") \
   X(share_collisions, "calls that found the shared arena taken (the thread waited for it, or claimed its own)") \
@@ -346,7 +347,10 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(huge_cache_blocks, "huge blocks the process's cache holds") \
   X(huge_cache_bytes, "bytes of huge blocks the process's cache holds") \
   X(budget, "bytes of free memory the process may keep committed now (retain_budget + retain_ratio of the busy bytes)") \
-  X(busy_bytes, "bytes the pages of live blocks take, as the arenas last published them")
+  X(busy_bytes, "bytes the pages of live blocks take, as the arenas last published them") \
+  X(budget_held, "free bytes the arenas and the huge cache keep committed now, which the budget bounds: retained and dirty pages, cached large and huge blocks") \
+  X(decay_passes, "timed passes that gave back memory unused past its delay: the arenas' purge passes (purge_delay_ms) and the discards of waiting arenas (cumulative)") \
+  X(lazy_free_pending, "bytes given back with MADV_FREE that the kernel has not reclaimed yet: its LazyFree for the process, read at most once a second, 0 while nothing went back that way")
 
 struct scr_process_stats {
 #define SCR_PSTATS_FIELD_(name, doc) uint64_t name;

@@ -269,13 +269,17 @@ void *_scr_large_realloc_inplace(scr_heap *h, scr_segment *seg, void *p, size_t 
       _scr_os_unmap(target, new_size, &h->os);
       return NULL;
     }
+    /* The move unmaps the old range, which another thread's mmap may be
+     * given at once and register: its entries go first (a failed move
+     * puts them back), never after that thread's. */
+    _scr_segmap_clear((uintptr_t)seg, old_size);
     moved = _scr_os_remap(seg, old_size, new_size, target, &h->os);
     if (moved == NULL) {
+      _scr_segmap_set((uintptr_t)seg, old_size, seg, h->map_mark); /* leaves exist already */
       _scr_os_unmap(target, new_size, &h->os);
       return NULL;
     }
-    /* the header moved with the block: fix the links and the map */
-    _scr_segmap_clear((uintptr_t)seg, old_size);
+    /* the header moved with the block: fix the links */
     if (moved->prev) moved->prev->next = moved; else h->segments = moved;
     if (moved->next) moved->next->prev = moved;
   }

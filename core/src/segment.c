@@ -155,14 +155,17 @@ scr_segment *_scr_segment_attach(scr_heap *h, scr_segment *seg, size_t new_size)
     if (moved == NULL) {
       size_t align = seg->huge_offset > SCR_SEGMENT_SIZE ? seg->huge_offset : SCR_SEGMENT_SIZE;
       void *target = _scr_os_map_aligned(new_size, align, &h->os);
-      if (target != NULL && _scr_segmap_prepare((uintptr_t)target, new_size) == 0)
+      if (target != NULL && _scr_segmap_prepare((uintptr_t)target, new_size) == 0) {
+        /* before the move, which frees the old range for any thread's
+         * mmap (large.c: _scr_large_realloc_inplace says why) */
+        _scr_segmap_clear((uintptr_t)seg, old_size);
         moved = _scr_os_remap(seg, old_size, new_size, target, &h->os);
+      }
       if (moved == NULL) {
         if (target != NULL) _scr_os_unmap(target, new_size, &h->os);
         _scr_segment_unmap_detached(seg, &h->os);
         return NULL;
       }
-      _scr_segmap_clear((uintptr_t)seg, old_size);
     }
     seg = moved;
   }
@@ -408,6 +411,7 @@ void _scr_segment_purge(scr_heap *h, bool all) {
   bool kept_empty = all;
   purge_batch batch;
   batch.n = 0;
+  if (!all) h->purge_passes++;
   for (scr_segment *seg = h->segments; seg; seg = next) { /* newest first */
     next = seg->next;
     if (seg->kind != SCR_SEG_NORMAL) continue;

@@ -48,6 +48,9 @@ void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
   st->decommits = h->decommits;
   st->page_acquires = h->page_acquires;
   st->page_releases = h->page_releases;
+  st->dontneed_bytes = h->os.dontneed_bytes;
+  st->lazy_free_bytes = h->os.lazy_free_bytes;
+  st->purge_passes = h->purge_passes;
 }
 
 #include <stdarg.h>

@@ -162,6 +162,8 @@ _Static_assert(sizeof(scr_segment) <= SCR_PAGE_SIZE, "segment header must fit pa
 /* Syscall counters (prim/) of one heap. */
 typedef struct scr_os_counters {
   uint64_t mmap_calls, munmap_calls, madvise_calls, mremap_calls, failures;
+  /* bytes given back by advice (decommits that succeeded) */
+  uint64_t dontneed_bytes, lazy_free_bytes;
 } scr_os_counters;
 
 /* A freed large block kept for reuse. */
@@ -229,6 +231,7 @@ struct scr_heap {
   uint64_t purge_at_ms;                  /* next purge pass (monotonic ms) */
   uint64_t large_live, large_bytes;      /* live large blocks, their bytes */
   uint64_t decommits, page_acquires, page_releases;
+  uint64_t purge_passes;                 /* timed purge passes (not trims) */
   uint64_t interior_bytes;               /* bytes given back inside pages in use (interior.c), cumulative */
   uint64_t interior_lazy_bytes;          /* of those, with MADV_FREE */
   scr_os_counters os;                    /* syscalls of this heap */

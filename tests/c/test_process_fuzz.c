@@ -1,11 +1,11 @@
 /* Seeded random runs of the process allocator with its policies mixed.
  * Each round, in a child process of its own, draws a set of options (the
  * shared arena or not, cache sizes and growth, lending and switching,
- * turn takers, discards with short delays and poison, prefaults, huge
+ * discards with short delays and poison, prefaults, huge
  * pages, the retain budget), then runs a churn of threads that malloc,
  * calloc, aligned_alloc, realloc (sometimes to zero bytes) and free, hand
  * blocks to each other through a shared array, leave blocks behind when
- * they exit, sleep (so that they block, as turn takers do), and free sets
+ * they exit, sleep (so that they block, as threads that take turns do), and free sets
  * with scr_free_many (now and then one of 16,384 blocks, which it frees in
  * address order), keep a few of a run of small blocks and trim (holes
  * among them: core/src/interior.c), while the main thread changes
@@ -282,11 +282,9 @@ static const option_draw draws[] = {
     {"cache_medium", {"0", "2", "8"}},
     {"cache_max", {"0", "1024", "4096", "65536"}},
     {"cache_grow", {"0", "65536", "2M", "64M"}},
-    {"turns_after", {"0", "1", "8"}},
-    {"turns_cache_max", {"0", "4096"}},
-    {"turns_keep", {"0", "65536"}},
     {"lend", {"0", "1"}},
     {"pool", {"0", "1"}},
+    {"hold", {"0", "1"}},
     {"switch_bytes", {"0", "65536", "1M"}},
     {"discard", {"0", "1", "2"}},
     {"discard_delay_ms", {"0", "1", "5", "20"}},
@@ -456,12 +454,12 @@ static int round_body(uint64_t seed) {
             (unsigned long long)ps.remote_pending, (unsigned long long)ps.foreign_frees);
   if (getenv("SCR_FUZZ_VERBOSE"))
     printf("  seed %llu:%s\n    %llu claims, %llu parks, %llu switches, %llu lends, %llu pool takes, %llu cache grows, "
-           "%llu remote frees, %llu discards, %llu prefaults, %llu turn takers, %llu joined the shared arena, %llu "
+           "%llu remote frees, %llu discards, %llu prefaults, %llu joined the shared arena, %llu "
            "realloc moves, %u forks, %llu KiB given back inside free slots, %llu huge blocks reused, %llu trims asked\n",
            (unsigned long long)seed, opts, (unsigned long long)ps.claims, (unsigned long long)ps.parks,
            (unsigned long long)ps.switches, (unsigned long long)ps.lends, (unsigned long long)ps.pool_takes,
            (unsigned long long)ps.cache_grows, (unsigned long long)ps.remote_frees, (unsigned long long)ps.discards,
-           (unsigned long long)ps.prefaults, (unsigned long long)ps.turn_takers, (unsigned long long)ps.share_joins,
+           (unsigned long long)ps.prefaults, (unsigned long long)ps.share_joins,
            (unsigned long long)ps.realloc_moves, forks_done, (unsigned long long)(ps.interior_bytes >> 10),
            (unsigned long long)ps.huge_cache_hits, (unsigned long long)ps.trim_answers);
   return ok ? 0 : 1;

@@ -257,6 +257,94 @@ static void test_huge_blocks_decay(void) {
   scr_process_option_set("huge_decay_ms", "1000");
 }
 
+/* The figures of what went back, and how: freed pages go back at a purge
+ * pass once purge_delay_ms has passed (a decay pass: no trim, no call but
+ * the thread's own mallocs), with MADV_DONTNEED by default or MADV_FREE
+ * under madv_free_below, and the kernel's LazyFree shows the latter until
+ * it reclaims them; what stays committed meanwhile is within the budget. */
+static void test_advice_figures(void) {
+  enum { N = 2048, SIZE = 2048 }; /* 4 MiB of 2 KiB blocks: 64 pages */
+  static void *b[N];
+  scr_trim();
+  struct scr_stats st0, st1;
+  scr_stats(&st0);
+  struct scr_process_stats ps0 = pstats();
+  for (int i = 0; i < N; i++) memset(b[i] = scr_malloc(SIZE), 5, SIZE);
+  for (int i = 0; i < N; i++) scr_free(b[i]);
+  CHECK(pstats().budget_held <= pstats().budget + ((uint64_t)1 << 20));
+  /* Two passes, each past purge_delay_ms (2 s here): the first ages the
+   * freed pages, the second gives them back.  A page released is what
+   * ticks the pass; each round takes one of the freed pages. */
+  for (int round = 0; round < 3; round++) {
+    scr_debug_advance_clock(3000);
+    scr_free(scr_malloc(40000));
+  }
+  scr_stats(&st1);
+  struct scr_process_stats ps1 = pstats();
+  bool lazy_mode = getenv("SCRALLOC_MADV_FREE_BELOW") != NULL;
+  uint64_t dontneed = st1.dontneed_bytes - st0.dontneed_bytes, lazy = st1.lazy_free_bytes - st0.lazy_free_bytes;
+  printf("  %llu decay passes; %llu KiB back with MADV_DONTNEED, %llu KiB with MADV_FREE (%llu KiB pending in "
+         "the kernel); %llu KiB kept committed, budget %llu KiB\n",
+         (unsigned long long)(ps1.decay_passes - ps0.decay_passes), (unsigned long long)(dontneed >> 10),
+         (unsigned long long)(lazy >> 10), (unsigned long long)(ps1.lazy_free_pending >> 10),
+         (unsigned long long)(ps1.budget_held >> 10), (unsigned long long)(ps1.budget >> 10));
+  CHECK(ps1.decay_passes >= ps0.decay_passes + 1);
+  CHECK(st1.purge_passes >= st0.purge_passes + 1);
+  if (lazy_mode) {
+    CHECK(lazy >= (uint64_t)1 << 20);
+    CHECK(ps1.lazy_free_pending > 0); /* nothing presses the kernel to take them this soon */
+  } else {
+    CHECK(dontneed >= (uint64_t)1 << 20);
+    CHECK_EQ(lazy, 0);
+    CHECK_EQ(ps1.lazy_free_pending, 0);
+  }
+  CHECK(ps1.budget_held <= ps1.budget + ((uint64_t)1 << 20));
+}
+
+/* A thread that frees a burst and then keeps calling the allocator
+ * without taking or releasing a page (one page of 24 B blocks, a live
+ * block keeping it in use; no thread cache, so every call reaches the
+ * heap) still gives the burst's pages back purge_delay_ms after it freed
+ * them: its ticks run the purge pass.  Before they did, the pages waited
+ * for the thread's next page taken or released, its exit or a trim. */
+static void *decay_thread(void *arg) {
+  struct scr_stats *st = arg; /* st[0]: after the burst's frees, st[1]: after the calls */
+  enum { N = 1024, SIZE = 4096 }; /* 4 MiB: 64 pages */
+  static void *b[N];
+  void *mark = scr_malloc(57000);
+  void *keep = scr_malloc(24);
+  for (int i = 0; i < N; i++) memset(b[i] = scr_malloc(SIZE), 3, SIZE);
+  for (int i = 0; i < N; i++) scr_free(b[i]);
+  unsigned arena = arena_with_live(57344);
+  scr_arena_stats(arena, &st[0]); /* the caller's own arena: exact */
+  for (int round = 0; round < 3; round++) {
+    scr_debug_advance_clock(3000); /* past purge_delay_ms (2 s here) */
+    for (int i = 0; i < 256; i++) scr_free(scr_malloc(24));
+  }
+  scr_arena_stats(arena, &st[1]);
+  scr_free(keep);
+  scr_free(mark);
+  return NULL;
+}
+
+static void test_busy_thread_decays(void) {
+  scr_trim();
+  scr_process_option_set("cache_max", "0");
+  struct scr_stats st[2];
+  memset(st, 0, sizeof st);
+  pthread_t t;
+  pthread_create(&t, NULL, decay_thread, st);
+  pthread_join(t, NULL);
+  scr_process_option_set("cache_max", "65536");
+  printf("  a calling thread's freed pages: %llu KiB dirty after its frees, %llu KiB after 9 s of calls; "
+         "%llu purge passes\n", (unsigned long long)(st[0].dirty_bytes >> 10),
+         (unsigned long long)(st[1].dirty_bytes >> 10),
+         (unsigned long long)(st[1].purge_passes - st[0].purge_passes));
+  CHECK(st[0].dirty_bytes >= (uint64_t)1 << 20);
+  CHECK_EQ(st[1].dirty_bytes, 0);
+  CHECK(st[1].purge_passes >= st[0].purge_passes + 1);
+}
+
 static _Atomic int busy_stop, busy_ready;
 static _Atomic unsigned busy_arena = UINT32_MAX;
 
@@ -552,6 +640,7 @@ int main(int argc, char **argv) {
     setenv("SCRALLOC_MADV_FREE_BELOW", "1G", 1);
     scr_process_option_set("share", "0");
     TEST(test_interior_return);
+    TEST(test_advice_figures);
     TEST(test_holes);
     return check_done();
   }
@@ -566,6 +655,8 @@ int main(int argc, char **argv) {
   TEST(test_huge_block_tail_stays_cached);
   TEST(test_reused_block_is_not_freed);
   TEST(test_huge_blocks_decay);
+  TEST(test_advice_figures);
+  TEST(test_busy_thread_decays);
   TEST(test_trim_reaches_busy_threads);
   TEST(test_interior_return);
   TEST(test_holes);

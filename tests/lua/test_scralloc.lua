@@ -55,6 +55,7 @@ local STATS_FIELDS = {
   "mremap_calls", "os_failures", "heap_total", "heap_used", "retained_pages",
   "retained_bytes", "cached_blocks", "cached_bytes", "dirty_bytes", "large_allocs", "large_bytes",
   "reserved_bytes", "meta_bytes", "decommits", "page_acquires", "page_releases",
+  "dontneed_bytes", "lazy_free_bytes", "purge_passes",
 }
 local CLASS_FIELDS = { "block_size", "live", "pages", "retained" }
 local OPTIONS = { "retain", "retain_bytes", "large_cache", "large_cache_bytes",

@@ -533,7 +533,9 @@ def test_process_stats():
             assert {"arenas", "remote_frees", "discards"} <= set(s["process"])
             # retention (issue #29): the budget, the huge-block cache, interior return, trims asked
             assert {"budget", "busy_bytes", "huge_cache_bytes", "huge_cache_hits", "interior_bytes",
-                    "interior_lazy_bytes", "trim_answers"} <= set(s["process"])
+                    "interior_lazy_bytes", "trim_answers", "budget_held", "decay_passes",
+                    "lazy_free_pending"} <= set(s["process"])
+            assert {"dontneed_bytes", "lazy_free_bytes", "purge_passes"} <= set(s)
         # memory_usage() counts the process allocator too
         m = scralloc.memory_usage()
         assert m["heapTotal"] >= s["heap_total"] and m["heapUsed"] >= s["heap_used"]

@@ -162,10 +162,16 @@ int _scr_os_advise(void *p, size_t size, int advice, scr_os_counters *c) {
  * memory (MADV_FREE: cheaper, but not zero). */
 int _scr_os_decommit(void *p, size_t size, bool free_lazily, scr_os_counters *c) {
 #ifdef MADV_FREE
-  if (free_lazily) return _scr_os_advise(p, size, MADV_FREE, c);
+  if (free_lazily) {
+    if (_scr_os_advise(p, size, MADV_FREE, c) != 0) return -1;
+    if (c) c->lazy_free_bytes += size;
+    return 0;
+  }
 #endif
   (void)free_lazily;
-  return _scr_os_advise(p, size, MADV_DONTNEED, c);
+  if (_scr_os_advise(p, size, MADV_DONTNEED, c) != 0) return -1;
+  if (c) c->dontneed_bytes += size;
+  return 0;
 }
 
 /* Decommit n ranges (MADV_DONTNEED) in one process_madvise call where the
@@ -196,6 +202,8 @@ size_t _scr_os_decommit_ranges(struct iovec *r, size_t n, scr_os_counters *c) {
       size_t bytes = got > 0 ? (size_t)got : 0;
       while (done < n && bytes >= r[done].iov_len) bytes -= r[done++].iov_len;
       if (done < n && c) c->failures++;
+      if (c)
+        for (size_t i = 0; i < done; i++) c->dontneed_bytes += r[i].iov_len;
       if (done == n) return n;
     } else {
       atomic_store_explicit(&batch_refused, 1, memory_order_relaxed);
@@ -203,8 +211,10 @@ size_t _scr_os_decommit_ranges(struct iovec *r, size_t n, scr_os_counters *c) {
   }
 #endif
   /* One by one: the kernel refused the batch, or one range is left. */
-  for (; done < n; done++)
+  for (; done < n; done++) {
     if (_scr_os_advise(r[done].iov_base, r[done].iov_len, MADV_DONTNEED, c) != 0) break;
+    if (c) c->dontneed_bytes += r[done].iov_len;
+  }
   return done;
 }
 

@@ -1,75 +1,16 @@
 /* Arenas: claimed by a thread on its first allocation, parked when it
- * exits, claimed again by the next thread that needs one.  Also the
- * process allocator's initialization and its fork handlers. */
-#include "process.h"
+ * exits, claimed again by the next thread that needs one; borrowed
+ * meanwhile by threads that work on a parked arena's heap (remote.c,
+ * lend.c, discard.c); their figures published for the stats.
+ * Layer: arenas.  Owns the arena lists and states (_scr_proc.all,
+ * parked, the counts: under _scr_proc.lock), each arena's snapshot
+ * (under its snap_lock), its share of the budget (keep, its holder) and
+ * its remote stack's drain (its holder).  The thread's cache is the
+ * caches' layer's: holder.c sets it after a claim and flushes it before
+ * a park, and wakes the helper a park asks for. */
+#include "arenas.h"
 #include <errno.h>
 #include <string.h>
-
-scr_proc _scr_proc = {
-    .lock = PTHREAD_MUTEX_INITIALIZER,
-    .helper_lock = PTHREAD_MUTEX_INITIALIZER,
-    .helper_cv = PTHREAD_COND_INITIALIZER,
-};
-scr_proc_counters _scr_pc;
-__thread scr_arena *_scr_tl_arena __attribute__((tls_model("initial-exec")));
-
-static pthread_mutex_t proc_init_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void proc_thread_exit(void *arg);
-
-/* Runs inside the first allocation of the process: nothing here may call
- * malloc (getenv, open/read, pthread_key_create do not). */
-void _scr_proc_init_slow(void) {
-  pthread_mutex_lock(&proc_init_lock);
-  if (!atomic_load_explicit(&_scr_proc.inited, memory_order_relaxed)) {
-    scr_proc *P = &_scr_proc;
-    _scr_misuse_init();
-    _scr_proc_options_init(&P->opt);
-    _scr_proc_options_from_env(&P->opt);
-    scr_options_init(&P->heap_opt);
-    /* Arena defaults (the environment still wins).  Freed pages stay
-     * committed for 20 ms and are taken first by any class or large block
-     * (a free burst followed by an allocation burst costs no fault and no
-     * madvise), within 512 KiB per arena together with the retained
-     * pages (one per class at most): every byte kept is multiplied by the
-     * number of threads (the churn benchmark with 17 arenas peaked 7 MiB
-     * higher with 1 MiB, 14 MiB with 2 MiB and a 10 ms delay, and faulted
-     * more with less).  Freed pages past that go back in batches of
-     * 256 KiB (or at the next purge pass), reused first meanwhile: one
-     * process_madvise instead of an madvise per page (python3 with
-     * PYTHONMALLOC=malloc: 344 -> 70 calls; 30 paired rounds against
-     * immediate decommits, the churn 20: 0.979 of the wall there, the
-     * churn 0.959, the threaded stress 0.987, max RSS within 0.2%;
-     * 512 KiB did as well
-     * for speed but put the stress's max RSS up 1.7%).
-     * The large cache then holds huge mappings only (4 MiB).  What a
-     * parked arena keeps goes back through the discard. */
-    P->heap_opt.retain = 1;
-    P->heap_opt.retain_bytes = (size_t)512 << 10;
-    P->heap_opt.purge_delay_ms = 20;
-    P->heap_opt.decommit_batch = (size_t)256 << 10;
-    P->heap_opt.large_cache = 8;
-    P->heap_opt.large_cache_bytes = (size_t)4 << 20;
-    scr_options_from_env(&P->heap_opt);
-    _scr_proc_unknown_env_names();
-    atomic_store(&_scr_verbose, P->opt.verbose != 0);
-    P->thp_mode = _scr_proc_thp_mode();
-    P->core_dumps = _scr_proc_core_dumps();
-    P->populate_ok = P->opt.prefault ? _scr_proc_populate_probe() : 0;
-    P->ncpus = _scr_proc_cpus();
-    P->delay_ms = P->opt.discard_delay_ms;
-    P->main_tid = _scr_proc_gettid();
-    /* The first thread (the main thread, as a rule) holds an arena of its
-     * own: it is the one that frees what finished threads left (the
-     * churn's last phase, and its RSS once that is done, rely on it), and
-     * a process's startup is busy anyway. */
-    _scr_tl_share = SCR_SHARE_SOLO;
-    if (pthread_key_create(&P->key, proc_thread_exit) != 0)
-      _scr_report(SCR_ENOMEM, "no pthread key: arenas of exiting threads will not be parked");
-    atomic_store_explicit(&P->inited, 1, memory_order_release);
-  }
-  pthread_mutex_unlock(&proc_init_lock);
-}
 
 /* A new arena, under the lock.  Descriptors are carved from mappings of
  * our own and never freed: an arena lives as long as the process. */
@@ -90,6 +31,9 @@ static scr_arena *proc_arena_new(void) {
   P->pool_left -= sz;
   a->heap = h;
   a->id = P->narenas++;
+  /* never takes a block; its slot test fails every address (recycle.c
+   * sets the other lists at each claim) */
+  a->rc[SCR_TAG_OTHER] = (scr_recycled){.head = NULL, .room = 0, .max = 0, .magic = 0, .mask = 0};
   pthread_mutex_init(&a->snap_lock, NULL);
   a->hooks = _scr_arena_hooks;
   _scr_huge_cache_install(&a->hooks);
@@ -141,23 +85,10 @@ void _scr_arena_room_locked(scr_arena *a) {
     atomic_store_explicit(&_scr_proc.parked_room, f, memory_order_relaxed);
 }
 
-/* The budget of free pages kept committed (retained and dirty) and of
- * cached large blocks: one for the process, shared by the threads holding
- * arenas, never below the arenas' retain_bytes.  It is retain_budget plus
- * retain_ratio percent of the bytes the arenas' live blocks' pages take
- * (busy_bytes) beyond retain_ratio_above (64 MiB: a smaller program
- * keeps what it kept before, python3 with PYTHONMALLOC=malloc peaked 10%
- * higher without it), as Go's scavenger works to a goal proportional to the
- * heap: a program that frees and allocates bursts as large as what it
- * keeps live reuses the freed pages without an madvise and a fault per
- * page (the RFC-shaped churn, 16 threads of 64 MiB bursts: 40,000
- * madvise calls and 4x glibc's time with a fixed 4 MiB budget; 1.16 M
- * faults with retain_ratio 100, 0.59 M with 200, as many as with no
- * bound at all), while a
- * small program keeps little, and the budget does not grow with the
- * number of threads.  arena_keep holds the fixed part's share; the holder
- * adds the proportional part at its ticks (proc_keep_update).  Under the
- * lock when the owned count changes. */
+/* Each arena's share of the budget's fixed part (budget.c), under the
+ * lock when the owned count changes: arena_keep, never below the arenas'
+ * retain_bytes.  The holder adds the proportional part at its ticks
+ * (_scr_arena_keep_update). */
 static void proc_keep_share_locked(void) {
   scr_proc *P = &_scr_proc;
   uint64_t share = P->opt.retain_budget / (P->nowned ? P->nowned : 1);
@@ -165,43 +96,13 @@ static void proc_keep_share_locked(void) {
   atomic_store_explicit(&P->arena_keep, share, memory_order_relaxed);
 }
 
-/* The bytes a's live blocks' pages take as a's holder last published
- * them, summed over every arena in _scr_proc.busy_bytes: the holder adds
- * the change when it is 1 MiB or more (at ticks and snapshots), so the
- * sum is off by less than 1 MiB per arena. */
-void _scr_arena_busy_publish(scr_arena *a, bool exact) {
-  uint64_t busy = _scr_heap_busy_bytes(a->heap);
-  uint64_t d = busy > a->busy_published ? busy - a->busy_published : a->busy_published - busy;
-  if (d == 0 || (!exact && d < ((uint64_t)1 << 20))) return;
-  atomic_fetch_add_explicit(&_scr_proc.busy_bytes, busy - a->busy_published, memory_order_relaxed); /* modulo 2^64 */
-  a->busy_published = busy;
-}
-
-static uint64_t proc_budget_ratio_part(void) {
-  uint64_t busy = atomic_load_explicit(&_scr_proc.busy_bytes, memory_order_relaxed);
-  uint64_t above = _scr_proc.opt.retain_ratio_above;
-  if (busy >> 62) busy = 0; /* a transient negative sum while arenas publish */
-  return busy > above ? (busy - above) / 100 * _scr_proc.opt.retain_ratio : 0;
-}
-
-uint64_t _scr_proc_budget(void) { return _scr_proc.opt.retain_budget + proc_budget_ratio_part(); }
-
-/* The huge-block cache's part of it: the fixed part and a quarter of the
- * proportional one.  Resized cached blocks keep their tails (segment.c),
- * so more cached bytes mean fewer faults but a higher peak: the issue's
- * large-block program at one thread (proc_large_reuse 1 400, one run
- * each, glibc 1.49 s and 613 MB max RSS): a quarter 1.55 s and 537 MB, a
- * half 1.49 s and 625 MB, all of it 1.98 s and 744 MB (the peak's
- * growth cost more than the faults it saved), an eighth 1.95 s. */
-uint64_t _scr_proc_budget_huge(void) { return _scr_proc.opt.retain_budget + proc_budget_ratio_part() / 4; }
-
 /* The arena's share of the budget now: the fixed part's share plus the
  * proportional part, less the huge blocks the process caches
  * (huge_cache.c), over the threads holding arenas. */
 static uint64_t proc_keep_want(void) {
   scr_proc *P = &_scr_proc;
   uint64_t want = atomic_load_explicit(&P->arena_keep, memory_order_relaxed);
-  uint64_t ratio = proc_budget_ratio_part(), cached = _scr_huge_cache_bytes();
+  uint64_t ratio = _scr_proc_budget_ratio(), cached = _scr_huge_cache_bytes();
   unsigned owned = atomic_load_explicit(&P->owned_hint, memory_order_relaxed);
   ratio = ratio > cached ? ratio - cached : 0;
   return want + ratio / (owned ? owned : 1);
@@ -210,21 +111,20 @@ static uint64_t proc_keep_want(void) {
 /* The holder moves its heap to the current share (at claim, and at ticks);
  * a share a quarter or more below the last gives back what the heap keeps
  * above it (a smaller change waits, so that a budget moving with the
- * heap does not purge at every tick).  A thread that takes turns
- * (turns.c) keeps at most turns_keep.  Cached large blocks count in the
+ * heap does not purge at every tick).  Cached large blocks count in the
  * same share. */
-static void proc_keep_update(scr_arena *a) {
+void _scr_arena_keep_update(scr_arena *a) {
   uint64_t want = proc_keep_want();
-  uint64_t turns_keep = _scr_proc.opt.turns_keep;
-  if (a->takes_turns && turns_keep && want > turns_keep) want = turns_keep;
   if (want == 0 || want == a->keep) return;
   if (want < a->keep && want > a->keep - a->keep / 4) return;
   a->keep = want;
   _scr_heap_set_retain_bytes(a->heap, (size_t)want);
 }
 
-/* Under the lock: a, off the parked list or new, is held from now on. */
-static void proc_own_locked(scr_arena *a, bool was_parked) {
+/* Under the lock: a, off the parked list or new, is held from now on.
+ * Returns whether no other thread held an arena (recycle.c's medium
+ * lists, set by the claiming thread after the lock). */
+static bool proc_own_locked(scr_arena *a, bool was_parked) {
   scr_proc *P = &_scr_proc;
   if (was_parked) {
     P->nparked--;
@@ -232,15 +132,17 @@ static void proc_own_locked(scr_arena *a, bool was_parked) {
     atomic_store_explicit(&a->drain_req, 0, memory_order_relaxed);
   }
   a->state = SCR_ARENA_OWNED;
-  _scr_recycle_init(a, P->nowned == 0);
+  bool alone = P->nowned == 0;
   P->nowned++;
   atomic_store_explicit(&P->owned_hint, P->nowned, memory_order_relaxed);
   proc_keep_share_locked();
   scr_validate_proc();
+  return alone;
 }
 
 /* The calling thread's side of taking a (after proc_own_locked); the
- * shared arena (share.c) is nobody's own: no thread-local, no exit hook. */
+ * shared arena (share.c) is nobody's own: no thread-local (and no exit
+ * hook: holder.c sets that for a thread's own). */
 static void proc_adopt(scr_arena *a, unsigned poisoned, bool shared) {
   scr_proc *P = &_scr_proc;
   a->shared = shared;
@@ -248,22 +150,36 @@ static void proc_adopt(scr_arena *a, unsigned poisoned, bool shared) {
   a->discarded = 0;
   a->carved_mark = a->carved;
   a->trim_seen = atomic_load_explicit(&P->trim_epoch, memory_order_relaxed);
-  if (poisoned) _scr_discard_unpoison(a);
+  if (poisoned) _scr_arena_unpoison(a);
   if (a->held) { /* the caps again: what they do not allow goes back now */
     a->held = 0;
     _scr_heap_set_caps(a->heap, P->heap_opt.retain, (size_t)a->keep);
   }
-  if (!shared) {
-    _scr_tl_arena = a;
-    pthread_setspecific(P->key, a);
-  }
-  _scr_turns_on_claim(a);
+  if (!shared) _scr_tl_arena = a;
   SCR_PC_ADD(claims, 1);
   _scr_remote_poll(a);
-  proc_keep_update(a);
+  _scr_arena_keep_update(a);
 }
 
-static scr_arena *proc_claim(bool shared) {
+/* The discard's back-off (discard.c), at a claim under the lock: a claim
+ * within ten delays of a discard doubles the delay, up to
+ * discard_delay_max_ms (threads coming back would fault the pages in
+ * again). */
+static void proc_backoff_on_claim_locked(uint64_t now) {
+  scr_proc *P = &_scr_proc;
+  if (!P->backoff_armed) return;
+  P->backoff_armed = 0;
+  if (now - P->last_discard_ns < 10 * P->delay_ms * 1000000u) {
+    uint64_t d = P->delay_ms * 2;
+    if (d > P->opt.discard_delay_max_ms) d = P->opt.discard_delay_max_ms;
+    if (d > P->delay_ms) {
+      P->delay_ms = d;
+      SCR_PC_ADD(delay_doublings, 1);
+    }
+  }
+}
+
+scr_arena *_scr_arena_claim(bool shared, bool *alone) {
   _scr_proc_init();
   scr_proc *P = &_scr_proc;
   uint64_t now = _scr_proc_now_ns();
@@ -276,32 +192,19 @@ static scr_arena *proc_claim(bool shared) {
     errno = ENOMEM;
     return NULL;
   }
-  proc_own_locked(a, was_parked);
-  _scr_discard_on_claim(now);
+  *alone = proc_own_locked(a, was_parked);
+  proc_backoff_on_claim_locked(now);
   unsigned poisoned = a->poisoned;
   pthread_mutex_unlock(&P->lock);
   proc_adopt(a, poisoned, shared);
   return a;
 }
 
-scr_arena *_scr_arena_claim(void) {
-  _scr_tl_share = SCR_SHARE_SOLO;
-  return proc_claim(false);
-}
-
-/* The shared arena, for share.c (under its mutex): claimed as a thread
- * claims one, without becoming the caller's own. */
-scr_arena *_scr_arena_claim_shared(void) { return proc_claim(true); }
-
-/* The holder's heap is carving fresh memory while a parked arena has room
- * (switch_bytes or more not in live blocks): the holder parks its arena
- * and takes that one.  Why: a thread that exits leaves half-used pages
- * that only the next thread to start would fill; a program whose threads
- * finish at different times would otherwise grow while the finished
- * threads' room waits (the churn benchmark's peak).  The blocks left in
- * the old arena stay valid; the holder's frees of them become remote
- * frees, which pushers drain.  Called from the tick, outside heap calls. */
-static void proc_switch(scr_arena *a) {
+/* The arena's side of a switch (holder.c says why): a parked arena with
+ * twice the room a's holder has, at least switch_bytes, taken off the
+ * parked list and owned by the caller; NULL when none has it.  Called from
+ * the tick, outside heap calls. */
+scr_arena *_scr_arena_take_room(scr_arena *a, unsigned *poisoned) {
   scr_proc *P = &_scr_proc;
   /* Worth it only for twice the room the holder has (free slots of other
    * classes): else two threads would trade arenas back and forth. */
@@ -310,11 +213,14 @@ static void proc_switch(scr_arena *a) {
   a->carved_mark = a->carved; /* found none: look again after SCR_SWITCH_AFTER */
   pthread_mutex_lock(&P->lock);
   scr_arena *b = proc_take_parked(want);
-  if (b) proc_own_locked(b, true);
-  unsigned poisoned = b ? b->poisoned : 0;
+  if (b) (void)proc_own_locked(b, true); /* a is held: never alone */
+  *poisoned = b ? b->poisoned : 0;
   pthread_mutex_unlock(&P->lock);
-  if (b == NULL) return;
-  _scr_arena_park(a);
+  return b;
+}
+
+/* After the holder parked its old arena: b is its own from now on. */
+void _scr_arena_adopt_switched(scr_arena *b, unsigned poisoned) {
   proc_adopt(b, poisoned, false);
   SCR_PC_ADD(switches, 1);
 }
@@ -356,13 +262,12 @@ void _scr_arena_unborrow(scr_arena *a, scr_arena *prev) {
   pthread_mutex_unlock(&P->lock);
 }
 
-/* The holder gives the arena up: free lists and bump pointers stay, so
- * its blocks stay valid; the helper returns its free pages later. */
-void _scr_arena_park(scr_arena *a) {
+/* The holder gives the arena up (its cache and its batch of remote frees
+ * already flushed: holder.c): free lists and bump pointers stay, so its
+ * blocks stay valid; the helper returns its free pages later (true: the
+ * discard is on, the caller wakes the helper). */
+bool _scr_arena_park(scr_arena *a) {
   scr_proc *P = &_scr_proc;
-  _scr_recycle_flush(a);
-  _scr_pool_flush(a);
-  _scr_remote_flush(a);
   _scr_prefault_release_ahead(a);
   _scr_remote_poll(a);
   /* Free pages and cached blocks kept above retain_bytes were the
@@ -389,98 +294,79 @@ void _scr_arena_park(scr_arena *a) {
   int discard = P->opt.discard != 0;
   pthread_mutex_unlock(&P->lock);
   SCR_PC_ADD(parks, 1);
-  if (discard) _scr_discard_parked();
+  return discard;
 }
 
-static void proc_thread_exit(void *arg) {
-  scr_arena *a = arg;
-  if (_scr_tl_arena == a) _scr_tl_arena = NULL;
-  _scr_arena_park(a);
-}
-
-void _scr_arena_publish(scr_arena *a) {
-  struct scr_stats st, lent;
-  _scr_arena_busy_publish(a, true);
-  scr_heap_stats(a->heap, &st);
-  _scr_recycle_account(a, &st, &lent);
+void _scr_arena_publish_figures(scr_arena *a, const struct scr_stats *st, const struct scr_stats *lent) {
   pthread_mutex_lock(&a->snap_lock);
-  a->snap = st;
-  a->snap_lent = lent;
+  a->snap = *st;
+  a->snap_lent = *lent;
   a->snap_drained = a->remote_drained;
   a->snap_sent = a->remote_sent;
   pthread_mutex_unlock(&a->snap_lock);
   a->ops_published = a->ops;
 }
 
-void _scr_arena_tick_slow(scr_arena *a) {
-  _scr_remote_flush(a);
-  uint64_t epoch = atomic_load_explicit(&_scr_proc.trim_epoch, memory_order_relaxed);
-  if (SCR_UNLIKELY(epoch != a->trim_seen)) { /* another thread called scr_trim */
-    a->trim_seen = epoch;
-    size_t n = _scr_arena_trim(a);
-    SCR_PC_ADD(trim_answers, 1);
-    SCR_PC_ADD(trim_answer_bytes, n);
-  }
-  _scr_remote_poll(a);
-  _scr_huge_cache_tick();
-  _scr_arena_busy_publish(a, false);
-  proc_keep_update(a);
-  if (a->pf_pending) {
-    a->pf_pending = 0;
-    _scr_prefault_post(a);
-  }
-  if (a->ops - a->ops_published >= SCR_ARENA_PUBLISH_EVERY) _scr_arena_publish(a);
-  if (a->shared) { /* no thread of its own: its members are found out by share.c */
-    a->switch_pending = 0;
-    return;
-  }
-  if (a->ops >= a->turns_next && !a->takes_turns) _scr_turns_check(a);
-  if (a->switch_pending) { /* last: the caller holds another arena after it */
-    a->switch_pending = 0;
-    proc_switch(a);
+/* The figures of an arena whose holder keeps no block aside (parked,
+ * borrowed, or its cache just flushed: holder.c publishes a held one). */
+void _scr_arena_publish(scr_arena *a) {
+  struct scr_stats st, lent;
+#if SCR_DEBUG >= 2
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) scr_assert(a->rc[c].head == NULL);
+#endif
+  _scr_arena_busy_publish(a, true);
+  scr_heap_stats(a->heap, &st);
+  memset(&lent, 0, sizeof lent);
+  _scr_arena_publish_figures(a, &st, &lent);
+}
+
+/* The arena's remote stack (remote.c pushes on it, the holder drains it:
+ * its owner at its ticks and before it takes a new page, the thread that
+ * claims it, a borrower, the discard helper). */
+void _scr_remote_drain(scr_arena *a) {
+  void *p = atomic_exchange_explicit(&a->remote, NULL, memory_order_acquire);
+  while (p) {
+    void *next = *(void **)p;
+    __builtin_prefetch(next, 1); /* a line another thread wrote: fetched while p is freed */
+    proc_heap_free(a->heap, p);
+    a->remote_drained++;
+    p = next;
   }
 }
 
-/* ---- fork ----
- * The child has one thread.  The parent's lock and every snapshot lock
- * are held across fork so the child finds them consistent; arenas other
- * threads held stay theirs in the child (their heaps may be mid-call),
- * which only leaks them there.  The child's helper thread is gone. */
-static void proc_fork_prepare(void) {
-  scr_proc *P = &_scr_proc;
-  _scr_share_lock();
-  pthread_mutex_lock(&P->lock);
-  for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_lock(&a->snap_lock);
-  _scr_pool_lock_all();
-  _scr_huge_cache_lock();
-  pthread_mutex_lock(&P->helper_lock);
+/* The interior pages of a's free slots (core/src/interior.c), counted. */
+size_t _scr_arena_return_interior(scr_arena *a) {
+  size_t lazy = 0, n = _scr_heap_return_interior(a->heap, &lazy);
+  SCR_PC_ADD(interior_bytes, n);
+  SCR_PC_ADD(interior_lazy_bytes, lazy);
+  return n;
 }
 
-static void proc_fork_parent(void) {
-  scr_proc *P = &_scr_proc;
-  pthread_mutex_unlock(&P->helper_lock);
-  _scr_huge_cache_unlock();
-  _scr_pool_unlock_all();
-  for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);
-  pthread_mutex_unlock(&P->lock);
-  _scr_share_unlock();
+/* Poison mode: every FREE page of every segment becomes PROT_NONE. */
+static void proc_poison_pages(scr_arena *a, int accessible) {
+  for (scr_segment *seg = a->heap->segments; seg; seg = seg->next) {
+    if (seg->kind != SCR_SEG_NORMAL) continue;
+    uint64_t m = seg->free_mask;
+    while (m) {
+      unsigned i = (unsigned)__builtin_ctzll(m);
+      unsigned j = i;
+      while (j < SCR_PAGES_PER_SEGMENT && ((m >> j) & 1)) j++;
+      (void)_scr_proc_protect((uint8_t *)seg + ((size_t)i << SCR_PAGE_SHIFT), (size_t)(j - i) << SCR_PAGE_SHIFT,
+                              accessible);
+      m &= j >= 64 ? 0 : ~(((uint64_t)1 << j) - 1);
+    }
+  }
 }
 
-static void proc_fork_child(void) {
-  scr_proc *P = &_scr_proc;
-  pthread_mutex_unlock(&P->helper_lock);
-  _scr_huge_cache_unlock();
-  _scr_pool_unlock_all();
-  _scr_helper_after_fork_child();
-  _scr_prefault_after_fork_child();
-  for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);
-  SCR_PC_ADD(forks, 1);
-  pthread_mutex_unlock(&P->lock);
-  _scr_share_unlock();
+/* discard=poison (discard.c, after a discard) and back (whoever takes a
+ * poisoned arena: claim, borrowers), so that tests see a use after
+ * discard fault. */
+void _scr_arena_poison(scr_arena *a) {
+  proc_poison_pages(a, 0);
+  a->poisoned = 1;
 }
 
-/* pthread_atfork may allocate, so it runs here and not in the first
- * malloc. */
-__attribute__((constructor)) static void scr_proc_constructor(void) {
-  pthread_atfork(proc_fork_prepare, proc_fork_parent, proc_fork_child);
+void _scr_arena_unpoison(scr_arena *a) {
+  proc_poison_pages(a, 1);
+  a->poisoned = 0;
 }

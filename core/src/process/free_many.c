@@ -3,8 +3,10 @@
  * again scattered over every page; freeing them in descending address
  * order makes the free lists hand them back ascending, the order the bump
  * pointers carve fresh memory in.  Sets of at least SCR_FREE_MANY_SORT
- * blocks are sorted (in place, heapsort: no allocation, O(n log n)). */
-#include "process.h"
+ * blocks are sorted (in place, heapsort: no allocation, O(n log n)).
+ * Layer: entry (scr_free per block, on the shared arena's lock once for
+ * the whole set where the caller is on it).  Owns nothing. */
+#include "entry.h"
 
 #define SCR_FREE_MANY_SORT 16384
 

@@ -3,8 +3,11 @@
  * bytes (small pages before), MADV_DONTDUMP where no core would be
  * written, and a prefault step ahead of the pages it carves.  Runs inside
  * heap calls, on the thread that holds the arena: nothing here may
- * allocate or block. */
-#include "process.h"
+ * allocate or block.
+ * Layer: arenas (its bottom).  Owns the arena's frontier, carved and
+ * pf_end/pf_from/pf_pending fields and switch_pending (the holder, inside
+ * its heap calls); the tick (holder.c) acts on what they ask. */
+#include "arenas.h"
 #include <sys/mman.h>
 
 /* THP advice goes on a 2 MiB region of the frontier segment once the
@@ -80,7 +83,7 @@ static void proc_page_acquired(scr_heap *h, void *page_start, size_t page_bytes,
     proc_advise_carved(h, a, from, (uintptr_t)end);
   if (P->opt.switch_bytes && a->carved - a->carved_mark >= SCR_SWITCH_AFTER &&
       atomic_load_explicit(&P->parked_room, memory_order_relaxed) >= P->opt.switch_bytes) {
-    a->switch_pending = 1; /* the next tick looks (arena.c: proc_switch) */
+    a->switch_pending = 1; /* the next tick looks (holder.c: holder_switch) */
     a->ops |= SCR_ARENA_POLL_EVERY - 1;
   }
   /* Fault ahead for a size class that has carved prefault_after itself,

@@ -9,20 +9,22 @@
  * took 2.3x glibc's time).
  *
  * Bounds: the bytes cached stay within the cache's part of the process
- * budget (arena.c: _scr_proc_budget_huge, retain_budget plus a quarter of
+ * budget (budget.c: _scr_proc_budget_huge, retain_budget plus a quarter of
  * retain_ratio of the busy bytes); a block taken for a smaller request
  * leaves its tail here as a block of its own where the tail spans a
  * segment boundary and a huge block (segment.c: _scr_segment_attach);
  * at most SCR_HUGE_CACHE_MAX blocks; a block cached longer than
- * huge_decay_ms goes back, by the helper thread (discard.c), without a
+ * huge_decay_ms goes back, by the helper thread (helper.c), without a
  * call from the program; scr_trim gives back every one.  Oldest first.
  *
  *   bytes == sum(e[i].seg->size), n <= SCR_HUGE_CACHE_MAX,
  *   e[] ordered by at_ns (oldest first)
  * A cached segment is on no heap's list; its seg->heap is the heap that
  * freed it and huge_live is 0, so a double free of its block is still
- * told as one (misuse.c). */
-#include "process.h"
+ * told as one (misuse.c).
+ * Layer: arenas.  Owns hc (under hc.lock), hc_bytes and hc_wake; the
+ * heaps reach it through the arena's hooks (huge_put, huge_take). */
+#include "arenas.h"
 
 #define SCR_HUGE_CACHE_MAX 64
 
@@ -47,7 +49,7 @@ static void hc_remove_at(unsigned i) {
 /* Unmap the segments in out[0..n) (outside the lock). */
 static uint64_t hc_unmap(scr_segment **out, unsigned n) {
   uint64_t bytes = 0;
-  scr_os_counters c = {0, 0, 0, 0, 0};
+  scr_os_counters c = {0};
   for (unsigned i = 0; i < n; i++) {
     bytes += out[i]->size;
     _scr_segment_unmap_detached(out[i], &c);
@@ -146,11 +148,11 @@ uint64_t _scr_huge_cache_decay(uint64_t now_ns, bool all, uint64_t *returned) {
   return next;
 }
 
-/* The arena's tick: wake the helper when the cache became non-empty. */
-void _scr_huge_cache_tick(void) {
-  if (SCR_UNLIKELY(atomic_load_explicit(&hc_wake, memory_order_relaxed)) &&
-      atomic_exchange_explicit(&hc_wake, 0, memory_order_relaxed))
-    _scr_helper_post();
+/* A holder's tick: true when the cache became non-empty since the last
+ * tick that said so (the caller wakes the helper, which decays it). */
+bool _scr_huge_cache_tick(void) {
+  return SCR_UNLIKELY(atomic_load_explicit(&hc_wake, memory_order_relaxed)) &&
+         atomic_exchange_explicit(&hc_wake, 0, memory_order_relaxed);
 }
 
 void _scr_huge_cache_counts(uint64_t *blocks, uint64_t *bytes, uint64_t *munmaps, uint64_t *failures) {

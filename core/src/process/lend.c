@@ -5,7 +5,7 @@
  * Why: when threads finish at different times, a finished thread's arena
  * waits parked with the slots its thread freed (half its live set, in the
  * churn benchmark) while the threads still running grow into fresh pages;
- * the switch (arena.c) moves a growing thread to such an arena only when
+ * the switch (holder.c) moves a growing thread to such an arena only when
  * its own has little room, once per 64 KiB carved.  A slot taken here
  * costs no fault and no new page.  The blocks stay blocks of the parked
  * arena: freed, they go back to it on its remote stack (the caches do not
@@ -14,8 +14,11 @@
  * The parked arena is borrowed (off the parked list while its heap is
  * used, arena.c) under the process lock, so this runs only when the
  * room hint says a parked arena has room, and a thread that found nothing
- * waits SCR_LEND_BACKOFF heap calls before it looks again. */
-#include "process.h"
+ * waits SCR_LEND_BACKOFF heap calls before it looks again.
+ *
+ * Layer: caches.  Owns the holder's lend_after; the parked arena it
+ * borrows is arena.c's (borrow, unborrow). */
+#include "caches.h"
 
 #define SCR_LEND_BACKOFF 256                     /* heap calls after a look that found nothing */
 
@@ -50,7 +53,7 @@ void *_scr_lend_refill_slow(scr_arena *a, unsigned c) {
     a->lend_after = a->ops + SCR_LEND_BACKOFF;
     return NULL;
   }
-  if (b->poisoned) _scr_discard_unpoison(b);
+  if (b->poisoned) _scr_arena_unpoison(b);
   _scr_remote_drain(b);
   /* Slots on the pages' free lists only: carving would be fresh memory
    * in the lender as much as in the borrower. */

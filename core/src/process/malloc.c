@@ -4,8 +4,10 @@
  * whatever other threads pushed on it.  Free: the heap that owns the block
  * (found by address, lock-free); the caller's own heap frees at once,
  * another arena's gets the block on its remote stack.  Realloc of a block
- * of another arena moves it into the caller's. */
-#include "process.h"
+ * of another arena moves it into the caller's.
+ * Layer: entry.  Owns nothing: each call runs on the caller's arena
+ * through the caches' layer (caches.h) or on the shared arena (share.c). */
+#include "entry.h"
 #include <errno.h>
 #include <string.h>
 
@@ -15,7 +17,7 @@
 static __attribute__((noinline)) void *proc_malloc_general(scr_arena *a, size_t n) {
   if (SCR_UNLIKELY(a == NULL)) {
     SCR_SHARE_RETURN(1, scr_malloc(n));
-    a = _scr_arena_claim();
+    a = _scr_holder_claim(false);
     if (a == NULL) return NULL;
   }
   void *p;
@@ -45,7 +47,7 @@ static __attribute__((noinline)) void *proc_malloc_general(scr_arena *a, size_t 
   } else {
     p = proc_heap_malloc(a->heap, n);
   }
-  _scr_arena_tick(a);
+  _scr_holder_tick(a);
   return p;
 }
 
@@ -63,7 +65,7 @@ static __attribute__((noinline)) void *proc_malloc_slow(scr_arena *a, uintptr_t 
   if (SCR_LIKELY(c < SCR_MEDIUM_FIRST && pg != NULL) &&
       (pg->free != NULL || (pg->capacity < pg->reserved && _scr_pool_empty(c)))) {
     void *p = _scr_page_alloc(a->heap, pg);
-    _scr_arena_tick(a);
+    _scr_holder_tick(a);
     return p;
   }
   return proc_malloc_general(a, n);
@@ -102,10 +104,10 @@ void *scr_calloc(size_t count, size_t size) {
     if (p != NULL) return memset(p, 0, n);
   }
   SCR_SHARE_RETURN(SCR_UNLIKELY(a == NULL), scr_calloc(count, size));
-  a = _scr_arena_get();
+  a = _scr_holder_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   void *p = proc_heap_calloc(a->heap, count, size);
-  _scr_arena_tick(a);
+  _scr_holder_tick(a);
   return p;
 }
 
@@ -114,10 +116,10 @@ void *scr_aligned_alloc(size_t alignment, size_t n) {
    * of two; the heap's path reports others) is malloc's, cache included. */
   if (alignment != 0 && (alignment & (alignment - 1)) == 0 && alignment <= SCR_MIN_ALIGN) return scr_malloc(n);
   SCR_SHARE_RETURN(SCR_UNLIKELY(_scr_tl_arena == NULL), scr_aligned_alloc(alignment, n));
-  scr_arena *a = _scr_arena_get();
+  scr_arena *a = _scr_holder_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   void *p = proc_heap_aligned_alloc(a->heap, alignment, n);
-  _scr_arena_tick(a);
+  _scr_holder_tick(a);
   return p;
 }
 
@@ -164,7 +166,7 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
   if (SCR_LIKELY(a != NULL && a->heap == h)) {
     if (tag < SCR_CLASS_COUNT) _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
     else proc_heap_free(h, p);
-    _scr_arena_tick(a);
+    _scr_holder_tick(a);
     return;
   }
   scr_assert(o != NULL); /* _scr_proc_check: an arena's block */
@@ -187,7 +189,7 @@ static __attribute__((noinline)) void proc_free_refused(void *p, uintptr_t e, sc
     /* a full list grows to the thread's runs (recycle.c), within its budget */
     if (_scr_recycle_grow(a, tag) && _scr_recycle_put(a, _scr_segmap_seg(e), idx, tag, p)) return;
     _scr_small_free(a->heap, _scr_class_page(_scr_segmap_seg(e), idx, tag), p);
-    _scr_arena_tick(a);
+    _scr_holder_tick(a);
     return;
   }
   proc_free_general(p, e, a);
@@ -245,11 +247,11 @@ void *scr_realloc(void *p, size_t n) {
   }
   scr_heap *h = _scr_heap_of(p);
   SCR_SHARE_RETURN(SCR_UNLIKELY(_scr_tl_arena == NULL), scr_realloc(p, n));
-  scr_arena *a = _scr_arena_get();
+  scr_arena *a = _scr_holder_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   if (SCR_LIKELY(a->heap == h)) {
     void *q = proc_heap_realloc(h, p, n);
-    _scr_arena_tick(a);
+    _scr_holder_tick(a);
     return q;
   }
   /* A block of another arena: move it into ours. */
@@ -266,25 +268,6 @@ void *scr_realloc(void *p, size_t n) {
   return q;
 }
 
-/* The interior pages of a's free slots (core/src/interior.c), counted. */
-size_t _scr_arena_return_interior(scr_arena *a) {
-  size_t lazy = 0, n = _scr_heap_return_interior(a->heap, &lazy);
-  SCR_PC_ADD(interior_bytes, n);
-  SCR_PC_ADD(interior_lazy_bytes, lazy);
-  return n;
-}
-
-size_t _scr_arena_trim(scr_arena *a) {
-  _scr_recycle_flush(a);
-  _scr_pool_flush(a);
-  _scr_remote_flush(a);
-  _scr_remote_drain(a);
-  size_t n = scr_heap_trim(a->heap);
-  n += _scr_arena_return_interior(a);
-  _scr_arena_publish(a);
-  return n;
-}
-
 /* Give back what can be given back: the caller's arena's free pages and
  * cached blocks, the shared arena's, and those of every parked arena. */
 size_t scr_trim(void) {
@@ -297,7 +280,7 @@ size_t scr_trim(void) {
   uint64_t epoch = atomic_fetch_add_explicit(&P->trim_epoch, 1, memory_order_relaxed) + 1;
   if (a) {
     a->trim_seen = epoch;
-    n += _scr_arena_trim(a);
+    n += _scr_holder_trim(a);
   }
   else _scr_pool_flush(NULL);
   n += _scr_share_trim();

@@ -11,7 +11,10 @@
  * out, the page tail, a segment header), SCR_EDOUBLEFREE (a block already
  * free: a small one holds the key wherever it waits, a thread's cache,
  * the pool, a remote stack or its page; a large one is cached or its
- * pages went back; a huge one is cached). */
+ * pages went back; a huge one is cached).
+ *
+ * Layer: base: it reads the segment map, the core heap's descriptors and
+ * the options; it owns nothing but the counters of misuse it bumps. */
 #include "process.h"
 #include <stdlib.h>
 #include <unistd.h>

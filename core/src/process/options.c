@@ -1,6 +1,8 @@
 /* Options of the process allocator: one table (process.h), each with a
  * default, a clamp and an environment name SCRALLOC_<NAME>.  Read without
- * malloc (getenv only), so it can run inside the first malloc call. */
+ * malloc (getenv only), so it can run inside the first malloc call.
+ * Layer: base.  Owns _scr_proc.opt's values (written under
+ * _scr_proc.lock, read by every layer without it). */
 #include "process.h"
 #include <ctype.h>
 #include <stdlib.h>
@@ -137,26 +139,4 @@ void _scr_proc_unknown_env_names(void) {
     up[i] = '\0';
     _scr_report_unknown_env(n, up);
   }
-}
-
-int scr_process_option_set(const char *name, const char *value) {
-  if (name == NULL || value == NULL) return SCR_EINVAL;
-  _scr_proc_init();
-  pthread_mutex_lock(&_scr_proc.lock);
-  int r = _scr_proc_option_set(&_scr_proc.opt, name, value);
-  if (r == SCR_OK && (strcmp(name, "discard_delay_ms") == 0))
-    _scr_proc.delay_ms = _scr_proc.opt.discard_delay_ms;
-  if (r == SCR_OK && strcmp(name, "verbose") == 0) atomic_store(&_scr_verbose, _scr_proc.opt.verbose != 0);
-  pthread_mutex_unlock(&_scr_proc.lock);
-  return r;
-}
-
-uint64_t scr_process_option_get(const char *name) {
-  if (name == NULL) return UINT64_MAX;
-  _scr_proc_init();
-#define SCR_PROC_OPT_GET_(n, def, lo, hi, doc) \
-  if (strcmp(name, #n) == 0) return _scr_proc.opt.n;
-  SCR_PROC_OPTIONS(SCR_PROC_OPT_GET_)
-#undef SCR_PROC_OPT_GET_
-  return UINT64_MAX;
 }

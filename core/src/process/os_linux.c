@@ -2,7 +2,9 @@
  * the transparent-huge-page mode, whether the kernel would write a core,
  * a monotonic clock, MADV_POPULATE_WRITE, the CPU count, futexes.  All without
  * malloc.  Every
- * Linux-only path has a fallback that does nothing. */
+ * Linux-only path has a fallback that does nothing.
+ * Layer: base (the bottom: every other file of the process layer calls
+ * the OS through here or through core/src/prim/).  Owns nothing. */
 #include "process.h"
 #include <errno.h>
 #include <fcntl.h>

@@ -21,8 +21,11 @@
  * park and trim.  One mutex per class, taken once per batch and never
  * waited for on the malloc and free paths: with more threads than CPUs a
  * holder may be preempted, and a thread that finds the lock taken treats
- * the pool as full (its batch goes home) or empty (it carves). */
-#include "process.h"
+ * the pool as full (its batch goes home) or empty (it carves).
+ *
+ * Layer: caches.  Owns _scr_pool (each class under its lock; the batch
+ * count peeked without it). */
+#include "caches.h"
 
 scr_pool_line _scr_pool[SCR_CLASS_COUNT] = {[0 ... SCR_CLASS_COUNT - 1] = {{.lock = PTHREAD_MUTEX_INITIALIZER}}};
 
@@ -66,7 +69,7 @@ bool _scr_pool_overflow(scr_arena *a, unsigned c) {
     }
     p = next;
   }
-  _scr_recycle_send_list_home(a, c, home);
+  _scr_remote_send_list_home(a, c, home);
   if (batch == NULL) return true;
   if (pthread_mutex_trylock(&q->lock) == 0) { /* busy: home, as if full */
     uint32_t n = atomic_load_explicit(&q->n, memory_order_relaxed);
@@ -79,7 +82,7 @@ bool _scr_pool_overflow(scr_arena *a, unsigned c) {
     pthread_mutex_unlock(&q->lock);
   }
   if (batch == NULL) SCR_PC_ADD(pool_puts, 1);
-  _scr_recycle_send_list_home(a, c, batch);
+  _scr_remote_send_list_home(a, c, batch);
   return true;
 }
 
@@ -121,7 +124,7 @@ void _scr_pool_flush(scr_arena *a) {
     memcpy(batch, q->batch, n * sizeof batch[0]);
     atomic_store_explicit(&q->n, 0, memory_order_relaxed);
     pthread_mutex_unlock(&q->lock);
-    for (uint32_t i = 0; i < n; i++) _scr_recycle_send_list_home(a, c, batch[i]);
+    for (uint32_t i = 0; i < n; i++) _scr_remote_send_list_home(a, c, batch[i]);
   }
 }
 

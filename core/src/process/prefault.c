@@ -7,25 +7,28 @@
  * the process has CPUs; each arena has one range
  * in flight; ranges of worker threads count against prefault_budget until
  * the carving reaches them or the arena parks.  Kernels without MADV_POPULATE_WRITE (< 5.14)
- * and SCRALLOC_PREFAULT=0 get nothing: the owner faults its pages. */
-#include "process.h"
+ * and SCRALLOC_PREFAULT=0 get nothing: the owner faults its pages.
+ * Layer: arenas.  Owns each arena's pf_* fields (the holder queues, the
+ * helper runs: pf_state says whose turn) and _scr_pc.prefault_inflight. */
+#include "arenas.h"
 #include <sched.h>
 
-/* The holder posts the range hooks.c recorded, outside any heap call. */
-void _scr_prefault_post(scr_arena *a) {
+/* The holder posts the range hooks.c recorded, outside any heap call;
+ * true when it is queued (the caller wakes the helper: helper.c). */
+bool _scr_prefault_post(scr_arena *a) {
   size_t len = (size_t)(a->pf_end - a->pf_from);
-  if (len == 0) return;
+  if (len == 0) return false;
   /* The helper only saves time where a CPU would otherwise idle: with as
    * many threads holding arenas as the process may run on, the faults cost
    * the same CPU either way and the range faulted ahead costs RSS. */
   if (_scr_proc.opt.prefault == 1 &&
       atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed) >= _scr_proc.ncpus) {
     SCR_PC_ADD(prefault_skipped, 1);
-    return;
+    return false;
   }
   if (atomic_load_explicit(&a->pf_state, memory_order_acquire) != 0) {
     SCR_PC_ADD(prefault_skipped, 1);
-    return;
+    return false;
   }
   if (a->worker) {
     uint64_t budget = _scr_proc.opt.prefault_budget;
@@ -33,7 +36,7 @@ void _scr_prefault_post(scr_arena *a) {
     if (before + len > budget) {
       atomic_fetch_sub_explicit(&_scr_pc.prefault_inflight, len, memory_order_relaxed);
       SCR_PC_ADD(prefault_skipped, 1);
-      return;
+      return false;
     }
     if (a->pf_counted) atomic_fetch_sub_explicit(&_scr_pc.prefault_inflight, a->pf_counted, memory_order_relaxed);
     a->pf_counted = len;
@@ -41,7 +44,7 @@ void _scr_prefault_post(scr_arena *a) {
   a->pf_req = (uint8_t *)a->pf_from;
   a->pf_req_len = len;
   atomic_store_explicit(&a->pf_state, 1, memory_order_release);
-  _scr_helper_post();
+  return true;
 }
 
 /* Helper: run every queued request once.  1 if there was one. */

@@ -1,4 +1,18 @@
 /* The process allocator: scr_malloc and friends on top of the core heap.
+ * Layer: base.  This header holds the types every layer shares (the
+ * options, the arena, the process-wide state, the counters) and the
+ * bottom layer's calls; each layer above has a header of its own that
+ * includes the one below, so that a file sees only its layer and those
+ * under it (tests/tools/process_layers.py checks the direction):
+ *
+ *   observers  stats.c override_stats.c                        observers.h
+ *   entry      share.c malloc.c free_many.c fork.c override.c       entry.h
+ *   caches     remote.c pool.c recycle.c lend.c holder.c            caches.h
+ *   arenas     budget.c hooks.c prefault.c huge_cache.c validate.c
+ *              arena.c discard.c helper.c                           arenas.h
+ *   base       os_linux.c options.c state.c misuse.c                process.h
+ *              (and the core heap, core/src/)
+ * (top first; within a layer a file uses only those to its left).
  *
  * Each thread claims an arena (one scr_heap, a lock-free stack of blocks
  * other threads freed, and a state) on its first allocation and keeps it in
@@ -6,7 +20,7 @@
  * thread exits, with its free lists and bump pointers intact, so blocks
  * outlive their thread.  The next thread that needs an arena claims a
  * parked one.  A helper thread returns the free pages of arenas that stay
- * parked past a delay (discard.c) and faults in memory ahead of busy
+ * parked past a delay (discard.c, helper.c) and faults in memory ahead of busy
  * arenas (prefault.c).
  *
  * Who may touch what:
@@ -16,8 +30,10 @@
  *   arena->remote     any thread (lock-free push; the holder drains it).
  *   state, lists      under _scr_proc.lock.
  *   arena->snap       under arena->snap_lock.
- * Lock order: _scr_proc.lock before any snap_lock before the pool's class
- * locks (pool.c); helper_lock is a leaf.
+ * Lock order: the shared arena's lock (share.c) before _scr_proc.lock
+ * before any snap_lock before the pool's class locks (pool.c) before the
+ * huge-block cache's lock; helper_lock is a leaf (fork.c takes them all
+ * in that order).
  */
 #ifndef SCR_PROCESS_H
 #define SCR_PROCESS_H
@@ -55,6 +71,7 @@ SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
   X(prefault_step, (uint64_t)256 << 10, 65536, (uint64_t)64 << 20, "bytes faulted ahead per step") \
   X(prefault_budget, (uint64_t)8 << 20, 0, UINT64_MAX, "bytes in flight for worker threads") \
   X(lend, 1, 0, 1, "a thread about to carve fresh memory for a size class first takes that class's free slots from a parked arena: 0 off, 1 on") \
+  X(hold, 1, 0, 1, "a thread that frees the blocks of waiting arenas while no other thread holds one leaves the pages it empties for the discard: 0 off (they go back by the budget at once), 1 on") \
   X(pool, 1, 0, 1, "full cache lists hand other arenas' blocks to a process-wide pool per size class, for threads whose lists run empty: 0 off (they go home), 1 on") \
   X(switch_bytes, (uint64_t)1 << 20, 0, UINT64_MAX, "a thread whose arena must carve fresh memory moves to a parked arena with at least this many committed bytes not in live blocks (0: never)") \
   X(cache_bytes, 16384, 0, (uint64_t)1 << 20, "bytes of one size class a thread's cache keeps (at most 64 blocks)") \
@@ -62,9 +79,6 @@ SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
   X(cache_medium_after, 16, 0, 65535, "mallocs of a medium class a thread that claimed its arena while no other was held (the main thread, as a rule) makes before its cache keeps blocks of that class (0: from the first)") \
   X(cache_max, 65536, 0, 65536, "blocks above this size skip the thread's cache (0: no cache)") \
   X(cache_grow, (uint64_t)2 << 20, 0, (uint64_t)1 << 30, "bytes by which the caps of the threads' cache lists may grow together (below 4 KiB up to 1024 blocks, with the thread's own blocks; the others up to 64), a block at a time when a full list is freed into; each thread's share is this over the threads holding arenas (0: the caps stay as cache_bytes and cache_medium set them)") \
-  X(turns_after, 0, 0, UINT64_MAX, "a thread holding its arena whose heap calls came 20 us apart or more on average over this many windows of 1024 (it waits for others, or shares its CPU with many) takes turns with others: its cache keeps no block above turns_cache_max (0: never, the default: a clock cannot tell a thread that waits from one the scheduler preempts)") \
-  X(turns_cache_max, 4096, 0, 65536, "cache_max of a thread that takes turns") \
-  X(turns_keep, 0, 0, UINT64_MAX, "empty pages a thread that takes turns keeps committed, at most (0: its share, as any thread)") \
   X(share, 1, 0, 1, "threads start on one arena they share (a lock per call) until one finds it taken share_contended times within 256 calls or runs share_hot calls without blocking, then claim their own: 0 off, every thread claims its own at its first allocation") \
   X(share_hot, 4096, 256, UINT64_MAX, "calls without blocking (each 256 of them within 1 ms) after which a thread on the shared arena claims its own") \
   X(share_contended, 8, 1, 256, "times within 256 calls a thread on the shared arena finds it taken (another thread allocating that moment) before it claims its own; it waits for it the times before (1: claims its own at the first)") \
@@ -159,10 +173,6 @@ typedef struct scr_arena {
   unsigned switch_pending;          /* carving while a parked arena has room: look at the next tick (holder) */
   uint64_t carved_mark;             /* carved at the claim or the last look for room (holder) */
   uint64_t lend_after;              /* ops before which lend.c does not look again (holder) */
-  uint64_t turns_idle;              /* windows of heap calls in which the holder waited (turns.c) */
-  unsigned takes_turns;             /* the holder waits often: smaller cache (turns.c) */
-  uint64_t turns_next;              /* ops at which turns.c looks again (holder) */
-  uint64_t turns_window_ns;         /* when the window of heap calls began (0: at the next look) (holder) */
   uintptr_t pf_from;                /* start of the last range faulted ahead (holder) */
   uint64_t pf_counted;              /* bytes of that range counted in the budget (holder) */
   _Atomic int pf_state;             /* 0 idle, 1 queued, 2 the helper is on it, 3 and the holder waits */
@@ -202,7 +212,6 @@ _Static_assert(offsetof(scr_arena, remote) == 0, "the remote stack opens the are
 typedef struct scr_proc {
   pthread_mutex_t lock;             /* arena lists and states */
   _Atomic int inited;               /* 0 no, 1 yes */
-  pthread_key_t key;                /* destructor parks the arena */
   scr_proc_options opt;             /* process options */
   scr_options heap_opt;             /* options of every arena's heap */
   _Atomic(scr_arena *) all;         /* every arena, newest first (pushed under lock, read lock-free) */
@@ -214,7 +223,7 @@ typedef struct scr_proc {
   _Atomic uint64_t trim_epoch;      /* scr_trim calls so far: holders whose trim_seen differs trim at their next tick */
   unsigned ncpus;                   /* CPUs the process may run on (at init) */
   _Atomic uint64_t arena_keep;      /* each arena's share of retain_budget now (arena.c) */
-  _Atomic uint64_t busy_bytes;      /* bytes the arenas' live blocks' pages take, as published (arena.c) */
+  _Atomic uint64_t busy_bytes;      /* bytes the arenas' live blocks' pages take, as published (budget.c) */
   _Alignas(64) _Atomic uint64_t parked_room; /* most bytes not in live blocks of a parked arena, as last
                                        seen under lock (may be stale high: a switch then finds none) */
   uint8_t *pool;                    /* arena descriptors are carved here */
@@ -262,8 +271,6 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(holds, "parked arenas whose emptied pages wait for the discard (freed by the only thread holding an arena)") \
   X(cache_grows, "blocks by which threads' full cache lists grew") \
   X(remote_sent_unowned, "remote frees by threads that hold no arena")      \
-  X(turn_takers, "threads found taking turns (blocking often while holding an arena)") \
-  X(turn_looks, "getrusage calls that counted a thread's context switches") \
   X(share_joins, "threads that started on the shared arena")               \
   X(share_leaves, "threads that left the shared arena for their own (found it taken share_contended times in 256 calls, ran hot, or exited)") \
   X(share_collisions, "calls that found the shared arena taken (the thread waited for it, or claimed its own)") \
@@ -306,32 +313,11 @@ SCR_INTERNAL int _scr_proc_protect(void *p, size_t size, int accessible);
 SCR_INTERNAL void _scr_proc_futex_wait(_Atomic int *word, int expected); /* sleeps while *word == expected */
 SCR_INTERNAL void _scr_proc_futex_wake(_Atomic int *word, int n);
 
-/* validate.c */
-SCR_INTERNAL bool _scr_proc_validate_locked(void);
-#if SCR_DEBUG >= 3
-#define scr_validate_proc() ((void)(_scr_proc_validate_locked() || (_scr_assert_fail("process validator", __FILE__, __LINE__), 0)))
-#else
-#define scr_validate_proc() ((void)0)
-#endif
-
-/* arena.c */
+/* state.c: the process-wide state and the thread's arena and share state
+ * (storage), and the initialization */
+SCR_INTERNAL extern __thread int _scr_tl_share __attribute__((tls_model("initial-exec")));
+#define SCR_SHARE_SOLO 2 /* _scr_tl_share: the thread holds (or will claim) an arena of its own (share.c) */
 SCR_INTERNAL void _scr_proc_init_slow(void);
-SCR_INTERNAL scr_arena *_scr_arena_claim(void);
-SCR_INTERNAL void _scr_arena_park(scr_arena *a);
-SCR_INTERNAL void _scr_arena_publish(scr_arena *a);
-SCR_INTERNAL void _scr_arena_busy_publish(scr_arena *a, bool exact);
-SCR_INTERNAL void _scr_arena_room_locked(scr_arena *a); /* a parked arena's room changed */
-SCR_INTERNAL void _scr_arena_borrow_locked(scr_arena *a, scr_arena *prev);
-SCR_INTERNAL void _scr_arena_unborrow(scr_arena *a, scr_arena *prev);
-/* 1 while a is PARKED (pushers then drain it now and then; frees of its
- * blocks do not keep them): set and cleared under _scr_proc.lock, read
- * without it. */
-static inline int _scr_arena_parked(const scr_arena *a) {
-  return atomic_load_explicit(&a->heap->owner_parked, memory_order_relaxed);
-}
-static inline void _scr_arena_set_parked(scr_arena *a, int parked) {
-  atomic_store_explicit(&a->heap->owner_parked, parked, memory_order_relaxed);
-}
 /* No thread but the caller holds an arena; mine: the caller's (or NULL). */
 static inline int _scr_proc_alone(const scr_arena *mine) {
   return atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed) <= (mine != NULL ? 1u : 0u);
@@ -339,52 +325,6 @@ static inline int _scr_proc_alone(const scr_arena *mine) {
 static inline void _scr_proc_init(void) {
   if (SCR_UNLIKELY(!atomic_load_explicit(&_scr_proc.inited, memory_order_acquire))) _scr_proc_init_slow();
 }
-/* The caller's arena, claimed on first use; NULL when none can be had. */
-static inline scr_arena *_scr_arena_get(void) {
-  scr_arena *a = _scr_tl_arena;
-  if (SCR_UNLIKELY(a == NULL)) a = _scr_arena_claim();
-  return a;
-}
-#define SCR_ARENA_PUBLISH_EVERY 65536 /* calls between stats snapshots */
-/* Fresh bytes a holder carves before it may move to a parked arena with
- * room: an arena whose room was in classes the thread does not use is
- * not left again at once. */
-#define SCR_SWITCH_AFTER ((uint64_t)64 << 10)
-#define SCR_ARENA_POLL_EVERY 32       /* heap calls between looks at the remote stack (a power of 2) */
-/* Counts the holder's heap calls: a malloc or free that the thread's cache
- * serves (recycle.c) changes nothing in the heap and does not tick (a
- * read-modify-write of `ops` on both sides of every malloc/free pair cost
- * 2-3 ns of its 16-22: bench/proc_pairs.c).  Every SCR_ARENA_POLL_EVERY heap
- * calls the slow side frees what other threads pushed (reading the remote
- * stack's cache line, which pushers keep writing, on every call would
- * cost a miss each time), applies the budget's share, posts prefault work
- * and the switch (hooks.c sets ops to get there at the end of the heap
- * call that asked) and now and then publishes a stats snapshot. */
-SCR_INTERNAL void _scr_arena_tick_slow(scr_arena *a);
-/* turns.c: threads that take turns (block often while holding arenas) */
-#define SCR_TURNS_CHECK_EVERY 1024 /* heap calls between two looks at the clock */
-#define SCR_TURNS_IDLE_NS 20000u   /* a window whose heap calls came this far apart on average is idle */
-SCR_INTERNAL void _scr_turns_on_claim(scr_arena *a);
-SCR_INTERNAL void _scr_turns_check(scr_arena *a);
-
-static inline void _scr_arena_tick(scr_arena *a) {
-  if (SCR_UNLIKELY((++a->ops & (SCR_ARENA_POLL_EVERY - 1)) == 0)) _scr_arena_tick_slow(a);
-}
-
-/* recycle.c: the thread's cache of the blocks it frees */
-SCR_INTERNAL void _scr_recycle_init(scr_arena *a, bool alone);
-SCR_INTERNAL void _scr_recycle_limit(scr_arena *a, uint64_t max_size);
-SCR_INTERNAL void _scr_recycle_medium_malloc(scr_arena *a, unsigned c);
-SCR_INTERNAL void _scr_recycle_flush(scr_arena *a);
-#define SCR_GROW_FIRST 35 /* the class of 4 KiB: lists from here on may grow (_scr_recycle_grow) */
-_Static_assert(SCR_GROW_FIRST < SCR_CLASS_COUNT, "the first class whose list may grow");
-SCR_INTERNAL bool _scr_recycle_grow(scr_arena *a, unsigned c);
-SCR_INTERNAL void _scr_recycle_send_home(scr_arena *a, unsigned c, void *p);
-SCR_INTERNAL void _scr_recycle_send_list_home(scr_arena *a, unsigned c, void *p);
-SCR_INTERNAL void _scr_recycle_account(const scr_arena *a, struct scr_stats *st, struct scr_stats *lent);
-#if SCR_DEBUG > 0
-SCR_INTERNAL bool _scr_recycle_refused(const scr_recycled *r, const scr_segment *seg, uintptr_t idx, unsigned c, void *p);
-#endif
 /* The tag of the page that holds p, a block in seg, and the page's index:
  * the tag, not the descriptor, because the owner writes the descriptor on
  * every call and the tag line only when the page changes kind.  Segments
@@ -395,195 +335,6 @@ static inline unsigned _scr_block_tag(const scr_segment *seg, const void *p, uin
   *idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
   return seg->page_tag[*idx];
 }
-/* Whether a's holder may keep a block it frees whose segment has the
- * mark `mark` in the segment map (internal.h): a's own, or another
- * arena's while another thread holds an arena (recycle.c says why).  Not
- * a heap the program made (unmarked), and not another arena's while the
- * caller is alone: that arena is then parked (or borrowed by a helper,
- * or a claim or park is under way), and its blocks go home so that its
- * pages can go back.  (The test before read the owner's parked flag
- * there, and kept a borrowed arena's blocks; home is right for them too.)
- * The marks tell arenas' blocks from others without reading the segment
- * or its heap, which for another thread's block are lines that thread
- * may have written since.  The threaded stress (a quarter of its frees
- * are other threads' blocks), paired rounds against the build before:
- * with these marks and the keeping of parked arenas' blocks, 0.95-0.99x
- * the wall over four runs of 150-200 rounds; the keeping alone
- * 0.97-1.00x (four runs); marks for the caller's own blocks only 1.00x.
- * It is computed without a branch on own or foreign: where threads hand
- * blocks to each other the two alternate at random, and the branch that
- * told them apart mispredicted on about every foreign free (the stress
- * with 2 threads on 2 CPUs: 0.92x the wall, 21 paired rounds). */
-static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark) {
-  unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
-  bool keep = (mark == a->own_mark) | ((mark != 0) & (held > 1));
-  /* The empty asm makes the compiler compute keep as written: left to
-   * itself, it turned the or into two branches again when the code
-   * around changed (when the list of tag OTHER came). */
-  __asm__("" : "+r"(keep));
-  return keep;
-}
-/* Push block p of class c on list r (linked through its first word; ASan
- * builds poison the rest); key: _scr_misuse.key, as the caller read it. */
-static inline void _scr_recycle_push_key(scr_recycled *r, unsigned c, void *p, uint64_t key) {
-  *(void **)p = r->head;
-  _scr_block_set_word1(p, key); /* free (core/src/misuse.c) */
-  SCR_POISON(p, _scr_class_sizes[c]); /* ASan: a use after free is caught */
-  r->head = p;
-  r->room--;
-}
-static inline void _scr_recycle_push(scr_recycled *r, unsigned c, void *p) {
-  _scr_recycle_push_key(r, c, p, _scr_misuse.key);
-}
-/* Keep p, a block on page idx of seg with tag `tag` that a's holder frees
- * and may keep (_scr_recycle_may_keep), for a's next malloc of its class:
- * 1, or 0 when it is not kept (p is not a block of a size class: its
- * tag's list has no room; or the list is full). */
-static inline int _scr_recycle_put(scr_arena *a, const scr_segment *seg, uintptr_t idx, unsigned tag, void *p) {
-  unsigned c = tag;
-  scr_assert(c <= SCR_TAG_OTHER);
-  scr_recycled *r = &a->rc[c]; /* SCR_TAG_OTHER's has no room */
-  if (r->room == 0) return 0;
-#if SCR_DEBUG > 0
-  if (_scr_recycle_refused(r, seg, idx, c, p)) return 1;
-#endif
-  _scr_recycle_push(r, c, p);
-  return 1;
-}
-/* A kept block of the class whose list is at a->rc plus `at` bytes, or
- * NULL. */
-static inline void *_scr_recycle_take_at(scr_arena *a, uintptr_t at) {
-  scr_recycled *r = (scr_recycled *)((char *)a->rc + at);
-  unsigned c = (unsigned)(at / sizeof(scr_recycled));
-  void *b = r->head;
-  if (b == NULL) return NULL;
-  SCR_UNPOISON(b, _scr_class_sizes[c]);
-  r->head = *(void **)b;
-  __builtin_prefetch(r->head, 1); /* the next malloc's block */
-  r->room++;
-  _scr_block_set_word1(b, 0); /* handed out: no longer free */
-  return b;
-}
-/* A kept block of class c, or NULL. */
-static inline void *_scr_recycle_take(scr_arena *a, unsigned c) {
-  return _scr_recycle_take_at(a, (uintptr_t)c * sizeof(scr_recycled));
-}
-
-/* pool.c: other arenas' blocks from full cache lists, for any thread's
- * empty list */
-#define SCR_POOL_BATCHES 8
-typedef struct scr_pool_class {
-  pthread_mutex_t lock;
-  _Atomic uint32_t n;                /* batches (written under lock, peeked without) */
-  uint32_t count[SCR_POOL_BATCHES];  /* blocks of each batch */
-  void *batch[SCR_POOL_BATCHES];     /* each a list through the blocks' first words */
-} scr_pool_class;
-typedef struct { _Alignas(64) scr_pool_class c; } scr_pool_line; /* no two classes share a cache line */
-SCR_INTERNAL extern scr_pool_line _scr_pool[SCR_CLASS_COUNT];
-SCR_INTERNAL bool _scr_pool_overflow(scr_arena *a, unsigned c);
-SCR_INTERNAL void *_scr_pool_refill_slow(scr_arena *a, unsigned c);
-/* The pool holds no batch of class c (a peek without the lock, inline:
- * every carve of fresh memory asks). */
-static inline bool _scr_pool_empty(unsigned c) {
-  return atomic_load_explicit(&_scr_pool[c].c.n, memory_order_relaxed) == 0;
-}
-/* A block of a pooled batch of class c for a's empty list, or NULL. */
-static inline void *_scr_pool_refill(scr_arena *a, unsigned c) {
-  if (_scr_pool_empty(c)) return NULL;
-  return _scr_pool_refill_slow(a, c);
-}
-SCR_INTERNAL void _scr_pool_flush(scr_arena *a);
-/* stats.c: the text report (SCRALLOC_STATS at exit, malloc_stats) */
-SCR_INTERNAL void _scr_proc_report(int fd, bool per_arena);
-SCR_INTERNAL void _scr_pool_account(struct scr_stats *lent);
-SCR_INTERNAL void _scr_pool_lock_all(void);
-SCR_INTERNAL void _scr_pool_unlock_all(void);
-#if SCR_DEBUG > 0
-SCR_INTERNAL bool _scr_pool_holds(unsigned c, const void *p);
-#endif
-
-/* lend.c: a parked arena's free slots for a thread about to carve */
-#define SCR_LEND_MIN_ROOM ((uint64_t)256 << 10) /* parked room worth a look */
-SCR_INTERNAL void *_scr_lend_refill_slow(scr_arena *a, unsigned c);
-static inline void *_scr_lend_refill(scr_arena *a, unsigned c) {
-  if (a->ops < a->lend_after ||
-      atomic_load_explicit(&_scr_proc.parked_room, memory_order_relaxed) < SCR_LEND_MIN_ROOM)
-    return NULL;
-  return _scr_lend_refill_slow(a, c);
-}
-
-/* remote.c */
-#define SCR_REMOTE_BATCH 32 /* remote frees to one arena that a thread pushes at once (and test_process_remote.c) */
-SCR_INTERNAL void _scr_remote_push(scr_arena *a, void *p);
-SCR_INTERNAL void _scr_remote_flush_slow(scr_arena *me);
-/* The holder pushes its batch of remote frees (tick, park, trim). */
-static inline void _scr_remote_flush(scr_arena *me) {
-  if (me->rb_n != 0) _scr_remote_flush_slow(me);
-}
-SCR_INTERNAL void _scr_remote_drain(scr_arena *a);
-static inline void _scr_remote_poll(scr_arena *a) {
-  if (SCR_UNLIKELY(atomic_load_explicit(&a->remote, memory_order_relaxed) != NULL)) _scr_remote_drain(a);
-}
-
-/* huge_cache.c: the process's freed huge blocks, for any thread */
-SCR_INTERNAL void _scr_huge_cache_install(struct _scr_heap_hooks *hooks);
-SCR_INTERNAL uint64_t _scr_huge_cache_bytes(void);
-SCR_INTERNAL uint64_t _scr_huge_cache_decay(uint64_t now_ns, bool all, uint64_t *returned);
-SCR_INTERNAL void _scr_huge_cache_tick(void);
-SCR_INTERNAL void _scr_huge_cache_counts(uint64_t *blocks, uint64_t *bytes, uint64_t *munmaps, uint64_t *failures);
-SCR_INTERNAL void _scr_huge_cache_lock(void);   /* fork: held across it */
-SCR_INTERNAL void _scr_huge_cache_unlock(void);
-/* arena.c: the process budget of free memory kept committed (bytes) */
-SCR_INTERNAL uint64_t _scr_proc_budget(void);
-SCR_INTERNAL uint64_t _scr_proc_budget_huge(void); /* the huge-block cache's part */
-
-/* hooks.c: what the arena does when its heap maps a segment or takes a page */
-SCR_INTERNAL extern const struct _scr_heap_hooks _scr_arena_hooks;
-
-/* discard.c */
-SCR_INTERNAL void _scr_discard_parked(void);     /* a park happened: wake or start the helper */
-SCR_INTERNAL void _scr_discard_unpoison(scr_arena *a); /* holder, at claim */
-SCR_INTERNAL void _scr_discard_on_claim(uint64_t now); /* back-off bookkeeping, under lock */
-SCR_INTERNAL size_t _scr_discard_arena(scr_arena *a); /* return a held arena's free pages */
-SCR_INTERNAL void _scr_helper_post(void);        /* wake the helper (prefault work) */
-SCR_INTERNAL void _scr_helper_after_fork_child(void);
-
-/* prefault.c */
-SCR_INTERNAL void _scr_prefault_request(scr_arena *a, uint8_t *from, size_t len);
-SCR_INTERNAL void _scr_prefault_post(scr_arena *a); /* holder, outside heap calls */
-SCR_INTERNAL int _scr_prefault_run(void);        /* helper: run queued requests; 1 if any */
-SCR_INTERNAL void _scr_prefault_release_ahead(scr_arena *a); /* at park */
-SCR_INTERNAL void _scr_prefault_after_fork_child(void);
-
-/* share.c: threads that do not run at once share one arena */
-SCR_INTERNAL extern __thread int _scr_tl_share __attribute__((tls_model("initial-exec")));
-#define SCR_SHARE_SOLO 2 /* _scr_tl_share: the thread holds (or will claim) an arena of its own */
-SCR_INTERNAL scr_arena *_scr_share_enter(void);
-SCR_INTERNAL void _scr_share_leave(void);
-SCR_INTERNAL void _scr_share_publish(void);
-SCR_INTERNAL size_t _scr_share_trim(void);
-SCR_INTERNAL void _scr_share_lock(void);   /* fork: held across it */
-SCR_INTERNAL void _scr_share_unlock(void);
-SCR_INTERNAL scr_arena *_scr_arena_claim_shared(void); /* arena.c */
-/* A caller that holds no arena: 1 when it is to use the shared arena (a
- * call goes between _scr_share_enter and _scr_share_leave). */
-static inline int _scr_share_wanted(void) {
-  if (_scr_tl_share == SCR_SHARE_SOLO) return 0;
-  _scr_proc_init(); /* the first call of the process makes its thread solo */
-  return _scr_tl_share != SCR_SHARE_SOLO && _scr_proc.opt.share != 0;
-}
-
-/* In an entry point of a caller that is to use the shared arena: the
- * entry point's call, made again on that arena, and return its result. */
-#define SCR_SHARE_RETURN(no_arena, call)                                   \
-  do {                                                                     \
-    if ((no_arena) && _scr_share_wanted() && _scr_share_enter() != NULL) { \
-      __typeof__(call) share_result_ = (call);                             \
-      _scr_share_leave();                                                  \
-      return share_result_;                                                \
-    }                                                                      \
-  } while (0)
-
 /* misuse.c: bad pointers given to free, realloc & co. */
 SCR_INTERNAL int _scr_proc_classify(const void *p, uintptr_t e);
 SCR_INTERNAL void _scr_proc_misuse(const char *call, const void *p, int kind) __attribute__((cold, noinline));
@@ -629,10 +380,5 @@ static inline bool _scr_proc_block_suspect(const scr_segment *seg, const void *p
   if (_scr_slot_beyond(seg, idx, off * g->magic)) return true;
   return _scr_block_word1(p) == _scr_misuse.key;
 }
-
-/* malloc.c: the entry points used by override.c */
-SCR_INTERNAL size_t _scr_proc_usable_size_named(const void *p, const char *call);
-SCR_INTERNAL size_t _scr_arena_return_interior(scr_arena *a);
-SCR_INTERNAL size_t _scr_arena_trim(scr_arena *a); /* the holder: a's cache, pool share, remote frees, free pages back */
 
 #endif /* SCR_PROCESS_H */

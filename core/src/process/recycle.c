@@ -21,7 +21,7 @@
  * a batch of them a drain under the process lock, and the freeing thread
  * carves fresh memory meanwhile: 3.5-3.6k faults -> 3.2k, wall 0.97-1.00x
  * over four runs of 40-150 paired rounds).  The figures of
- * _scr_arena_publish leave the kept blocks out of what is used.
+ * _scr_holder_publish (holder.c) leave the kept blocks out of what is used.
  *
  * The cost: a kept block keeps its page in use, so a page of a class the
  * thread stopped using cannot empty and serve another class.  A program
@@ -30,10 +30,12 @@
  * 40.1 MiB with these defaults, 38.2 with cache_max=4096, 37.9 with no
  * cache at all (glibc 38.6), while the threaded stress with cache_max=4096
  * faulted 10.5k pages instead of 3.6k and took 0.098 s instead of 0.068
- * (10 and 9 interleaved runs).  Hence options, defaults
- * for speed, and a smaller cache for the threads that block often
- * (turns.c). */
-#include "process.h"
+ * (10 and 9 interleaved runs).  Hence options and defaults for speed;
+ * the shared arena (share.c) is where such threads meet.
+ *
+ * Layer: caches.  Owns each arena's lists (rc, medium_cap,
+ * medium_mallocs, cache_grown): its holder alone touches them. */
+#include "caches.h"
 #include <string.h>
 
 #define SCR_RECYCLE_CLASS_MAX 64
@@ -96,8 +98,8 @@ void _scr_recycle_init(scr_arena *a, bool alone) {
     a->rc[c].magic = _scr_misuse.geom[c].magic;
     a->rc[c].mask = _scr_misuse.geom[c].mask;
   }
-  /* never takes a block; its slot test fails every address */
-  a->rc[SCR_TAG_OTHER] = (scr_recycled){.head = NULL, .room = 0, .max = 0, .magic = 0, .mask = 0};
+  /* (the list of tag SCR_TAG_OTHER is set once, when the arena is made:
+   * arena.c) */
 }
 
 /* The holder mallocs a block of medium class c whose list is closed (the
@@ -122,7 +124,7 @@ static void recycle_empty_list(scr_arena *a, unsigned c, uint32_t max) {
   if (max > base) max = base;
   a->rc[c].head = NULL;
   a->rc[c].max = a->rc[c].room = max;
-  _scr_recycle_send_list_home(a, c, p);
+  _scr_remote_send_list_home(a, c, p);
 }
 
 /* a's holder frees a block of class c into its full list: the cap grows
@@ -149,15 +151,14 @@ static void recycle_empty_list(scr_arena *a, unsigned c, uint32_t max) {
  * shared by the threads holding arenas, bounds what all lists of all
  * threads keep past their bases, so a program of many threads keeps
  * about what one would.  The caps go back to their bases at park and
- * trim.  Lists of threads that take turns do not grow: the shared
- * arena's (share.c) and a turn taker's (turns.c, whose caps go back to
- * their bases when it is found), so that Python's threads do not keep a
- * burst's blocks while another thread runs. */
+ * trim.  The shared arena's lists (share.c: threads that take turns) do
+ * not grow, so that Python's threads do not keep a burst's blocks while
+ * another thread runs. */
 bool _scr_recycle_grow(scr_arena *a, unsigned c) {
   scr_recycled *r = &a->rc[c];
   uint64_t size = _scr_class_sizes[c], budget = _scr_proc.opt.cache_grow;
   uint32_t cap = c < SCR_GROW_FIRST ? SCR_RECYCLE_RUN_MAX : SCR_RECYCLE_CLASS_MAX;
-  if (r->max == 0 || r->max >= cap || budget == 0 || a->shared || a->takes_turns)
+  if (r->max == 0 || r->max >= cap || budget == 0 || a->shared)
     return false;
   unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
   /* A small class's list grows only while no other thread holds an arena:
@@ -212,25 +213,6 @@ bool _scr_recycle_refused(const scr_recycled *r, const scr_segment *seg, uintptr
   return false;
 }
 #endif
-
-/* A kept block p of class c goes back: into a's heap when it is a's (a
- * may be NULL), else onto its owner's remote stack. */
-void _scr_recycle_send_home(scr_arena *a, unsigned c, void *p) {
-  SCR_UNPOISON(p, _scr_class_sizes[c]);
-  scr_heap *h = _scr_heap_of(p);
-  if (a != NULL && h == a->heap) proc_heap_free(h, p);
-  else _scr_remote_push((scr_arena *)_scr_heap_owner(h), p);
-}
-
-/* The blocks of a list linked through their first words go back. */
-void _scr_recycle_send_list_home(scr_arena *a, unsigned c, void *p) {
-  while (p) {
-    SCR_UNPOISON(p, sizeof(void *));
-    void *next = *(void **)p;
-    _scr_recycle_send_home(a, c, p);
-    p = next;
-  }
-}
 
 /* Every kept block goes back (at park and trim). */
 void _scr_recycle_flush(scr_arena *a) {

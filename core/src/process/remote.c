@@ -4,8 +4,13 @@
  * and freed into the heap by whoever holds the arena next: its owner
  * at its next tick or before it takes a new page (malloc.c), the
  * thread that claims it, or the discard helper.  Pushers never pop, and
- * the holder takes the whole stack at once, so there is no ABA problem. */
-#include "process.h"
+ * the holder takes the whole stack at once, so there is no ABA problem.
+ * Layer: caches (its bottom): the pushing side, the holder's batch and
+ * the blocks that go home from the caches (pool.c, recycle.c); the
+ * arena's side, its stack's drain, is arena.c's.  Owns each arena's
+ * batch (rb_*, its holder) and remote_sent (its holder), and drain_req
+ * (pushers of a parked arena). */
+#include "caches.h"
 
 #define SCR_REMOTE_DRAIN_BATCH 256 /* a power of 2 */
 static void proc_borrow_and_drain(scr_arena *a);
@@ -66,17 +71,6 @@ void _scr_remote_push(scr_arena *a, void *p) {
     proc_borrow_and_drain(a);
 }
 
-void _scr_remote_drain(scr_arena *a) {
-  void *p = atomic_exchange_explicit(&a->remote, NULL, memory_order_acquire);
-  while (p) {
-    void *next = *(void **)p;
-    __builtin_prefetch(next, 1); /* a line another thread wrote: fetched while p is freed */
-    proc_heap_free(a->heap, p);
-    a->remote_drained++;
-    p = next;
-  }
-}
-
 /* The pusher borrows a parked arena that has a batch of remote frees
  * waiting, frees them into its heap (which gives emptied pages back by its
  * retention rules) and parks it again in its place.  Done by the pusher,
@@ -97,7 +91,7 @@ static void proc_borrow_and_drain(scr_arena *a) {
   _scr_arena_borrow_locked(a, prev);
   pthread_mutex_unlock(&P->lock);
 
-  if (a->poisoned) _scr_discard_unpoison(a);
+  if (a->poisoned) _scr_arena_unpoison(a);
   /* No other thread holds an arena (a program freeing what its finished
    * threads left): the pages this drain empties wait for the discard, as
    * parked arenas' free pages do, instead of going back now.  Nobody runs
@@ -110,7 +104,7 @@ static void proc_borrow_and_drain(scr_arena *a) {
    * as before: those threads would fault fresh pages while these wait
    * (the threaded stress's end, 11.1 -> 12.9 MiB max RSS when every
    * drain held them).  Released at the next claim or by the discard. */
-  if (!a->held && !a->discarded && _scr_proc_alone(_scr_tl_arena)) {
+  if (P->opt.hold && !a->held && !a->discarded && _scr_proc_alone(_scr_tl_arena)) {
     _scr_heap_hold_empty_pages(a->heap);
     a->held = 1;
     SCR_PC_ADD(holds, 1);
@@ -120,3 +114,23 @@ static void proc_borrow_and_drain(scr_arena *a) {
   SCR_PC_ADD(parked_drains, 1);
   _scr_arena_unborrow(a, prev);
 }
+
+/* A kept block p of class c goes back: into a's heap when it is a's (a
+ * may be NULL), else onto its owner's remote stack. */
+void _scr_remote_send_home(scr_arena *a, unsigned c, void *p) {
+  SCR_UNPOISON(p, _scr_class_sizes[c]);
+  scr_heap *h = _scr_heap_of(p);
+  if (a != NULL && h == a->heap) proc_heap_free(h, p);
+  else _scr_remote_push((scr_arena *)_scr_heap_owner(h), p);
+}
+
+/* The blocks of a list linked through their first words go back. */
+void _scr_remote_send_list_home(scr_arena *a, unsigned c, void *p) {
+  while (p) {
+    SCR_UNPOISON(p, sizeof(void *));
+    void *next = *(void **)p;
+    _scr_remote_send_home(a, c, p);
+    p = next;
+  }
+}
+

@@ -37,8 +37,13 @@
  * shared set; share_members counts the threads with _scr_tl_share ==
  * SHARE_MEMBER that have not exited (joins under share_lock, leaves with
  * or without it); when it drops to 0, the thread that dropped it parks
- * share_arena, unless a thread joined again before it took the lock. */
-#include "process.h"
+ * share_arena, unless a thread joined again before it took the lock.
+ *
+ * Layer: entry (its bottom): which arena a call runs on, above the
+ * caches' layer because parking or trimming the shared arena flushes the
+ * cache its members filled (holder.c).  Owns share_arena, share_members,
+ * the share lock and the threads' _scr_tl_share (state.c stores it). */
+#include "entry.h"
 
 enum { SHARE_NEW = 0, SHARE_MEMBER = 1 }; /* and SCR_SHARE_SOLO */
 #define SHARE_LOOK_EVERY 256 /* calls between looks at the clock (a power of 2) */
@@ -105,7 +110,7 @@ static scr_arena *share_idle_locked(void) {
 
 static void share_unlock_and_park(scr_arena *idle) {
   share_unlock();
-  if (idle != NULL) _scr_arena_park(idle);
+  if (idle != NULL) _scr_holder_park(idle);
 }
 
 /* Off the shared arena without holding its lock (another thread holds
@@ -147,7 +152,7 @@ scr_arena *_scr_share_enter(void) {
     tl_window_ns = _scr_proc_now_ns();
     SCR_PC_ADD(share_joins, 1);
   }
-  if (share_arena == NULL) share_arena = _scr_arena_claim_shared();
+  if (share_arena == NULL) share_arena = _scr_holder_claim(true);
   if (share_arena == NULL) { /* no memory for one: the thread tries a claim of its own */
     share_drop_member();
     share_unlock_and_park(share_idle_locked());
@@ -190,7 +195,7 @@ void _scr_share_publish(void) {
   if (!share_trylock()) return;
   if (share_arena != NULL) {
     _scr_remote_poll(share_arena);
-    _scr_arena_publish(share_arena);
+    _scr_holder_publish(share_arena);
   }
   share_unlock();
 }
@@ -199,7 +204,7 @@ void _scr_share_publish(void) {
 size_t _scr_share_trim(void) {
   size_t n = 0;
   share_lock_wait();
-  if (share_arena != NULL) n = _scr_arena_trim(share_arena);
+  if (share_arena != NULL) n = _scr_holder_trim(share_arena);
   share_unlock();
   return n;
 }

@@ -5,8 +5,10 @@
  *   every arena on parked is PARKED (its parked flag set), length == nparked
  *   nowned == arenas OWNED;  nowned + nparked <= narenas (the rest are
  *   DISCARDING: borrowed by the helper or a freeing thread)
- *   every arena's list of tag SCR_TAG_OTHER is empty with no room */
-#include "process.h"
+ *   every arena's list of tag SCR_TAG_OTHER is empty with no room
+ * Layer: arenas (below arena.c, which runs it at its state changes): it
+ * reads the arena lists only, under _scr_proc.lock, and owns nothing. */
+#include "arenas.h"
 
 /* Under _scr_proc.lock.  true when consistent; reports what is not. */
 bool _scr_proc_validate_locked(void) {

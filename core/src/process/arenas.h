@@ -1,0 +1,107 @@
+/* The arenas' layer of the process allocator.
+ * Layer: arenas.  An arena is one scr_heap with its state (owned, parked,
+ * borrowed); this layer claims, parks, borrows and publishes arenas, keeps
+ * the process budget, runs the heap's hooks, the huge-block cache, the
+ * prefault and the discard, and the helper thread that runs those two.
+ * It knows nothing of the thread's cache, the pool or the entry points
+ * (caches.h, entry.h): where an arena changes hands with a cache, the
+ * caches' layer flushes or sets the cache and then calls down here
+ * (holder.c).  Files, bottom up: budget.c hooks.c prefault.c
+ * huge_cache.c validate.c arena.c discard.c helper.c. */
+#ifndef SCR_PROCESS_ARENAS_H
+#define SCR_PROCESS_ARENAS_H
+
+#include "process.h"
+
+/* budget.c: the process budget of free memory kept committed (bytes) */
+SCR_INTERNAL void _scr_arena_busy_publish(scr_arena *a, bool exact);
+SCR_INTERNAL uint64_t _scr_proc_budget_ratio(void); /* its part proportional to the busy bytes */
+SCR_INTERNAL uint64_t _scr_proc_budget(void);
+SCR_INTERNAL uint64_t _scr_proc_budget_huge(void); /* the huge-block cache's part */
+
+/* hooks.c: what the arena does when its heap maps a segment or takes a page */
+SCR_INTERNAL extern const struct _scr_heap_hooks _scr_arena_hooks;
+#define SCR_ARENA_POLL_EVERY 32 /* heap calls between the holder's ticks (a power of 2; caches.h) */
+/* Fresh bytes a holder carves before it may move to a parked arena with
+ * room: an arena whose room was in classes the thread does not use is
+ * not left again at once. */
+#define SCR_SWITCH_AFTER ((uint64_t)64 << 10)
+
+/* prefault.c */
+SCR_INTERNAL bool _scr_prefault_post(scr_arena *a); /* holder, outside heap calls; true: wake the helper */
+SCR_INTERNAL int _scr_prefault_run(void);          /* helper: run queued requests; 1 if any */
+SCR_INTERNAL void _scr_prefault_release_ahead(scr_arena *a); /* at park */
+SCR_INTERNAL void _scr_prefault_after_fork_child(void);
+
+/* huge_cache.c: the process's freed huge blocks, for any thread */
+SCR_INTERNAL void _scr_huge_cache_install(struct _scr_heap_hooks *hooks);
+SCR_INTERNAL uint64_t _scr_huge_cache_bytes(void);
+SCR_INTERNAL uint64_t _scr_huge_cache_decay(uint64_t now_ns, bool all, uint64_t *returned);
+SCR_INTERNAL bool _scr_huge_cache_tick(void); /* a holder's tick: true when the helper is to look */
+SCR_INTERNAL void _scr_huge_cache_counts(uint64_t *blocks, uint64_t *bytes, uint64_t *munmaps, uint64_t *failures);
+SCR_INTERNAL void _scr_huge_cache_lock(void);   /* fork: held across it */
+SCR_INTERNAL void _scr_huge_cache_unlock(void);
+
+/* validate.c */
+SCR_INTERNAL bool _scr_proc_validate_locked(void);
+#if SCR_DEBUG >= 3
+#define scr_validate_proc() ((void)(_scr_proc_validate_locked() || (_scr_assert_fail("process validator", __FILE__, __LINE__), 0)))
+#else
+#define scr_validate_proc() ((void)0)
+#endif
+
+/* arena.c */
+/* A thread takes an arena (a parked one, or a new one): the shared arena
+ * (share.c) when shared, else the caller's own (_scr_tl_arena).  *alone:
+ * no other thread held an arena.  NULL (errno ENOMEM) when none can be
+ * had.  The caller sets its cache (holder.c). */
+SCR_INTERNAL scr_arena *_scr_arena_claim(bool shared, bool *alone);
+/* A switch (holder.c): a parked arena with switch_bytes of room or more,
+ * owned from now on, for the holder of a; the holder parks a and then
+ * adopts it (_scr_arena_adopt_switched). */
+SCR_INTERNAL scr_arena *_scr_arena_take_room(scr_arena *a, unsigned *poisoned);
+SCR_INTERNAL void _scr_arena_adopt_switched(scr_arena *b, unsigned poisoned);
+/* The holder gives a up, its cache and batches already flushed; true when
+ * the discard is on (the caller wakes the helper: helper.c). */
+SCR_INTERNAL bool _scr_arena_park(scr_arena *a);
+SCR_INTERNAL void _scr_arena_keep_update(scr_arena *a); /* the holder, at ticks */
+/* A fresh snapshot of a's figures for the stats: st, a's heap stats less
+ * the blocks its holder keeps aside, and lent, the other arenas' blocks
+ * it keeps (holder.c computes them for a held arena).
+ * _scr_arena_publish: the same for an arena whose cache is empty
+ * (parked, borrowed, or flushed). */
+SCR_INTERNAL void _scr_arena_publish_figures(scr_arena *a, const struct scr_stats *st, const struct scr_stats *lent);
+SCR_INTERNAL void _scr_arena_publish(scr_arena *a);
+SCR_INTERNAL void _scr_arena_room_locked(scr_arena *a); /* a parked arena's room changed */
+SCR_INTERNAL void _scr_arena_borrow_locked(scr_arena *a, scr_arena *prev);
+SCR_INTERNAL void _scr_arena_unborrow(scr_arena *a, scr_arena *prev);
+SCR_INTERNAL void _scr_arena_poison(scr_arena *a);   /* discard=poison: its free pages PROT_NONE */
+SCR_INTERNAL void _scr_arena_unpoison(scr_arena *a); /* whoever takes a poisoned arena, first */
+SCR_INTERNAL size_t _scr_arena_return_interior(scr_arena *a); /* free runs inside used pages back, counted */
+/* 1 while a is PARKED (pushers then drain it now and then; frees of its
+ * blocks do not keep them): set and cleared under _scr_proc.lock, read
+ * without it. */
+static inline int _scr_arena_parked(const scr_arena *a) {
+  return atomic_load_explicit(&a->heap->owner_parked, memory_order_relaxed);
+}
+static inline void _scr_arena_set_parked(scr_arena *a, int parked) {
+  atomic_store_explicit(&a->heap->owner_parked, parked, memory_order_relaxed);
+}
+/* The arena's remote stack (remote.c pushes on it): whoever holds the
+ * arena frees what waits there into its heap. */
+SCR_INTERNAL void _scr_remote_drain(scr_arena *a);
+static inline void _scr_remote_poll(scr_arena *a) {
+  if (SCR_UNLIKELY(atomic_load_explicit(&a->remote, memory_order_relaxed) != NULL)) _scr_remote_drain(a);
+}
+
+/* discard.c */
+SCR_INTERNAL size_t _scr_discard_arena(scr_arena *a); /* return a held arena's free pages */
+/* The helper's look at the parked arenas: discards the oldest one that is
+ * due (true), or lowers *wait_until to when one will be. */
+SCR_INTERNAL bool _scr_discard_step(uint64_t now, uint64_t *wait_until);
+
+/* helper.c: the helper thread (discard, prefault, huge-block decay) */
+SCR_INTERNAL void _scr_helper_post(void); /* wake it, starting it the first time; never under a lock */
+SCR_INTERNAL void _scr_helper_after_fork_child(void);
+
+#endif /* SCR_PROCESS_ARENAS_H */

@@ -1,0 +1,183 @@
+/* The caches' layer of the process allocator.
+ * Layer: caches.  What a thread keeps between its calls and its arena's
+ * heap: its cache of freed blocks (recycle.c), the pool of other arenas'
+ * blocks (pool.c), the free slots lent by parked arenas (lend.c), its
+ * batches of remote frees (remote.c), and the holder's side of an arena
+ * (holder.c: claim and park with the cache set and flushed, the tick,
+ * trim, switch).  Uses the arenas' layer (arenas.h); knows nothing of the
+ * entry points or the shared arena (entry.h).  Files, bottom up:
+ * remote.c pool.c recycle.c lend.c holder.c. */
+#ifndef SCR_PROCESS_CACHES_H
+#define SCR_PROCESS_CACHES_H
+
+#include "arenas.h"
+
+/* remote.c: frees of other arenas' blocks */
+#define SCR_REMOTE_BATCH 32 /* remote frees to one arena that a thread pushes at once (and test_process_remote.c) */
+SCR_INTERNAL void _scr_remote_push(scr_arena *a, void *p);
+SCR_INTERNAL void _scr_remote_flush_slow(scr_arena *me);
+/* The holder pushes its batch of remote frees (tick, park, trim). */
+static inline void _scr_remote_flush(scr_arena *me) {
+  if (me->rb_n != 0) _scr_remote_flush_slow(me);
+}
+/* Block p (class c; a list through the blocks' first words) goes home:
+ * into a's heap when it is a's (a may be NULL), else to its arena's
+ * remote stack. */
+SCR_INTERNAL void _scr_remote_send_home(scr_arena *a, unsigned c, void *p);
+SCR_INTERNAL void _scr_remote_send_list_home(scr_arena *a, unsigned c, void *p);
+
+/* pool.c: other arenas' blocks from full cache lists, for any thread's
+ * empty list */
+#define SCR_POOL_BATCHES 8
+typedef struct scr_pool_class {
+  pthread_mutex_t lock;
+  _Atomic uint32_t n;                /* batches (written under lock, peeked without) */
+  uint32_t count[SCR_POOL_BATCHES];  /* blocks of each batch */
+  void *batch[SCR_POOL_BATCHES];     /* each a list through the blocks' first words */
+} scr_pool_class;
+typedef struct { _Alignas(64) scr_pool_class c; } scr_pool_line; /* no two classes share a cache line */
+SCR_INTERNAL extern scr_pool_line _scr_pool[SCR_CLASS_COUNT];
+SCR_INTERNAL bool _scr_pool_overflow(scr_arena *a, unsigned c);
+SCR_INTERNAL void *_scr_pool_refill_slow(scr_arena *a, unsigned c);
+/* The pool holds no batch of class c (a peek without the lock, inline:
+ * every carve of fresh memory asks). */
+static inline bool _scr_pool_empty(unsigned c) {
+  return atomic_load_explicit(&_scr_pool[c].c.n, memory_order_relaxed) == 0;
+}
+/* A block of a pooled batch of class c for a's empty list, or NULL. */
+static inline void *_scr_pool_refill(scr_arena *a, unsigned c) {
+  if (_scr_pool_empty(c)) return NULL;
+  return _scr_pool_refill_slow(a, c);
+}
+SCR_INTERNAL void _scr_pool_flush(scr_arena *a);
+SCR_INTERNAL void _scr_pool_account(struct scr_stats *lent);
+SCR_INTERNAL void _scr_pool_lock_all(void);
+SCR_INTERNAL void _scr_pool_unlock_all(void);
+#if SCR_DEBUG > 0
+SCR_INTERNAL bool _scr_pool_holds(unsigned c, const void *p);
+#endif
+
+/* recycle.c: the thread's cache of the blocks it frees */
+SCR_INTERNAL void _scr_recycle_init(scr_arena *a, bool alone);
+SCR_INTERNAL void _scr_recycle_limit(scr_arena *a, uint64_t max_size);
+SCR_INTERNAL void _scr_recycle_medium_malloc(scr_arena *a, unsigned c);
+SCR_INTERNAL void _scr_recycle_flush(scr_arena *a);
+#define SCR_GROW_FIRST 35 /* the class of 4 KiB: lists from here on may grow (_scr_recycle_grow) */
+_Static_assert(SCR_GROW_FIRST < SCR_CLASS_COUNT, "the first class whose list may grow");
+SCR_INTERNAL bool _scr_recycle_grow(scr_arena *a, unsigned c);
+SCR_INTERNAL void _scr_recycle_account(const scr_arena *a, struct scr_stats *st, struct scr_stats *lent);
+#if SCR_DEBUG > 0
+SCR_INTERNAL bool _scr_recycle_refused(const scr_recycled *r, const scr_segment *seg, uintptr_t idx, unsigned c, void *p);
+#endif
+/* Whether a's holder may keep a block it frees whose segment has the
+ * mark `mark` in the segment map (internal.h): a's own, or another
+ * arena's while another thread holds an arena (recycle.c says why).  Not
+ * a heap the program made (unmarked), and not another arena's while the
+ * caller is alone: that arena is then parked (or borrowed by a helper,
+ * or a claim or park is under way), and its blocks go home so that its
+ * pages can go back.  (The test before read the owner's parked flag
+ * there, and kept a borrowed arena's blocks; home is right for them too.)
+ * The marks tell arenas' blocks from others without reading the segment
+ * or its heap, which for another thread's block are lines that thread
+ * may have written since.  The threaded stress (a quarter of its frees
+ * are other threads' blocks), paired rounds against the build before:
+ * with these marks and the keeping of parked arenas' blocks, 0.95-0.99x
+ * the wall over four runs of 150-200 rounds; the keeping alone
+ * 0.97-1.00x (four runs); marks for the caller's own blocks only 1.00x.
+ * It is computed without a branch on own or foreign: where threads hand
+ * blocks to each other the two alternate at random, and the branch that
+ * told them apart mispredicted on about every foreign free (the stress
+ * with 2 threads on 2 CPUs: 0.92x the wall, 21 paired rounds). */
+static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark) {
+  unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
+  bool keep = (mark == a->own_mark) | ((mark != 0) & (held > 1));
+  /* The empty asm makes the compiler compute keep as written: left to
+   * itself, it turned the or into two branches again when the code
+   * around changed (when the list of tag OTHER came). */
+  __asm__("" : "+r"(keep));
+  return keep;
+}
+/* Push block p of class c on list r (linked through its first word; ASan
+ * builds poison the rest); key: _scr_misuse.key, as the caller read it. */
+static inline void _scr_recycle_push_key(scr_recycled *r, unsigned c, void *p, uint64_t key) {
+  *(void **)p = r->head;
+  _scr_block_set_word1(p, key); /* free (core/src/misuse.c) */
+  SCR_POISON(p, _scr_class_sizes[c]); /* ASan: a use after free is caught */
+  r->head = p;
+  r->room--;
+}
+static inline void _scr_recycle_push(scr_recycled *r, unsigned c, void *p) {
+  _scr_recycle_push_key(r, c, p, _scr_misuse.key);
+}
+/* Keep p, a block on page idx of seg with tag `tag` that a's holder frees
+ * and may keep (_scr_recycle_may_keep), for a's next malloc of its class:
+ * 1, or 0 when it is not kept (p is not a block of a size class: its
+ * tag's list has no room; or the list is full). */
+static inline int _scr_recycle_put(scr_arena *a, const scr_segment *seg, uintptr_t idx, unsigned tag, void *p) {
+  unsigned c = tag;
+  scr_assert(c <= SCR_TAG_OTHER);
+  scr_recycled *r = &a->rc[c]; /* SCR_TAG_OTHER's has no room */
+  if (r->room == 0) return 0;
+#if SCR_DEBUG > 0
+  if (_scr_recycle_refused(r, seg, idx, c, p)) return 1;
+#endif
+  _scr_recycle_push(r, c, p);
+  return 1;
+}
+/* A kept block of the class whose list is at a->rc plus `at` bytes, or
+ * NULL. */
+static inline void *_scr_recycle_take_at(scr_arena *a, uintptr_t at) {
+  scr_recycled *r = (scr_recycled *)((char *)a->rc + at);
+  unsigned c = (unsigned)(at / sizeof(scr_recycled));
+  void *b = r->head;
+  if (b == NULL) return NULL;
+  SCR_UNPOISON(b, _scr_class_sizes[c]);
+  r->head = *(void **)b;
+  __builtin_prefetch(r->head, 1); /* the next malloc's block */
+  r->room++;
+  _scr_block_set_word1(b, 0); /* handed out: no longer free */
+  return b;
+}
+/* A kept block of class c, or NULL. */
+static inline void *_scr_recycle_take(scr_arena *a, unsigned c) {
+  return _scr_recycle_take_at(a, (uintptr_t)c * sizeof(scr_recycled));
+}
+
+/* lend.c: a parked arena's free slots for a thread about to carve */
+#define SCR_LEND_MIN_ROOM ((uint64_t)256 << 10) /* parked room worth a look */
+SCR_INTERNAL void *_scr_lend_refill_slow(scr_arena *a, unsigned c);
+static inline void *_scr_lend_refill(scr_arena *a, unsigned c) {
+  if (a->ops < a->lend_after ||
+      atomic_load_explicit(&_scr_proc.parked_room, memory_order_relaxed) < SCR_LEND_MIN_ROOM)
+    return NULL;
+  return _scr_lend_refill_slow(a, c);
+}
+
+/* holder.c: the holder's side of its arena */
+SCR_INTERNAL scr_arena *_scr_holder_claim(bool shared); /* an arena with its cache set (arena.c: _scr_arena_claim) */
+SCR_INTERNAL void _scr_holder_park(scr_arena *a);       /* the cache flushed, then the arena parked */
+SCR_INTERNAL void _scr_holder_publish(scr_arena *a);    /* a snapshot, less the blocks the cache keeps */
+SCR_INTERNAL size_t _scr_holder_trim(scr_arena *a); /* a's cache, pool share, remote frees, free pages back */
+/* The caller's arena, claimed on first use; NULL when none can be had. */
+static inline scr_arena *_scr_holder_get(void) {
+  scr_arena *a = _scr_tl_arena;
+  if (SCR_UNLIKELY(a == NULL)) a = _scr_holder_claim(false);
+  return a;
+}
+#define SCR_ARENA_PUBLISH_EVERY 65536 /* calls between stats snapshots */
+/* Counts the holder's heap calls: a malloc or free that the thread's cache
+ * serves (recycle.c) changes nothing in the heap and does not tick (a
+ * read-modify-write of `ops` on both sides of every malloc/free pair cost
+ * 2-3 ns of its 16-22: bench/proc_pairs.c).  Every SCR_ARENA_POLL_EVERY heap
+ * calls the slow side frees what other threads pushed (reading the remote
+ * stack's cache line, which pushers keep writing, on every call would
+ * cost a miss each time), applies the budget's share, posts prefault work
+ * and the switch (hooks.c sets ops to get there at the end of the heap
+ * call that asked) and now and then publishes a stats snapshot. */
+SCR_INTERNAL void _scr_holder_tick_slow(scr_arena *a);
+
+static inline void _scr_holder_tick(scr_arena *a) {
+  if (SCR_UNLIKELY((++a->ops & (SCR_ARENA_POLL_EVERY - 1)) == 0)) _scr_holder_tick_slow(a);
+}
+
+#endif /* SCR_PROCESS_CACHES_H */

@@ -1,0 +1,99 @@
+/* The helper thread: it discards parked arenas past their delay
+ * (discard.c), faults in memory ahead of busy arenas (prefault.c) and
+ * unmaps cached huge blocks past huge_decay_ms (huge_cache.c).  Started
+ * by the first post; it blocks every signal and never allocates.
+ * Layer: arenas (its top: it runs the three above).  Owns
+ * _scr_proc.helper_state and helper_kick (under helper_lock, a leaf) and
+ * the thread.  Those who have work for it post (_scr_helper_post): the
+ * holder's tick and park (holder.c), outside heap calls and locks. */
+#include "arenas.h"
+#include <signal.h>
+#include <time.h>
+
+static void proc_timed_wait(pthread_cond_t *cv, pthread_mutex_t *m, uint64_t until_ns) {
+  struct timespec ts;
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 30))
+  ts.tv_sec = (time_t)(until_ns / 1000000000u);
+  ts.tv_nsec = (long)(until_ns % 1000000000u);
+  pthread_cond_clockwait(cv, m, CLOCK_MONOTONIC, &ts);
+#else
+  uint64_t now = _scr_proc_now_ns();
+  uint64_t left = until_ns > now ? until_ns - now : 0;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t t = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + left;
+  ts.tv_sec = (time_t)(t / 1000000000u);
+  ts.tv_nsec = (long)(t % 1000000000u);
+  pthread_cond_timedwait(cv, m, &ts);
+#endif
+}
+
+static void *proc_helper_main(void *arg) {
+  scr_proc *P = &_scr_proc;
+  (void)arg;
+  for (;;) {
+    pthread_mutex_lock(&P->helper_lock);
+    P->helper_kick = 0;
+    pthread_mutex_unlock(&P->helper_lock);
+
+    (void)_scr_prefault_run();
+
+    uint64_t now = _scr_proc_now_ns();
+    /* freed huge blocks unused for huge_decay_ms (huge_cache.c) */
+    uint64_t wait_until = _scr_huge_cache_decay(now, false, NULL);
+    if (_scr_discard_step(now, &wait_until)) continue; /* one at a time, then look again */
+
+    pthread_mutex_lock(&P->helper_lock);
+    if (!P->helper_kick) {
+      if (wait_until == UINT64_MAX) pthread_cond_wait(&P->helper_cv, &P->helper_lock);
+      else proc_timed_wait(&P->helper_cv, &P->helper_lock, wait_until);
+    }
+    pthread_mutex_unlock(&P->helper_lock);
+  }
+  return NULL;
+}
+
+/* Wake the helper, starting it the first time.  Never called inside a heap
+ * call or with a lock held: pthread_create allocates. */
+void _scr_helper_post(void) {
+  scr_proc *P = &_scr_proc;
+  pthread_mutex_lock(&P->helper_lock);
+  if (P->helper_state == 2) { /* a forked child: no helper thread */
+    pthread_mutex_unlock(&P->helper_lock);
+    return;
+  }
+  if (P->helper_state != 0) {
+    P->helper_kick = 1;
+    pthread_cond_signal(&P->helper_cv);
+    pthread_mutex_unlock(&P->helper_lock);
+    return;
+  }
+  P->helper_state = 1;
+  pthread_mutex_unlock(&P->helper_lock);
+
+  pthread_attr_t attr;
+  pthread_t t;
+  sigset_t all, old;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, (size_t)256 << 10);
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  int err = pthread_create(&t, &attr, proc_helper_main, NULL);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  pthread_attr_destroy(&attr);
+  if (err != 0) {
+    pthread_mutex_lock(&P->helper_lock);
+    P->helper_state = 0;
+    pthread_mutex_unlock(&P->helper_lock);
+  }
+}
+
+void _scr_helper_after_fork_child(void) {
+  scr_proc *P = &_scr_proc;
+  pthread_cond_init(&P->helper_cv, NULL);
+  /* Starting threads in the child of a multi-threaded fork is unsafe, so
+   * the child runs without a helper: parked arenas keep their pages and
+   * nothing is faulted ahead (exec starts afresh). */
+  P->helper_state = 2;
+  P->helper_kick = 0;
+}

@@ -1,0 +1,127 @@
+/* The holder's side of its arena: what a thread does, around the arenas'
+ * layer, to take an arena with a cache, give it up, keep it in shape.
+ * Layer: caches (its top).  Each step here is the caches' part first and
+ * the arena's after (or the reverse when an arena is taken), so that
+ * arena.c never calls up into the cache:
+ *   claim: the arena (arena.c), then its cache set (recycle.c) and the
+ *          thread's exit hook;
+ *   park:  the cache, the pool's batches and the batch of remote frees
+ *          flushed, then the arena parked, then the helper woken;
+ *   tick:  every SCR_ARENA_POLL_EVERY heap calls (caches.h says what).
+ * Owns the thread-exit key (the destructor parks the thread's arena). */
+#include "caches.h"
+
+static pthread_key_t holder_key;
+static pthread_once_t holder_key_once = PTHREAD_ONCE_INIT;
+static bool holder_key_ok;
+
+static void holder_thread_exit(void *arg) {
+  scr_arena *a = arg;
+  if (_scr_tl_arena == a) _scr_tl_arena = NULL;
+  _scr_holder_park(a);
+}
+
+/* pthread_key_create does not call malloc: this runs inside the thread's
+ * first one. */
+static void holder_key_create(void) {
+  if (pthread_key_create(&holder_key, holder_thread_exit) == 0) holder_key_ok = true;
+  else _scr_report(SCR_ENOMEM, "no pthread key: arenas of exiting threads will not be parked");
+}
+
+/* a is the caller's own from now on: parked when the thread exits. */
+static void holder_set_exit_hook(scr_arena *a) {
+  pthread_once(&holder_key_once, holder_key_create);
+  if (holder_key_ok) pthread_setspecific(holder_key, a);
+}
+
+/* An arena for the caller (its own, or the shared one for share.c, under
+ * its mutex: claimed as a thread claims one, without becoming the
+ * caller's own), its cache set; NULL when none can be had. */
+scr_arena *_scr_holder_claim(bool shared) {
+  if (!shared) _scr_tl_share = SCR_SHARE_SOLO;
+  bool alone;
+  scr_arena *a = _scr_arena_claim(shared, &alone);
+  if (a == NULL) return NULL;
+  _scr_recycle_init(a, alone);
+  if (!shared) holder_set_exit_hook(a);
+  return a;
+}
+
+/* The holder gives the arena up; the blocks its cache kept go home. */
+void _scr_holder_park(scr_arena *a) {
+  _scr_recycle_flush(a);
+  _scr_pool_flush(a);
+  _scr_remote_flush(a);
+  if (_scr_arena_park(a)) _scr_helper_post();
+}
+
+/* The arena's figures less the blocks the holder keeps in its cache. */
+void _scr_holder_publish(scr_arena *a) {
+  struct scr_stats st, lent;
+  _scr_arena_busy_publish(a, true);
+  scr_heap_stats(a->heap, &st);
+  _scr_recycle_account(a, &st, &lent);
+  _scr_arena_publish_figures(a, &st, &lent);
+}
+
+size_t _scr_holder_trim(scr_arena *a) {
+  _scr_recycle_flush(a);
+  _scr_pool_flush(a);
+  _scr_remote_flush(a);
+  _scr_remote_drain(a);
+  size_t n = scr_heap_trim(a->heap);
+  n += _scr_arena_return_interior(a);
+  _scr_arena_publish(a); /* the cache is empty */
+  return n;
+}
+
+/* The holder's heap is carving fresh memory while a parked arena has room
+ * (switch_bytes or more not in live blocks): the holder parks its arena
+ * and takes that one.  Why: a thread that exits leaves half-used pages
+ * that only the next thread to start would fill; a program whose threads
+ * finish at different times would otherwise grow while the finished
+ * threads' room waits (the churn benchmark's peak).  The blocks left in
+ * the old arena stay valid; the holder's frees of them become remote
+ * frees, which pushers drain.  Called from the tick, outside heap calls. */
+static void holder_switch(scr_arena *a) {
+  unsigned poisoned;
+  scr_arena *b = _scr_arena_take_room(a, &poisoned);
+  if (b == NULL) return;
+  _scr_holder_park(a);
+  _scr_arena_adopt_switched(b, poisoned);
+  _scr_recycle_init(b, false); /* a was held until now: not alone */
+  holder_set_exit_hook(b);
+}
+
+void _scr_holder_tick_slow(scr_arena *a) {
+  _scr_remote_flush(a);
+  uint64_t epoch = atomic_load_explicit(&_scr_proc.trim_epoch, memory_order_relaxed);
+  if (SCR_UNLIKELY(epoch != a->trim_seen)) { /* another thread called scr_trim */
+    a->trim_seen = epoch;
+    size_t n = _scr_holder_trim(a);
+    SCR_PC_ADD(trim_answers, 1);
+    SCR_PC_ADD(trim_answer_bytes, n);
+  }
+  _scr_remote_poll(a);
+  if (_scr_huge_cache_tick()) _scr_helper_post();
+  _scr_arena_busy_publish(a, false);
+  _scr_arena_keep_update(a);
+  /* The time dimension for a thread that keeps calling without taking or
+   * releasing a page (where the heap runs its purge pass otherwise): its
+   * freed pages still go back purge_delay_ms after they were freed.  One
+   * clock read per tick while it holds any. */
+  _scr_segment_purge_tick(a->heap);
+  if (a->pf_pending) {
+    a->pf_pending = 0;
+    if (_scr_prefault_post(a)) _scr_helper_post();
+  }
+  if (a->ops - a->ops_published >= SCR_ARENA_PUBLISH_EVERY) _scr_holder_publish(a);
+  if (a->shared) { /* no thread of its own: its members are found out by share.c */
+    a->switch_pending = 0;
+    return;
+  }
+  if (a->switch_pending) { /* last: the caller holds another arena after it */
+    a->switch_pending = 0;
+    holder_switch(a);
+  }
+}

@@ -1,0 +1,101 @@
+/* The process-wide state: the one scr_proc (_scr_proc), the counters
+ * (_scr_pc), the thread's arena and share state, and the initialization
+ * that the first call of the process runs (options from the environment,
+ * the arenas' heap options, what the OS offers), and the options' changes
+ * at run time (scr_process_option_set: the table is options.c's).
+ * Layer: base.  Storage only: process.h says under which lock each field
+ * is written and by which file; every layer reads the options and bumps
+ * the counters (SCR_PC_ADD) without calling up.  The thread-exit hook
+ * that parks a thread's arena is the caches' layer's (holder.c), created
+ * at the first claim of a thread's own arena. */
+#include "process.h"
+#include <string.h>
+
+scr_proc _scr_proc = {
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .helper_lock = PTHREAD_MUTEX_INITIALIZER,
+    .helper_cv = PTHREAD_COND_INITIALIZER,
+};
+scr_proc_counters _scr_pc;
+__thread scr_arena *_scr_tl_arena __attribute__((tls_model("initial-exec")));
+/* SCR_SHARE_SOLO once the thread holds (or is to claim) an arena of its
+ * own; share.c says what the other values mean */
+__thread int _scr_tl_share __attribute__((tls_model("initial-exec")));
+
+static pthread_mutex_t proc_init_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Runs inside the first allocation of the process: nothing here may call
+ * malloc (getenv, open/read do not). */
+void _scr_proc_init_slow(void) {
+  pthread_mutex_lock(&proc_init_lock);
+  if (!atomic_load_explicit(&_scr_proc.inited, memory_order_relaxed)) {
+    scr_proc *P = &_scr_proc;
+    _scr_misuse_init();
+    _scr_proc_options_init(&P->opt);
+    _scr_proc_options_from_env(&P->opt);
+    scr_options_init(&P->heap_opt);
+    /* Arena defaults (the environment still wins).  Freed pages stay
+     * committed for 20 ms and are taken first by any class or large block
+     * (a free burst followed by an allocation burst costs no fault and no
+     * madvise), within 512 KiB per arena together with the retained
+     * pages (one per class at most): every byte kept is multiplied by the
+     * number of threads (the churn benchmark with 17 arenas peaked 7 MiB
+     * higher with 1 MiB, 14 MiB with 2 MiB and a 10 ms delay, and faulted
+     * more with less).  Freed pages past that go back in batches of
+     * 256 KiB (or at the next purge pass), reused first meanwhile: one
+     * process_madvise instead of an madvise per page (python3 with
+     * PYTHONMALLOC=malloc: 344 -> 70 calls; 30 paired rounds against
+     * immediate decommits, the churn 20: 0.979 of the wall there, the
+     * churn 0.959, the threaded stress 0.987, max RSS within 0.2%;
+     * 512 KiB did as well
+     * for speed but put the stress's max RSS up 1.7%).
+     * The large cache then holds huge mappings only (4 MiB).  What a
+     * parked arena keeps goes back through the discard. */
+    P->heap_opt.retain = 1;
+    P->heap_opt.retain_bytes = (size_t)512 << 10;
+    P->heap_opt.purge_delay_ms = 20;
+    P->heap_opt.decommit_batch = (size_t)256 << 10;
+    P->heap_opt.large_cache = 8;
+    P->heap_opt.large_cache_bytes = (size_t)4 << 20;
+    scr_options_from_env(&P->heap_opt);
+    _scr_proc_unknown_env_names();
+    atomic_store(&_scr_verbose, P->opt.verbose != 0);
+    P->thp_mode = _scr_proc_thp_mode();
+    P->core_dumps = _scr_proc_core_dumps();
+    P->populate_ok = P->opt.prefault ? _scr_proc_populate_probe() : 0;
+    P->ncpus = _scr_proc_cpus();
+    P->delay_ms = P->opt.discard_delay_ms;
+    P->main_tid = _scr_proc_gettid();
+    /* The first thread (the main thread, as a rule) holds an arena of its
+     * own: it is the one that frees what finished threads left (the
+     * churn's last phase, and its RSS once that is done, rely on it), and
+     * a process's startup is busy anyway. */
+    _scr_tl_share = SCR_SHARE_SOLO;
+    atomic_store_explicit(&P->inited, 1, memory_order_release);
+  }
+  pthread_mutex_unlock(&proc_init_lock);
+}
+
+/* Under the process lock; the values other threads read without it are
+ * atomic (process.h). */
+int scr_process_option_set(const char *name, const char *value) {
+  if (name == NULL || value == NULL) return SCR_EINVAL;
+  _scr_proc_init();
+  pthread_mutex_lock(&_scr_proc.lock);
+  int r = _scr_proc_option_set(&_scr_proc.opt, name, value);
+  if (r == SCR_OK && (strcmp(name, "discard_delay_ms") == 0))
+    _scr_proc.delay_ms = _scr_proc.opt.discard_delay_ms;
+  if (r == SCR_OK && strcmp(name, "verbose") == 0) atomic_store(&_scr_verbose, _scr_proc.opt.verbose != 0);
+  pthread_mutex_unlock(&_scr_proc.lock);
+  return r;
+}
+
+uint64_t scr_process_option_get(const char *name) {
+  if (name == NULL) return UINT64_MAX;
+  _scr_proc_init();
+#define SCR_PROC_OPT_GET_(n, def, lo, hi, doc) \
+  if (strcmp(name, #n) == 0) return _scr_proc.opt.n;
+  SCR_PROC_OPTIONS(SCR_PROC_OPT_GET_)
+#undef SCR_PROC_OPT_GET_
+  return UINT64_MAX;
+}

@@ -1,0 +1,238 @@
+#!/usr/bin/env python3
+"""The process allocator's files depend on each other in one direction.
+
+Every file in core/src/process/ names its layer in its opening comment
+("Layer: arenas", say).  This script maps every definition that another
+file can use (a function or a variable that is not static, and the static
+inline functions and macros of the headers) to the file that defines it,
+finds which of them each file uses (through the headers' inlines and
+macros: a file that calls an inline of a header depends on what the
+inline calls), and checks that
+  - every file's layer is one of LAYERS,
+  - no file uses a file of a layer above its own,
+  - the files' graph has no cycle (within a layer too),
+  - core/src/static.c includes every file, layer by layer, bottom up.
+It prints the layers with their files and the edges, and exits 1 on a
+violation, so that `make test` fails on a new cycle.
+"""
+import os
+import re
+import sys
+
+# bottom up
+LAYERS = ["base", "arenas", "caches", "entry", "observers"]
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+DIR = os.path.join(ROOT, "core", "src", "process")
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def strip(text):
+    """The code without comments, strings and character constants."""
+    out = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+    out = re.sub(r"//[^\n]*", "", out)
+    out = re.sub(r'"(\\.|[^"\\\n])*"', '""', out)
+    out = re.sub(r"'(\\.|[^'\\\n])*'", "''", out)
+    return out
+
+
+def layer_of(path, text):
+    m = re.match(r"\s*/\*(.*?)\*/", text, flags=re.S)
+    if not m:
+        return None
+    found = re.search(r"Layer:\s*([a-z]+)", m.group(1))
+    return found.group(1) if found else None
+
+
+def top_level(code):
+    """Chunks of code at brace depth 0: (head, body) pairs, body '' for a
+    declaration ending in ';'."""
+    chunks, depth, start, i = [], 0, 0, 0
+    head = None
+    while i < len(code):
+        ch = code[i]
+        if ch == "#" and depth == 0 and (i == 0 or code[i - 1] == "\n"):
+            j = i
+            while True:  # a preprocessor line with its continuations
+                k = code.find("\n", j)
+                if k < 0:
+                    k = len(code)
+                if code[k - 1] != "\\" or k == len(code):
+                    break
+                j = k + 1
+            chunks.append(("#", code[i:k]))
+            i = start = k
+            continue
+        if ch == "{":
+            if depth == 0:
+                head = code[start:i]
+                body_start = i
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                rest = code[i + 1:]
+                m = re.match(r"\s*[A-Za-z_][^;{}]*;|\s*;", rest)  # a struct's declarators
+                if m and not re.search(r"\)\s*$", head):
+                    chunks.append((head, code[body_start:i + 1] + m.group(0)))
+                    i += 1 + m.end()
+                    start = i
+                    continue
+                chunks.append((head, code[body_start:i + 1]))
+                start = i + 1
+        elif ch == ";" and depth == 0:
+            chunks.append((code[start:i + 1], ""))
+            start = i + 1
+        i += 1
+    return chunks
+
+
+def definitions(name, code, header):
+    """{symbol: body} that other files can use."""
+    defs = {}
+    for head, body in top_level(code):
+        if head == "#":
+            m = re.match(r"#\s*define\s+([A-Za-z_]\w*)(.*)", body, flags=re.S)
+            if m and header:  # a macro defined twice (#if/#else): both bodies
+                defs[m.group(1)] = defs.get(m.group(1), "") + m.group(2)
+            continue
+        h = " ".join(head.split())
+        if h.startswith(("typedef", "extern", "_Static_assert")) or "SCR_INTERNAL extern" in h:
+            continue
+        if body and re.search(r"\)\s*(__attribute__\s*\(\(.*\)\)\s*)?$", h):  # a function
+            m = re.search(r"([A-Za-z_]\w*)\s*\((?:[^()]|\([^()]*\))*\)\s*(__attribute__\s*\(\(.*\)\)\s*)?$", h)
+            if not m:
+                continue
+            static = re.search(r"\bstatic\b", h) is not None
+            if header and "inline" in h:
+                defs[m.group(1)] = body
+            elif not static and not header:
+                defs[m.group(1)] = body
+            continue
+        if header or re.search(r"\bstatic\b", h) or "(" in h.split("=")[0]:
+            continue
+        decl = h.split("=")[0].rstrip(";").strip()
+        decl = re.sub(r"__attribute__\s*\(\(.*?\)\)", "", decl)
+        decl = re.sub(r"\[[^\]]*\]", "", decl)
+        m = re.search(r"([A-Za-z_]\w*)\s*$", decl)
+        if m and m.group(1) not in ("struct", "union", "enum"):
+            defs[m.group(1)] = body + h
+    return defs
+
+
+def main():
+    files = sorted(f for f in os.listdir(DIR) if f.endswith((".c", ".h")))
+    texts = {f: open(os.path.join(DIR, f)).read() for f in files}
+    codes = {f: strip(t) for f, t in texts.items()}
+    errors = []
+    layer = {}
+    for f in files:
+        lay = layer_of(f, texts[f])
+        if lay not in LAYERS:
+            errors.append(f"{f}: its opening comment names no layer of {LAYERS} (\"Layer: NAME\")")
+        layer[f] = lay
+    owner = {}
+    body = {}
+    for f in files:
+        for sym, b in definitions(f, codes[f], f.endswith(".h")).items():
+            if sym in owner and owner[sym] != f:
+                errors.append(f"{sym} defined in {owner[sym]} and {f}")
+            owner[sym] = f
+            body[sym] = b
+
+    def used(text):
+        text = re.sub(r"\b(struct|union|enum)\s+[A-Za-z_]\w*", " ", text)  # a tag is not a use
+        return {t for t in IDENT.findall(text) if t in owner}
+
+    # The .c files a header symbol reaches through other header symbols.
+    reach_memo = {}
+
+    def reach(sym, seen):
+        if sym in reach_memo:
+            return reach_memo[sym]
+        out = set()
+        if owner[sym].endswith(".c"):
+            out.add(sym)
+        else:
+            for t in used(body[sym]):
+                if t != sym and t not in seen:
+                    out |= reach(t, seen | {sym})
+        reach_memo[sym] = out
+        return out
+
+    edges = {f: {} for f in files}  # file -> {file: [symbols]}
+    for f in files:
+        for sym in used(codes[f]):
+            targets = {sym} if owner[sym].endswith(".h") or owner[sym].endswith(".c") else set()
+            if owner[sym].endswith(".h"):
+                if owner[sym] != f:
+                    edges[f].setdefault(owner[sym], set()).add(sym)
+                targets = reach(sym, frozenset())
+            for t in targets:
+                g = owner[t]
+                if g != f and g.endswith(".c"):
+                    edges[f].setdefault(g, set()).add(t)
+
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    for f in files:
+        for g, syms in sorted(edges[f].items()):
+            if layer[f] in rank and layer[g] in rank and rank[layer[g]] > rank[layer[f]]:
+                errors.append(f"{f} ({layer[f]}) uses {g} ({layer[g]}), a layer above: {', '.join(sorted(syms))}")
+
+    # core/src/static.c includes the files layer by layer, bottom up: then a
+    # file cannot even see the declarations of a layer above it
+    unity = open(os.path.join(ROOT, "core", "src", "static.c")).read()
+    included = re.findall(r'#include "process/([a-z_]+\.c)"', unity)
+    for f in sorted(set(f for f in files if f.endswith(".c")) - set(included)):
+        errors.append(f"core/src/static.c does not include process/{f}")
+    for a, b in zip(included, included[1:]):
+        if a in layer and b in layer and layer[a] in rank and layer[b] in rank and rank[layer[b]] < rank[layer[a]]:
+            errors.append(f"core/src/static.c includes {b} ({layer[b]}) after {a} ({layer[a]}): bottom up, please")
+
+    # cycles among the .c files (a header's inlines count as its users' own code)
+    graph = {f: {g for g in edges[f] if g.endswith(".c")} for f in files if f.endswith(".c")}
+    state, stack = {}, []
+
+    def visit(f):
+        state[f] = 1
+        stack.append(f)
+        for g in sorted(graph[f]):
+            if state.get(g) == 1:
+                cyc = stack[stack.index(g):] + [g]
+                errors.append("cycle: " + " -> ".join(cyc))
+            elif g not in state:
+                visit(g)
+        stack.pop()
+        state[f] = 2
+
+    for f in sorted(graph):
+        if f not in state:
+            visit(f)
+
+    # each layer's files bottom up (a file after those it uses), headers last
+    order, placed = [], set()
+    while len(placed) < len(graph):
+        ready = sorted(f for f in graph if f not in placed and (graph[f] - {f}) <= placed)
+        if not ready:  # a cycle (reported below): the rest as they come
+            ready = sorted(f for f in graph if f not in placed)
+        order += ready
+        placed |= set(ready)
+    print("core/src/process layers, top first; in each, its files bottom up")
+    print("(a file uses only files before it on its line or on lines below):")
+    for name in reversed(LAYERS):
+        members = [f for f in order if layer[f] == name] + [f for f in files if f.endswith(".h") and layer[f] == name]
+        print(f"  {name:10} {' '.join(members)}")
+    print("uses (file -> files):")
+    for f in files:
+        if f.endswith(".c"):
+            print(f"  {f:14} -> {' '.join(sorted(g for g in graph[f])) or '-'}")
+    if errors:
+        for e in errors:
+            print("error: " + e, file=sys.stderr)
+        return 1
+    print("acyclic: yes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -312,7 +312,6 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(pool_puts, "batches of other arenas' blocks that full thread caches gave the pool (cumulative)") \
   X(pool_takes, "batches that threads with an empty cache took from the pool (cumulative)") \
   X(lends, "thread caches filled with a parked arena's free slots instead of fresh memory (cumulative)") \
-  X(holds, "parked arenas whose emptied pages were left for the discard, freed by the only thread holding an arena (cumulative)") \
   X(cache_grows, "blocks by which threads' full cache lists grew within cache_grow (cumulative)") \
   X(remote_frees, "blocks freed by another thread than their arena's")          \
   X(remote_pending, "remote frees not yet taken by their arena")                \

@@ -515,25 +515,6 @@ void _scr_heap_set_retain_bytes(scr_heap *h, size_t bytes) {
   scr_validate_heap(h);
 }
 
-void _scr_heap_hold_empty_pages(scr_heap *h) {
-  h->opt.retain = SCR_RETAIN_MAX;
-  h->opt.retain_bytes = SIZE_MAX;
-}
-
-void _scr_heap_set_caps(scr_heap *h, unsigned retain, size_t retain_bytes) {
-  h->opt.retain = retain;
-  _scr_heap_set_retain_bytes(h, retain_bytes);
-  if (h->retained_pages > 0) {
-    /* per-class counts above the restored `retain` go back too */
-    bool over = false;
-    for (unsigned c = 0; c < SCR_CLASS_COUNT && !over; c++) over = h->empty_count[c] > retain;
-    if (over) {
-      release_retained(h);
-      scr_validate_heap(h);
-    }
-  }
-}
-
 /* ---- hooks for the process allocator ---- */
 
 uint64_t _scr_heap_unused_bytes(const scr_heap *h) {

@@ -225,12 +225,6 @@ SCR_INTERNAL size_t _scr_heap_usable_size(const scr_heap *h, const void *p);
 /* process allocator's hooks into the core */
 SCR_INTERNAL scr_heap *_scr_heap_of(const void *p);
 SCR_INTERNAL void _scr_heap_set_retain_bytes(scr_heap *h, size_t bytes);
-#define SCR_RETAIN_MAX (1u << 20) /* the retain option's maximum (SCR_OPTIONS) */
-/* Keep every small page that empties, whatever the caps (a parked arena
- * whose pages the discard returns later); _scr_heap_set_caps puts caps
- * back and gives back what they do not allow. */
-SCR_INTERNAL void _scr_heap_hold_empty_pages(scr_heap *h);
-SCR_INTERNAL void _scr_heap_set_caps(scr_heap *h, unsigned retain, size_t retain_bytes);
 /* Bytes in live blocks (stats.c: heap_used), and committed bytes not in
  * live blocks (heap_total - heap_used). */
 SCR_INTERNAL uint64_t _scr_heap_used_bytes(const scr_heap *h);

@@ -284,7 +284,6 @@ static const option_draw draws[] = {
     {"cache_grow", {"0", "65536", "2M", "64M"}},
     {"lend", {"0", "1"}},
     {"pool", {"0", "1"}},
-    {"hold", {"0", "1"}},
     {"switch_bytes", {"0", "65536", "1M"}},
     {"discard", {"0", "1", "2"}},
     {"discard_delay_ms", {"0", "1", "5", "20"}},

@@ -151,10 +151,6 @@ static void proc_adopt(scr_arena *a, unsigned poisoned, bool shared) {
   a->carved_mark = a->carved;
   a->trim_seen = atomic_load_explicit(&P->trim_epoch, memory_order_relaxed);
   if (poisoned) _scr_arena_unpoison(a);
-  if (a->held) { /* the caps again: what they do not allow goes back now */
-    a->held = 0;
-    _scr_heap_set_caps(a->heap, P->heap_opt.retain, (size_t)a->keep);
-  }
   if (!shared) _scr_tl_arena = a;
   SCR_PC_ADD(claims, 1);
   _scr_remote_poll(a);

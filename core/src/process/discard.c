@@ -64,10 +64,6 @@ size_t _scr_discard_arena(scr_arena *a) {
   _scr_remote_drain(a);
   size_t n = scr_heap_trim(a->heap);
   n += _scr_arena_return_interior(a);
-  if (a->held) { /* nothing is kept now: the caps come back with nothing to give */
-    a->held = 0;
-    _scr_heap_set_caps(a->heap, _scr_proc.heap_opt.retain, (size_t)a->keep);
-  }
   proc_relink_in_address_order(a);
   _scr_arena_publish(a);
   SCR_PC_ADD(discards, 1);

@@ -71,7 +71,6 @@ SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
   X(prefault_step, (uint64_t)256 << 10, 65536, (uint64_t)64 << 20, "bytes faulted ahead per step") \
   X(prefault_budget, (uint64_t)8 << 20, 0, UINT64_MAX, "bytes in flight for worker threads") \
   X(lend, 1, 0, 1, "a thread about to carve fresh memory for a size class first takes that class's free slots from a parked arena: 0 off, 1 on") \
-  X(hold, 1, 0, 1, "a thread that frees the blocks of waiting arenas while no other thread holds one leaves the pages it empties for the discard: 0 off (they go back by the budget at once), 1 on") \
   X(pool, 1, 0, 1, "full cache lists hand other arenas' blocks to a process-wide pool per size class, for threads whose lists run empty: 0 off (they go home), 1 on") \
   X(switch_bytes, (uint64_t)1 << 20, 0, UINT64_MAX, "a thread whose arena must carve fresh memory moves to a parked arena with at least this many committed bytes not in live blocks (0: never)") \
   X(cache_bytes, 16384, 0, (uint64_t)1 << 20, "bytes of one size class a thread's cache keeps (at most 64 blocks)") \
@@ -145,7 +144,6 @@ typedef struct scr_arena {
   unsigned id;                      /* index in creation order */
   unsigned state;                   /* scr_arena_state, under _scr_proc.lock */
   unsigned discarded;               /* pages returned since it was parked */
-  unsigned held;                    /* its heap keeps every page that empties (remote.c), until claim or discard */
   unsigned worker;                  /* holder is not the main thread */
   unsigned shared;                  /* the shared arena (share.c): held by whoever holds its mutex */
   uint64_t parked_ns;               /* when it was parked (monotonic) */
@@ -268,7 +266,6 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(pool_puts, "batches of other arenas' blocks full cache lists gave the pool") \
   X(pool_takes, "batches threads with an empty cache list took from the pool") \
   X(lends, "cache lists filled with a parked arena's free slots")             \
-  X(holds, "parked arenas whose emptied pages wait for the discard (freed by the only thread holding an arena)") \
   X(cache_grows, "blocks by which threads' full cache lists grew") \
   X(remote_sent_unowned, "remote frees by threads that hold no arena")      \
   X(share_joins, "threads that started on the shared arena")               \

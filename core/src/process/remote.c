@@ -92,23 +92,6 @@ static void proc_borrow_and_drain(scr_arena *a) {
   pthread_mutex_unlock(&P->lock);
 
   if (a->poisoned) _scr_arena_unpoison(a);
-  /* No other thread holds an arena (a program freeing what its finished
-   * threads left): the pages this drain empties wait for the discard, as
-   * parked arenas' free pages do, instead of going back now.  Nobody runs
-   * who could want them, and a program that exits within the delay
-   * returns nothing: the kernel frees them at exit for less than
-   * MADV_DONTNEED costs page by page (the churn benchmark's last phase,
-   * the main thread freeing 64 MiB of finished threads' blocks: 46-52 ->
-   * 10-12 ms, the whole run 0.177 -> 0.170 s over 15 runs, tcmalloc 0.172).
-   * While other threads hold arenas, the pages go back by the heap's caps
-   * as before: those threads would fault fresh pages while these wait
-   * (the threaded stress's end, 11.1 -> 12.9 MiB max RSS when every
-   * drain held them).  Released at the next claim or by the discard. */
-  if (P->opt.hold && !a->held && !a->discarded && _scr_proc_alone(_scr_tl_arena)) {
-    _scr_heap_hold_empty_pages(a->heap);
-    a->held = 1;
-    SCR_PC_ADD(holds, 1);
-  }
   _scr_remote_drain(a);
   _scr_arena_publish(a);
   SCR_PC_ADD(parked_drains, 1);

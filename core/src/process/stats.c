@@ -142,7 +142,6 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->pool_puts = SCR_PLOAD_(pool_puts);
   o->pool_takes = SCR_PLOAD_(pool_takes);
   o->lends = SCR_PLOAD_(lends);
-  o->holds = SCR_PLOAD_(holds);
   o->cache_grows = SCR_PLOAD_(cache_grows);
   o->foreign_frees = SCR_PLOAD_(foreign_frees);
   o->double_frees = SCR_PLOAD_(double_frees);
@@ -236,11 +235,10 @@ void _scr_proc_report(int fd, bool per_arena) {
   _scr_out_put(&o, "scralloc[%d]: %llu remote frees (blocks freed by another thread than their arena's; %llu "
            "not yet taken back), %llu realloc moves (blocks moved into the reallocating thread's arena); "
            "%llu pool batches (other threads' freed blocks a full cache passed on; %llu taken by threads "
-           "with an empty cache), %llu lends (caches filled with a waiting arena's free blocks), %llu holds "
-           "(waiting arenas whose emptied pages were left for the discard), %llu cache grows (blocks by "
+           "with an empty cache), %llu lends (caches filled with a waiting arena's free blocks), %llu cache grows (blocks by "
            "which caches of 4 KiB and larger blocks grew)\n",
            pid, U(ps.remote_frees), U(ps.remote_pending), U(ps.realloc_moves), U(ps.pool_puts), U(ps.pool_takes),
-           U(ps.lends), U(ps.holds), U(ps.cache_grows));
+           U(ps.lends), U(ps.cache_grows));
   proc_write_line(&o, fd);
   _scr_out_put(&o, "scralloc[%d]: %llu joined the shared arena (threads that started on one arena shared under a lock; %llu left it "
            "for their own, %llu collisions: calls that found it taken)\n",

@@ -327,7 +327,6 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(prefaults, "ranges faulted in ahead by the helper")                         \
   X(prefault_bytes, "bytes faulted in ahead by the helper")                     \
   X(prefault_skipped, "prefault steps left to the owner (budget, in flight)")   \
-  X(huge_regions, "2 MiB regions advised MADV_HUGEPAGE once carved through")  \
   X(dontdump_segments, "segments advised MADV_DONTDUMP")                        \
   X(thp_mode, "transparent huge pages: 0 never/absent, 1 madvise, 2 always")   \
   X(parked_drains, "parked arenas a freeing thread freed a batch of blocks into")\

@@ -159,7 +159,7 @@ static void test_relink_in_address_order(void) {
   for (int i = 0; i < HALF_N; i++) scr_free(half_kept[i]);
 }
 
-static void test_huge_dontdump_prefault(void) {
+static void test_dontdump_prefault(void) {
   /* always (by default only while a CPU is spare, which this test cannot
    * count on) */
   CHECK(scr_process_option_set("prefault", "2") == SCR_OK);
@@ -167,7 +167,6 @@ static void test_huge_dontdump_prefault(void) {
   run_thread(fill_and_free, (void *)(uintptr_t)(20 * MIB));
   CHECK(scr_process_option_set("prefault", "1") == SCR_OK);
   struct scr_process_stats ps = pstats();
-  if (ps.thp_mode != 0) CHECK(ps.huge_regions > before.huge_regions);
   CHECK(ps.dontdump_segments > 0 || scr_process_option_get("dontdump") == 0);
   /* MADV_POPULATE_WRITE (Linux 5.14): the helper faults ahead */
   void *pg = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -237,12 +236,10 @@ static int vma_flag(const void *p, const char *flag) {
   return found;
 }
 
-/* mode "huge" (SCRALLOC_HUGEPAGE_AFTER=4M, a fresh process): THP advice
- * goes on 2 MiB regions the carving has passed, after the threshold: not
- * on the first blocks, not on the region the carving is in, and on one
- * carved through past the threshold. */
-static int mode_huge(void) {
-  if (pstats().thp_mode == 0) return 0; /* THP "never" or absent: nothing is advised */
+/* mode "small_pages" (a fresh process): an arena that has carved 12 MiB
+ * stays on small pages: no region of its segments is advised
+ * MADV_HUGEPAGE, and under THP "always" they are MADV_NOHUGEPAGE. */
+static int mode_small_pages(void) {
   enum { N = (12 << 20) / BLOCK };
   static void *v[N];
   for (int i = 0; i < N; i++) {
@@ -250,15 +247,11 @@ static int mode_huge(void) {
     if (v[i] == NULL) return 2;
     memset(v[i], 1, BLOCK);
   }
-  uintptr_t last = (uintptr_t)v[N - 1], region = (uintptr_t)2 << 20;
-  int first = vma_flag(v[0], "hg"), middle = vma_flag(v[N / 2 + N / 6], "hg");
-  int frontier = (last + BLOCK) % region == 0 ? 0 : vma_flag(v[N - 1], "hg");
-  if (first != 0 || frontier != 0 || middle != 1) {
-    fprintf(stderr, "hg flags: first %d, at 8 MiB %d, frontier %d; %llu regions advised\n", first, middle, frontier,
-            (unsigned long long)pstats().huge_regions);
-    return 3;
+  for (int i = 0; i < N; i += N / 8) {
+    if (vma_flag(v[i], "hg") == 1) return 3;
+    if (pstats().thp_mode == 2 && vma_flag(v[i], "nh") == 0) return 4;
   }
-  return pstats().huge_regions >= 2 ? 0 : 4;
+  return 0;
 }
 
 /* mode "prefault_classes" (prefault=2, a fresh process): eight size
@@ -397,9 +390,9 @@ static void test_poison(void) {
   CHECK_EQ(run_self("poison", env), 0);
 }
 
-static void test_huge_advice_follows_carving(void) {
-  const char *env[] = {"SCRALLOC_HUGEPAGE_AFTER=4M", NULL};
-  CHECK_EQ(run_self("huge", env), 0);
+static void test_arenas_stay_on_small_pages(void) {
+  const char *env[] = {NULL};
+  CHECK_EQ(run_self("small_pages", env), 0);
 }
 
 static void test_prefault_per_class(void) {
@@ -432,7 +425,7 @@ int main(int argc, char **argv) {
   setenv("SCRALLOC_SHARE", "0", 1);
   if (argc > 1 && strcmp(argv[1], "quick") == 0) return mode_quick();
   if (argc > 1 && strcmp(argv[1], "poison") == 0) return mode_poison();
-  if (argc > 1 && strcmp(argv[1], "huge") == 0) return mode_huge();
+  if (argc > 1 && strcmp(argv[1], "small_pages") == 0) return mode_small_pages();
   if (argc > 1 && strcmp(argv[1], "prefault_classes") == 0) return mode_prefault_classes();
   if (argc > 1 && strcmp(argv[1], "drain") == 0) return mode_drain(0);
   if (argc > 1 && strcmp(argv[1], "borrowed") == 0) return mode_borrowed();
@@ -446,8 +439,8 @@ int main(int argc, char **argv) {
   scr_process_option_set("discard_delay_max_ms", "400");
   TEST(test_discard_returns_rss);
   TEST(test_relink_in_address_order);
-  TEST(test_huge_dontdump_prefault);
-  TEST(test_huge_advice_follows_carving);
+  TEST(test_dontdump_prefault);
+  TEST(test_arenas_stay_on_small_pages);
   TEST(test_prefault_per_class);
   TEST(test_frees_of_a_finished_thread_go_back_at_once);
   TEST(test_a_borrowed_arena_is_discarded_when_back);

@@ -290,7 +290,6 @@ static const option_draw draws[] = {
     {"discard_delay_max_ms", {"2", "50"}},
     {"prefault", {"0", "1", "2"}},
     {"prefault_after", {"0", "65536", "1M"}},
-    {"hugepage_after", {"0", "1M", "8M"}},
     {"retain_budget", {"0", "1M", "4M"}},
     {"retain_ratio", {"0", "100", "400"}},
     {"huge_decay_ms", {"0", "5", "1000"}},

@@ -1,6 +1,5 @@
 /* What an arena does when its heap maps a segment or takes fresh pages:
- * huge pages for what it has carved once it has carved hugepage_after
- * bytes (small pages before), MADV_DONTDUMP where no core would be
+ * small pages under THP "always", MADV_DONTDUMP where no core would be
  * written, and a prefault step ahead of the pages it carves.  Runs inside
  * heap calls, on the thread that holds the arena: nothing here may
  * allocate or block.
@@ -9,32 +8,6 @@
  * its heap calls); the tick (holder.c) acts on what they ask. */
 #include "arenas.h"
 #include <sys/mman.h>
-
-/* THP advice goes on a 2 MiB region of the frontier segment once the
- * carving has passed its end (every page of it taken), not on a segment
- * when it is mapped.  Why: the first touch of a region advised ahead makes
- * all of its 2 MiB resident, most of it memory the arena never carves
- * (its last, partly carved region, and the pages it keeps free); the
- * churn benchmark (16 arenas of 8-14 MiB) peaked 16 MiB higher with
- * segments advised when mapped than with no huge pages at all (15 runs:
- * 209.8 against 193.9 MiB, glibc 199.3).  A region advised once full has
- * its small pages already: the kernel's khugepaged collapses it into a
- * huge page in the background (jemalloc's HPA "hugifies" at 95% full for
- * the same reason). */
-#define SCR_HUGE_REGION ((uintptr_t)2 << 20)
-
-static void proc_advise_carved(scr_heap *h, scr_arena *a, uintptr_t from, uintptr_t to) {
-#ifdef MADV_HUGEPAGE
-  for (uintptr_t b = (from & ~(SCR_HUGE_REGION - 1)) + SCR_HUGE_REGION; b <= to; b += SCR_HUGE_REGION) {
-    if (_scr_os_advise((void *)(b - SCR_HUGE_REGION), SCR_HUGE_REGION, MADV_HUGEPAGE, &h->os) == 0) {
-      a->huge_regions++;
-      SCR_PC_ADD(huge_advised, 1);
-    }
-  }
-#else
-  (void)h, (void)a, (void)from, (void)to;
-#endif
-}
 
 static void proc_segment_mapped(scr_heap *h, void *base, size_t size, void *arg) {
   scr_arena *a = arg;
@@ -45,8 +18,12 @@ static void proc_segment_mapped(scr_heap *h, void *base, size_t size, void *arg)
     a->frontier = (uintptr_t)base + SCR_PAGE_SIZE;
   }
 #ifdef MADV_NOHUGEPAGE
-  /* THP "always": small pages until proc_advise_carved says otherwise,
-   * as in madvise mode. */
+  /* THP "always": small pages, as in madvise mode.  Why: the first touch
+   * of a 2 MiB region makes all of it resident, most of it memory the
+   * arena never carves (its last, partly carved region, and the pages it
+   * keeps free); the churn benchmark (16 arenas of 8-14 MiB) peaked
+   * 16 MiB higher with huge pages on segments when mapped than with none
+   * (15 runs: 209.8 against 193.9 MiB, glibc 199.3). */
   if (P->thp_mode == 2) (void)_scr_os_advise(base, size, MADV_NOHUGEPAGE, &h->os);
 #endif
 #ifdef MADV_DONTDUMP
@@ -78,9 +55,6 @@ static void proc_page_acquired(scr_heap *h, void *page_start, size_t page_bytes,
   uint64_t *carved_for = &a->carved_for[cls < SCR_CLASS_COUNT ? cls : SCR_CLASS_COUNT];
   *carved_for += (uintptr_t)end - from;
   a->frontier = (uintptr_t)end;
-  if (P->thp_mode != 0 && a->carved >= P->opt.hugepage_after &&
-      (from & ~(SCR_HUGE_REGION - 1)) + SCR_HUGE_REGION <= (uintptr_t)end)
-    proc_advise_carved(h, a, from, (uintptr_t)end);
   if (P->opt.switch_bytes && a->carved - a->carved_mark >= SCR_SWITCH_AFTER &&
       atomic_load_explicit(&P->parked_room, memory_order_relaxed) >= P->opt.switch_bytes) {
     a->switch_pending = 1; /* the next tick looks (holder.c: holder_switch) */

@@ -65,7 +65,6 @@ SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
   X(discard, 1, 0, 2, "return parked arenas' free pages: 0 off, 1 on, 2 = poison")  \
   X(discard_delay_ms, 1000, 0, 3600000, "first delay before a parked arena is discarded") \
   X(discard_delay_max_ms, 10000, 0, 3600000, "cap of the doubling delay")           \
-  X(hugepage_after, (uint64_t)8 << 20, 0, UINT64_MAX, "bytes an arena carves before the 2 MiB regions it carves through get MADV_HUGEPAGE") \
   X(prefault, 1, 0, 2, "fault in memory ahead of busy arenas (MADV_POPULATE_WRITE): 0 off, 1 while fewer threads hold arenas than there are CPUs, 2 always") \
   X(prefault_after, (uint64_t)1 << 20, 0, UINT64_MAX, "bytes an arena carves for one size class before it is faulted ahead (large blocks: 32 times that)") \
   X(prefault_step, (uint64_t)256 << 10, 65536, (uint64_t)64 << 20, "bytes faulted ahead per step") \
@@ -162,7 +161,6 @@ typedef struct scr_arena {
   uint64_t keep;                    /* the heap's retain_bytes as last set from the budget's share (holder) */
   uint64_t busy_published;          /* its part of _scr_proc.busy_bytes (holder) */
   uint64_t trim_seen;               /* trim_epoch as of its holder's last trim (holder) */
-  uint64_t huge_regions;            /* 2 MiB regions advised MADV_HUGEPAGE (holder) */
   uintptr_t pf_end;                 /* end of the last range faulted ahead (holder) */
   uintptr_t frontier_seg;           /* the segment mapped last (holder, via hook) */
   uintptr_t frontier;               /* highest page end taken in it: fresh territory above */
@@ -226,7 +224,7 @@ typedef struct scr_proc {
                                        seen under lock (may be stale high: a switch then finds none) */
   uint8_t *pool;                    /* arena descriptors are carved here */
   size_t pool_left;                 /* bytes left in pool */
-  int thp_mode;                     /* 0 never/absent, 1 madvise, 2 always */
+  int thp_mode;                     /* 0 never/absent, 1 madvise, 2 always (always: segments get MADV_NOHUGEPAGE, hooks.c) */
   int core_dumps;                   /* the kernel would write a core */
   int populate_ok;                  /* MADV_POPULATE_WRITE works */
   pid_t main_tid;                   /* the thread that initialized */
@@ -259,7 +257,6 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(prefaults, "ranges faulted in ahead")                                      \
   X(prefault_bytes, "bytes faulted in ahead")                                  \
   X(prefault_skipped, "steps left to the owner (budget or kernel)")            \
-  X(huge_advised, "2 MiB regions advised MADV_HUGEPAGE once carved")          \
   X(dontdump_advised, "segments advised MADV_DONTDUMP")                        \
   X(parked_drains, "parked arenas a pusher drained of remote frees")         \
   X(switches, "threads that moved to a parked arena with room")             \

@@ -308,7 +308,6 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(arenas_parked, "arenas waiting for a thread")                               \
   X(claims, "arenas claimed by threads (cumulative)")                           \
   X(parks, "arenas parked at thread exit (cumulative)")                         \
-  X(switches, "threads that moved to a parked arena with room instead of growing (cumulative)") \
   X(pool_puts, "batches of other arenas' blocks that full thread caches gave the pool (cumulative)") \
   X(pool_takes, "batches that threads with an empty cache took from the pool (cumulative)") \
   X(lends, "thread caches filled with a parked arena's free slots instead of fresh memory (cumulative)") \

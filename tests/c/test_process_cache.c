@@ -488,7 +488,6 @@ int main(void) {
   /* each thread on an arena of its own (share.c's shared arena: test_process_share) */
   scr_process_option_set("share", "0");
   scr_process_option_set("discard", "0"); /* parked arenas keep what they hold */
-  scr_process_option_set("switch_bytes", "0");
   scr_free(scr_malloc(16)); /* the main thread holds arena 0 */
   TEST(test_defaults);
   TEST(test_the_first_arenas_medium_lists_open_late);

@@ -284,7 +284,6 @@ static const option_draw draws[] = {
     {"cache_grow", {"0", "65536", "2M", "64M"}},
     {"lend", {"0", "1"}},
     {"pool", {"0", "1"}},
-    {"switch_bytes", {"0", "65536", "1M"}},
     {"discard", {"0", "1", "2"}},
     {"discard_delay_ms", {"0", "1", "5", "20"}},
     {"discard_delay_max_ms", {"2", "50"}},
@@ -451,11 +450,11 @@ static int round_body(uint64_t seed) {
             (unsigned long long)st.allocs, (unsigned long long)st.large_allocs,
             (unsigned long long)ps.remote_pending, (unsigned long long)ps.foreign_frees);
   if (getenv("SCR_FUZZ_VERBOSE"))
-    printf("  seed %llu:%s\n    %llu claims, %llu parks, %llu switches, %llu lends, %llu pool takes, %llu cache grows, "
+    printf("  seed %llu:%s\n    %llu claims, %llu parks, %llu lends, %llu pool takes, %llu cache grows, "
            "%llu remote frees, %llu discards, %llu prefaults, %llu joined the shared arena, %llu "
            "realloc moves, %u forks, %llu KiB given back inside free slots, %llu huge blocks reused, %llu trims asked\n",
            (unsigned long long)seed, opts, (unsigned long long)ps.claims, (unsigned long long)ps.parks,
-           (unsigned long long)ps.switches, (unsigned long long)ps.lends, (unsigned long long)ps.pool_takes,
+           (unsigned long long)ps.lends, (unsigned long long)ps.pool_takes,
            (unsigned long long)ps.cache_grows, (unsigned long long)ps.remote_frees, (unsigned long long)ps.discards,
            (unsigned long long)ps.prefaults, (unsigned long long)ps.share_joins,
            (unsigned long long)ps.realloc_moves, forks_done, (unsigned long long)(ps.interior_bytes >> 10),

@@ -26,8 +26,6 @@ static int cmp_ptr(const void *a, const void *b) {
 }
 
 static void test_free_slots_are_lent(void) {
-  /* no switch: the main thread stays in its own arena */
-  CHECK(scr_process_option_set("switch_bytes", "0") == SCR_OK);
   CHECK(scr_process_option_set("discard", "0") == SCR_OK);
   scr_free(scr_malloc(16)); /* the main thread holds arena 0 */
   pthread_t t;

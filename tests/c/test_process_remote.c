@@ -87,7 +87,6 @@ int main(void) {
   scr_process_option_set("cache_max", "0");
   scr_process_option_set("share", "0");
   scr_process_option_set("lend", "0");
-  scr_process_option_set("switch_bytes", "0");
   scr_process_option_set("discard", "0");
   scr_free(scr_malloc(1)); /* the main thread's arena */
   TEST(test_batches_and_the_owner_takes_them_before_a_new_page);

@@ -514,64 +514,12 @@ static void test_kept_block_use_after_free(void) {
 }
 #endif
 
-/* A thread whose arena must carve fresh memory while a parked arena has
- * room (switch_bytes, 1 MiB, and twice its own) moves there: the half of
- * its blocks a finished thread freed is filled before memory grows.  With
- * switch_bytes 0 the same allocations grow the heap by what they take. */
-enum { SWITCH_BLOCKS = 131072, SWITCH_SIZE = 64 }; /* 8 MiB, 4 MiB of it freed */
-static void *switch_leaver(void *arg) {
-  void **v = arg;
-  for (int i = 0; i < SWITCH_BLOCKS; i++) v[i] = scr_malloc(SWITCH_SIZE);
-  for (int i = 0; i < SWITCH_BLOCKS; i += 2) scr_free(v[i]), v[i] = NULL;
-  return NULL; /* parked with 4 MiB of free slots */
-}
-
-static uint64_t switch_growth(void **mine, void **left, uint64_t *switches) {
-  pthread_t t;
-  pthread_create(&t, NULL, switch_leaver, left);
-  pthread_join(t, NULL);
-  struct scr_stats st0, st1;
-  struct scr_process_stats ps0, ps1;
-  scr_stats(&st0);
-  scr_process_stats(&ps0);
-  for (int i = 0; i < SWITCH_BLOCKS / 2; i++) mine[i] = scr_malloc(SWITCH_SIZE);
-  scr_stats(&st1);
-  scr_process_stats(&ps1);
-  *switches = ps1.switches - ps0.switches;
-  for (int i = 0; i < SWITCH_BLOCKS / 2; i++) scr_free(mine[i]);
-  for (int i = 1; i < SWITCH_BLOCKS; i += 2) scr_free(left[i]);
-  scr_trim();
-  return st1.bytes > st0.bytes ? st1.bytes - st0.bytes : 0;
-}
-
-static void test_switch(void) {
-  void **mine = scr_malloc(SWITCH_BLOCKS / 2 * sizeof(void *));
-  void **left = scr_malloc(SWITCH_BLOCKS * sizeof(void *));
-  CHECK(mine && left);
-  /* lending would fill the holes before the thread carves (test_process_lend) */
-  CHECK(scr_process_option_set("lend", "0") == SCR_OK);
-  scr_trim(); /* the main thread's arena has little room */
-  uint64_t switches;
-  uint64_t grew = switch_growth(mine, left, &switches);
-  CHECK_EQ(switches, 1);
-  CHECK(grew <= ((uint64_t)512 << 10)); /* it carved at most SCR_SWITCH_AFTER, then filled the holes */
-  CHECK(scr_process_option_set("switch_bytes", "0") == SCR_OK);
-  grew = switch_growth(mine, left, &switches);
-  CHECK_EQ(switches, 0);
-  CHECK(grew >= ((uint64_t)4 << 20)); /* 4 MiB of blocks, all in fresh pages */
-  CHECK(scr_process_option_set("switch_bytes", "1M") == SCR_OK);
-  CHECK(scr_process_option_set("lend", "1") == SCR_OK);
-  scr_free(mine);
-  scr_free(left);
-  CHECK(scr_process_validate() == SCR_OK);
-}
-
 /* Threads that finish one after another: each holds an arena from the
  * start, and thread k grows only once thread k-1 has exited, so it finds
- * k-1's parked arena with half its blocks freed and moves there, while the
- * main thread frees what earlier threads left (remote frees into arenas
- * that are parked, drained, or taken by a switch).  Cookies checked; every
- * block comes back. */
+ * k-1's parked arena with half its blocks freed and borrows its slots
+ * (lend.c), while the main thread frees what earlier threads left (remote
+ * frees into arenas that are parked, drained, or lent from).  Cookies
+ * checked; every block comes back. */
 enum { CHAIN = 6, CHAIN_BLOCKS = 24576 }; /* ~3 MiB of 16-255 B blocks per thread */
 static void *chain_kept[CHAIN][CHAIN_BLOCKS];
 static pthread_barrier_t chain_hold;
@@ -590,10 +538,9 @@ static void *chain_worker(void *arg) {
   return NULL;
 }
 
-/* One run of the chain; lend: lending on (the default) or off. */
-static void chain_run(bool lend, struct scr_process_stats *ps0, struct scr_process_stats *ps1) {
+/* One run of the chain. */
+static void chain_run(struct scr_process_stats *ps0, struct scr_process_stats *ps1) {
   struct scr_stats st0, st1;
-  CHECK(scr_process_option_set("lend", lend ? "1" : "0") == SCR_OK);
   scr_trim();
   scr_stats(&st0);
   scr_process_stats(ps0);
@@ -617,32 +564,20 @@ static void chain_run(bool lend, struct scr_process_stats *ps0, struct scr_proce
   CHECK_EQ(atomic_load(&bad_cookies), 0);
   CHECK_EQ(st1.allocs, st0.allocs);
   CHECK(scr_process_validate() == SCR_OK);
-  CHECK(scr_process_option_set("lend", "1") == SCR_OK);
 }
 
-/* The switch alone (lending would fill the holes first). */
-static void test_switch_chain(void) {
-  struct scr_process_stats ps0, ps1;
-  chain_run(false, &ps0, &ps1);
-  /* All but the first, less one that took a parked arena: 4 or 5 on an
-   * idle machine; 3 once in 9 runs with three busy loops on two CPUs (a
-   * look can find the parked arena borrowed by the main thread's drain,
-   * and the thread carves on until its next look). */
-  CHECK(ps1.switches - ps0.switches >= CHAIN - 3);
-}
-
-/* With lending: the growing threads take the finished ones' freed slots
- * (and may still switch); every block comes back, cookies intact. */
+/* The growing threads take the finished ones' freed slots; every block
+ * comes back, cookies intact. */
 static void test_lend_chain(void) {
   struct scr_process_stats ps0, ps1;
-  chain_run(true, &ps0, &ps1);
+  chain_run(&ps0, &ps1);
   CHECK(ps1.lends > ps0.lends);
 }
 
 /* The parked list under load: waves of short-lived threads that allocate,
  * free half and exit (parks, claims), while long-lived threads swap blocks
  * through a shared array (frees of parked arenas' blocks: drains), grow
- * (lends, switches), and the discard helper runs with a short delay.  The
+ * (lends), and the discard helper runs with a short delay.  The
  * process validator checks the list (no cycle, counts, states) at every
  * park, claim and return of a borrowed arena in checked builds; cookies
  * are checked before every free. */
@@ -787,8 +722,6 @@ int main(void) {
   scr_process_option_set("share", "0");
   scr_process_option_set("discard_delay_ms", "10000");
   TEST(test_api_edges);
-  TEST(test_switch); /* first: no other thread has parked an arena yet */
-  TEST(test_switch_chain);
   TEST(test_lend_chain);
   TEST(test_shared_array);
   TEST(test_producer_consumer);

@@ -55,10 +55,10 @@ static scr_arena *proc_arena_new(void) {
 /* The parked arena with the most committed bytes not in live blocks
  * (free slots, retained and dirty pages), which the new holder fills
  * before it faults anything new; the most recently parked among equals;
- * NULL when none has min_room.  Taken off the parked list; parked_room
+ * NULL when none is parked.  Taken off the parked list; parked_room
  * becomes the most room among the others.  Under the lock (which lets us
  * read parked heaps). */
-static scr_arena *proc_take_parked(uint64_t min_room) {
+static scr_arena *proc_take_parked(void) {
   scr_proc *P = &_scr_proc;
   scr_arena *best = NULL, *best_prev = NULL, *prev = NULL;
   uint64_t best_free = 0, second = 0;
@@ -69,8 +69,8 @@ static scr_arena *proc_take_parked(uint64_t min_room) {
       best = a, best_prev = prev, best_free = f;
     } else if (f > second) second = f;
   }
-  if (best == NULL || best_free < min_room) {
-    atomic_store_explicit(&P->parked_room, best_free, memory_order_relaxed);
+  if (best == NULL) {
+    atomic_store_explicit(&P->parked_room, 0, memory_order_relaxed);
     return NULL;
   }
   atomic_store_explicit(&P->parked_room, second, memory_order_relaxed);
@@ -148,7 +148,6 @@ static void proc_adopt(scr_arena *a, unsigned poisoned, bool shared) {
   a->shared = shared;
   a->worker = shared || _scr_proc_gettid() != P->main_tid;
   a->discarded = 0;
-  a->carved_mark = a->carved;
   a->trim_seen = atomic_load_explicit(&P->trim_epoch, memory_order_relaxed);
   if (poisoned) _scr_arena_unpoison(a);
   if (!shared) _scr_tl_arena = a;
@@ -180,7 +179,7 @@ scr_arena *_scr_arena_claim(bool shared, bool *alone) {
   scr_proc *P = &_scr_proc;
   uint64_t now = _scr_proc_now_ns();
   pthread_mutex_lock(&P->lock);
-  scr_arena *a = proc_take_parked(0);
+  scr_arena *a = proc_take_parked();
   bool was_parked = a != NULL;
   if (a == NULL) a = proc_arena_new();
   if (a == NULL) {
@@ -196,35 +195,10 @@ scr_arena *_scr_arena_claim(bool shared, bool *alone) {
   return a;
 }
 
-/* The arena's side of a switch (holder.c says why): a parked arena with
- * twice the room a's holder has, at least switch_bytes, taken off the
- * parked list and owned by the caller; NULL when none has it.  Called from
- * the tick, outside heap calls. */
-scr_arena *_scr_arena_take_room(scr_arena *a, unsigned *poisoned) {
-  scr_proc *P = &_scr_proc;
-  /* Worth it only for twice the room the holder has (free slots of other
-   * classes): else two threads would trade arenas back and forth. */
-  uint64_t own = _scr_heap_unused_bytes(a->heap), want = P->opt.switch_bytes;
-  if (want < 2 * own) want = 2 * own;
-  a->carved_mark = a->carved; /* found none: look again after SCR_SWITCH_AFTER */
-  pthread_mutex_lock(&P->lock);
-  scr_arena *b = proc_take_parked(want);
-  if (b) (void)proc_own_locked(b, true); /* a is held: never alone */
-  *poisoned = b ? b->poisoned : 0;
-  pthread_mutex_unlock(&P->lock);
-  return b;
-}
-
-/* After the holder parked its old arena: b is its own from now on. */
-void _scr_arena_adopt_switched(scr_arena *b, unsigned poisoned) {
-  proc_adopt(b, poisoned, false);
-  SCR_PC_ADD(switches, 1);
-}
-
 /* Borrowing: a thread that does not hold parked arena a works on its heap
  * (remote.c: a pusher frees what waits on its stack; lend.c: a growing
  * thread takes free slots; discard.c: the helper returns its pages) with a
- * off the parked list, so that no claim, switch or other borrower takes it
+ * off the parked list, so that no claim or other borrower takes it
  * meanwhile.  Under the lock; prev is a's
  * predecessor on the list (NULL at its head).  The borrower unpoisons a
  * discarded arena's pages (after the lock) before it touches them. */

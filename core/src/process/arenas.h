@@ -22,10 +22,6 @@ SCR_INTERNAL uint64_t _scr_proc_budget_huge(void); /* the huge-block cache's par
 /* hooks.c: what the arena does when its heap maps a segment or takes a page */
 SCR_INTERNAL extern const struct _scr_heap_hooks _scr_arena_hooks;
 #define SCR_ARENA_POLL_EVERY 32 /* heap calls between the holder's ticks (a power of 2; caches.h) */
-/* Fresh bytes a holder carves before it may move to a parked arena with
- * room: an arena whose room was in classes the thread does not use is
- * not left again at once. */
-#define SCR_SWITCH_AFTER ((uint64_t)64 << 10)
 
 /* prefault.c */
 SCR_INTERNAL bool _scr_prefault_post(scr_arena *a); /* holder, outside heap calls; true: wake the helper */
@@ -56,11 +52,6 @@ SCR_INTERNAL bool _scr_proc_validate_locked(void);
  * no other thread held an arena.  NULL (errno ENOMEM) when none can be
  * had.  The caller sets its cache (holder.c). */
 SCR_INTERNAL scr_arena *_scr_arena_claim(bool shared, bool *alone);
-/* A switch (holder.c): a parked arena with switch_bytes of room or more,
- * owned from now on, for the holder of a; the holder parks a and then
- * adopts it (_scr_arena_adopt_switched). */
-SCR_INTERNAL scr_arena *_scr_arena_take_room(scr_arena *a, unsigned *poisoned);
-SCR_INTERNAL void _scr_arena_adopt_switched(scr_arena *b, unsigned poisoned);
 /* The holder gives a up, its cache and batches already flushed; true when
  * the discard is on (the caller wakes the helper: helper.c). */
 SCR_INTERNAL bool _scr_arena_park(scr_arena *a);

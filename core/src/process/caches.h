@@ -4,7 +4,7 @@
  * blocks (pool.c), the free slots lent by parked arenas (lend.c), its
  * batches of remote frees (remote.c), and the holder's side of an arena
  * (holder.c: claim and park with the cache set and flushed, the tick,
- * trim, switch).  Uses the arenas' layer (arenas.h); knows nothing of the
+ * trim).  Uses the arenas' layer (arenas.h); knows nothing of the
  * entry points or the shared arena (entry.h).  Files, bottom up:
  * remote.c pool.c recycle.c lend.c holder.c. */
 #ifndef SCR_PROCESS_CACHES_H
@@ -172,8 +172,8 @@ static inline scr_arena *_scr_holder_get(void) {
  * calls the slow side frees what other threads pushed (reading the remote
  * stack's cache line, which pushers keep writing, on every call would
  * cost a miss each time), applies the budget's share, posts prefault work
- * and the switch (hooks.c sets ops to get there at the end of the heap
- * call that asked) and now and then publishes a stats snapshot. */
+ * (hooks.c sets ops to get there at the end of the heap call that asked)
+ * and now and then publishes a stats snapshot. */
 SCR_INTERNAL void _scr_holder_tick_slow(scr_arena *a);
 
 static inline void _scr_holder_tick(scr_arena *a) {

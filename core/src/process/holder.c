@@ -75,24 +75,6 @@ size_t _scr_holder_trim(scr_arena *a) {
   return n;
 }
 
-/* The holder's heap is carving fresh memory while a parked arena has room
- * (switch_bytes or more not in live blocks): the holder parks its arena
- * and takes that one.  Why: a thread that exits leaves half-used pages
- * that only the next thread to start would fill; a program whose threads
- * finish at different times would otherwise grow while the finished
- * threads' room waits (the churn benchmark's peak).  The blocks left in
- * the old arena stay valid; the holder's frees of them become remote
- * frees, which pushers drain.  Called from the tick, outside heap calls. */
-static void holder_switch(scr_arena *a) {
-  unsigned poisoned;
-  scr_arena *b = _scr_arena_take_room(a, &poisoned);
-  if (b == NULL) return;
-  _scr_holder_park(a);
-  _scr_arena_adopt_switched(b, poisoned);
-  _scr_recycle_init(b, false); /* a was held until now: not alone */
-  holder_set_exit_hook(b);
-}
-
 void _scr_holder_tick_slow(scr_arena *a) {
   _scr_remote_flush(a);
   uint64_t epoch = atomic_load_explicit(&_scr_proc.trim_epoch, memory_order_relaxed);
@@ -116,12 +98,4 @@ void _scr_holder_tick_slow(scr_arena *a) {
     if (_scr_prefault_post(a)) _scr_helper_post();
   }
   if (a->ops - a->ops_published >= SCR_ARENA_PUBLISH_EVERY) _scr_holder_publish(a);
-  if (a->shared) { /* no thread of its own: its members are found out by share.c */
-    a->switch_pending = 0;
-    return;
-  }
-  if (a->switch_pending) { /* last: the caller holds another arena after it */
-    a->switch_pending = 0;
-    holder_switch(a);
-  }
 }

@@ -4,8 +4,7 @@
  * heap calls, on the thread that holds the arena: nothing here may
  * allocate or block.
  * Layer: arenas (its bottom).  Owns the arena's frontier, carved and
- * pf_end/pf_from/pf_pending fields and switch_pending (the holder, inside
- * its heap calls); the tick (holder.c) acts on what they ask. */
+ * pf_end/pf_from/pf_pending fields (the holder, inside its heap calls); the tick (holder.c) acts on what they ask. */
 #include "arenas.h"
 #include <sys/mman.h>
 
@@ -55,11 +54,6 @@ static void proc_page_acquired(scr_heap *h, void *page_start, size_t page_bytes,
   uint64_t *carved_for = &a->carved_for[cls < SCR_CLASS_COUNT ? cls : SCR_CLASS_COUNT];
   *carved_for += (uintptr_t)end - from;
   a->frontier = (uintptr_t)end;
-  if (P->opt.switch_bytes && a->carved - a->carved_mark >= SCR_SWITCH_AFTER &&
-      atomic_load_explicit(&P->parked_room, memory_order_relaxed) >= P->opt.switch_bytes) {
-    a->switch_pending = 1; /* the next tick looks (holder.c: holder_switch) */
-    a->ops |= SCR_ARENA_POLL_EVERY - 1;
-  }
   /* Fault ahead for a size class that has carved prefault_after itself,
    * large blocks once they have carved 32 times that (the seed's slices
    * and glibc heap: 1 and 32 MiB).  Why not the arena's total: the range

@@ -4,10 +4,8 @@
  *
  * Why: when threads finish at different times, a finished thread's arena
  * waits parked with the slots its thread freed (half its live set, in the
- * churn benchmark) while the threads still running grow into fresh pages;
- * the switch (holder.c) moves a growing thread to such an arena only when
- * its own has little room, once per 64 KiB carved.  A slot taken here
- * costs no fault and no new page.  The blocks stay blocks of the parked
+ * churn benchmark) while the threads still running grow into fresh pages.
+ * A slot taken here costs no fault and no new page.  The blocks stay blocks of the parked
  * arena: freed, they go back to it on its remote stack (the caches do not
  * keep a parked arena's blocks).
  *

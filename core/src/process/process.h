@@ -71,7 +71,6 @@ SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
   X(prefault_budget, (uint64_t)8 << 20, 0, UINT64_MAX, "bytes in flight for worker threads") \
   X(lend, 1, 0, 1, "a thread about to carve fresh memory for a size class first takes that class's free slots from a parked arena: 0 off, 1 on") \
   X(pool, 1, 0, 1, "full cache lists hand other arenas' blocks to a process-wide pool per size class, for threads whose lists run empty: 0 off (they go home), 1 on") \
-  X(switch_bytes, (uint64_t)1 << 20, 0, UINT64_MAX, "a thread whose arena must carve fresh memory moves to a parked arena with at least this many committed bytes not in live blocks (0: never)") \
   X(cache_bytes, 16384, 0, (uint64_t)1 << 20, "bytes of one size class a thread's cache keeps (at most 64 blocks)") \
   X(cache_medium, 2, 0, 64, "blocks of one medium class (20-64 KiB) a thread's cache keeps") \
   X(cache_medium_after, 16, 0, 65535, "mallocs of a medium class a thread that claimed its arena while no other was held (the main thread, as a rule) makes before its cache keeps blocks of that class (0: from the first)") \
@@ -166,8 +165,6 @@ typedef struct scr_arena {
   uintptr_t frontier;               /* highest page end taken in it: fresh territory above */
   unsigned poisoned;                /* discard made its free pages PROT_NONE */
   unsigned pf_pending;              /* a prefault step waits to be posted (holder) */
-  unsigned switch_pending;          /* carving while a parked arena has room: look at the next tick (holder) */
-  uint64_t carved_mark;             /* carved at the claim or the last look for room (holder) */
   uint64_t lend_after;              /* ops before which lend.c does not look again (holder) */
   uintptr_t pf_from;                /* start of the last range faulted ahead (holder) */
   uint64_t pf_counted;              /* bytes of that range counted in the budget (holder) */
@@ -221,7 +218,7 @@ typedef struct scr_proc {
   _Atomic uint64_t arena_keep;      /* each arena's share of retain_budget now (arena.c) */
   _Atomic uint64_t busy_bytes;      /* bytes the arenas' live blocks' pages take, as published (budget.c) */
   _Alignas(64) _Atomic uint64_t parked_room; /* most bytes not in live blocks of a parked arena, as last
-                                       seen under lock (may be stale high: a switch then finds none) */
+                                       seen under lock (may be stale high: a lend then finds none) */
   uint8_t *pool;                    /* arena descriptors are carved here */
   size_t pool_left;                 /* bytes left in pool */
   int thp_mode;                     /* 0 never/absent, 1 madvise, 2 always (always: segments get MADV_NOHUGEPAGE, hooks.c) */
@@ -259,7 +256,6 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(prefault_skipped, "steps left to the owner (budget or kernel)")            \
   X(dontdump_advised, "segments advised MADV_DONTDUMP")                        \
   X(parked_drains, "parked arenas a pusher drained of remote frees")         \
-  X(switches, "threads that moved to a parked arena with room")             \
   X(pool_puts, "batches of other arenas' blocks full cache lists gave the pool") \
   X(pool_takes, "batches threads with an empty cache list took from the pool") \
   X(lends, "cache lists filled with a parked arena's free slots")             \

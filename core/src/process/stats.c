@@ -138,7 +138,6 @@ void scr_process_stats(struct scr_process_stats *o) {
 #define SCR_PLOAD_(name) atomic_load_explicit(&_scr_pc.name, memory_order_relaxed)
   o->claims = SCR_PLOAD_(claims);
   o->parks = SCR_PLOAD_(parks);
-  o->switches = SCR_PLOAD_(switches);
   o->pool_puts = SCR_PLOAD_(pool_puts);
   o->pool_takes = SCR_PLOAD_(pool_takes);
   o->lends = SCR_PLOAD_(lends);
@@ -227,9 +226,8 @@ void _scr_proc_report(int fd, bool per_arena) {
   int pid = (int)getpid();
 #define U(x) (unsigned long long)(x)
   _scr_out_put(&o, "scralloc[%d]: %llu arenas (%llu held by threads, %llu waiting for a thread); %llu claims "
-           "(a thread took an arena), %llu parks (an exiting thread left its arena), %llu switches (a thread "
-           "moved to a waiting arena with free memory)\n",
-           pid, U(ps.arenas), U(ps.arenas_owned), U(ps.arenas_parked), U(ps.claims), U(ps.parks), U(ps.switches));
+           "(a thread took an arena), %llu parks (an exiting thread left its arena)\n",
+           pid, U(ps.arenas), U(ps.arenas_owned), U(ps.arenas_parked), U(ps.claims), U(ps.parks));
   proc_write_line(&o, fd);
   _scr_out_put(&o, "scralloc[%d]: %llu remote frees (blocks freed by another thread than their arena's; %llu "
            "not yet taken back), %llu realloc moves (blocks moved into the reallocating thread's arena); "

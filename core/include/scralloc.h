@@ -323,9 +323,6 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(discard_bytes, "committed bytes returned by discards")                      \
   X(discard_delay_ms, "current discard delay")                                  \
   X(delay_doublings, "times the discard delay doubled")                         \
-  X(prefaults, "ranges faulted in ahead by the helper")                         \
-  X(prefault_bytes, "bytes faulted in ahead by the helper")                     \
-  X(prefault_skipped, "prefault steps left to the owner (budget, in flight)")   \
   X(dontdump_segments, "segments advised MADV_DONTDUMP")                        \
   X(thp_mode, "transparent huge pages: 0 never/absent, 1 madvise, 2 always")   \
   X(parked_drains, "parked arenas a freeing thread freed a batch of blocks into")\

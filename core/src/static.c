@@ -30,7 +30,6 @@
 /* arenas */
 #include "process/budget.c"
 #include "process/hooks.c"
-#include "process/prefault.c"
 #include "process/huge_cache.c"
 #include "process/validate.c"
 #include "process/arena.c"

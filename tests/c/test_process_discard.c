@@ -1,8 +1,8 @@
 /* Park/claim and the delayed discard: RSS (smaps_rollup) drops after the
  * delay, the returned pages read as zero, the delay doubles when threads
  * come back, a program that exits within the delay returns nothing,
- * poison mode faults; plus the huge-page, dontdump and prefault advice
- * (faulting ahead only for a class that has carved 1 MiB itself). */
+ * poison mode faults, a finished thread's blocks freed by another go
+ * back at once; plus small pages and the dontdump advice. */
 #include "check.h"
 #include "scralloc.h"
 #include <pthread.h>
@@ -10,7 +10,6 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -159,20 +158,10 @@ static void test_relink_in_address_order(void) {
   for (int i = 0; i < HALF_N; i++) scr_free(half_kept[i]);
 }
 
-static void test_dontdump_prefault(void) {
-  /* always (by default only while a CPU is spare, which this test cannot
-   * count on) */
-  CHECK(scr_process_option_set("prefault", "2") == SCR_OK);
-  struct scr_process_stats before = pstats();
+static void test_dontdump(void) {
   run_thread(fill_and_free, (void *)(uintptr_t)(20 * MIB));
-  CHECK(scr_process_option_set("prefault", "1") == SCR_OK);
   struct scr_process_stats ps = pstats();
   CHECK(ps.dontdump_segments > 0 || scr_process_option_get("dontdump") == 0);
-  /* MADV_POPULATE_WRITE (Linux 5.14): the helper faults ahead */
-  void *pg = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  int populate = pg != MAP_FAILED && madvise(pg, 4096, 23) == 0;
-  if (pg != MAP_FAILED) munmap(pg, 4096);
-  if (populate) CHECK(ps.prefaults > before.prefaults);
 }
 
 /* ---- subprocesses (re-exec of this binary with an environment) ---- */
@@ -252,38 +241,6 @@ static int mode_small_pages(void) {
     if (pstats().thp_mode == 2 && vma_flag(v[i], "nh") == 0) return 4;
   }
   return 0;
-}
-
-/* mode "prefault_classes" (prefault=2, a fresh process): eight size
- * classes carving 768 KiB each (6 MiB in all) are not faulted ahead; one
- * class carving past 1 MiB is. */
-static int populate_works(void) {
-  void *pg = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  int ok = pg != MAP_FAILED && madvise(pg, 4096, 23 /* MADV_POPULATE_WRITE */) == 0;
-  if (pg != MAP_FAILED) munmap(pg, 4096);
-  return ok;
-}
-static int carve_class(size_t size, size_t bytes) {
-  for (size_t done = 0; done < bytes; done += size) {
-    void *p = scr_malloc(size);
-    if (p == NULL) return -1;
-    memset(p, 1, size); /* kept: each block takes fresh memory */
-  }
-  return 0;
-}
-static int mode_prefault_classes(void) {
-  if (!populate_works()) return 0; /* Linux < 5.14: nothing is faulted ahead */
-  for (size_t k = 1; k <= 8; k++)
-    if (carve_class(1024 * k, 768 << 10) != 0) return 2;
-  sleep_ms(100); /* time for the helper to run anything posted */
-  struct scr_process_stats ps = pstats();
-  if (ps.prefaults != 0) {
-    fprintf(stderr, "%llu prefaults for classes of 768 KiB each\n", (unsigned long long)ps.prefaults);
-    return 3;
-  }
-  if (carve_class(1536, 2 * MIB) != 0) return 2;
-  for (int ms = 0; ms < 2000 && pstats().prefaults == 0; ms++) sleep_ms(1); /* the helper's pace */
-  return pstats().prefaults > 0 ? 0 : 4;
 }
 
 /* mode "drain" / "drain_other" (caps as the defaults, discard delay
@@ -395,11 +352,6 @@ static void test_arenas_stay_on_small_pages(void) {
   CHECK_EQ(run_self("small_pages", env), 0);
 }
 
-static void test_prefault_per_class(void) {
-  const char *env[] = {"SCRALLOC_PREFAULT=2", NULL};
-  CHECK_EQ(run_self("prefault_classes", env), 0);
-}
-
 static void test_frees_of_a_finished_thread_go_back_at_once(void) {
   const char *env[] = {"SCRALLOC_RETAIN=1", "SCRALLOC_RETAIN_BYTES=512K", "SCRALLOC_DISCARD_DELAY_MS=300", NULL};
   CHECK_EQ(run_self("drain", env), 0);
@@ -426,7 +378,6 @@ int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "quick") == 0) return mode_quick();
   if (argc > 1 && strcmp(argv[1], "poison") == 0) return mode_poison();
   if (argc > 1 && strcmp(argv[1], "small_pages") == 0) return mode_small_pages();
-  if (argc > 1 && strcmp(argv[1], "prefault_classes") == 0) return mode_prefault_classes();
   if (argc > 1 && strcmp(argv[1], "drain") == 0) return mode_drain(0);
   if (argc > 1 && strcmp(argv[1], "borrowed") == 0) return mode_borrowed();
   if (argc > 1 && strcmp(argv[1], "drain_other") == 0) return mode_drain(1);
@@ -439,9 +390,8 @@ int main(int argc, char **argv) {
   scr_process_option_set("discard_delay_max_ms", "400");
   TEST(test_discard_returns_rss);
   TEST(test_relink_in_address_order);
-  TEST(test_dontdump_prefault);
+  TEST(test_dontdump);
   TEST(test_arenas_stay_on_small_pages);
-  TEST(test_prefault_per_class);
   TEST(test_frees_of_a_finished_thread_go_back_at_once);
   TEST(test_a_borrowed_arena_is_discarded_when_back);
   TEST(test_exit_within_delay);

@@ -1,8 +1,7 @@
 /* Seeded random runs of the process allocator with its policies mixed.
  * Each round, in a child process of its own, draws a set of options (the
- * shared arena or not, cache sizes and growth, lending and switching,
- * discards with short delays and poison, prefaults, huge
- * pages, the retain budget), then runs a churn of threads that malloc,
+ * shared arena or not, cache sizes and growth, lending, discards with
+ * short delays and poison, the retain budget), then runs a churn of threads that malloc,
  * calloc, aligned_alloc, realloc (sometimes to zero bytes) and free, hand
  * blocks to each other through a shared array, leave blocks behind when
  * they exit, sleep (so that they block, as threads that take turns do), and free sets
@@ -287,8 +286,6 @@ static const option_draw draws[] = {
     {"discard", {"0", "1", "2"}},
     {"discard_delay_ms", {"0", "1", "5", "20"}},
     {"discard_delay_max_ms", {"2", "50"}},
-    {"prefault", {"0", "1", "2"}},
-    {"prefault_after", {"0", "65536", "1M"}},
     {"retain_budget", {"0", "1M", "4M"}},
     {"retain_ratio", {"0", "100", "400"}},
     {"huge_decay_ms", {"0", "5", "1000"}},
@@ -328,10 +325,10 @@ static void *fork_child_thread(void *arg) {
   return NULL;
 }
 
-/* fork while the workers run (the helper threads may be discarding or
- * prefaulting): the child, alone, checks and frees blocks the parent's
- * threads left in the shared array, allocates, starts a thread, trims and
- * validates; it exits 0 when all held. */
+/* fork while the workers run (the helper thread may be discarding): the
+ * child, alone, checks and frees blocks the parent's threads left in the
+ * shared array, allocates, starts a thread, trims and validates; it exits
+ * 0 when all held. */
 static void fork_while_running(uint64_t *s) {
   uint64_t seed = next(s) | 1;
   fflush(NULL);
@@ -451,12 +448,12 @@ static int round_body(uint64_t seed) {
             (unsigned long long)ps.remote_pending, (unsigned long long)ps.foreign_frees);
   if (getenv("SCR_FUZZ_VERBOSE"))
     printf("  seed %llu:%s\n    %llu claims, %llu parks, %llu lends, %llu pool takes, %llu cache grows, "
-           "%llu remote frees, %llu discards, %llu prefaults, %llu joined the shared arena, %llu "
+           "%llu remote frees, %llu discards, %llu joined the shared arena, %llu "
            "realloc moves, %u forks, %llu KiB given back inside free slots, %llu huge blocks reused, %llu trims asked\n",
            (unsigned long long)seed, opts, (unsigned long long)ps.claims, (unsigned long long)ps.parks,
            (unsigned long long)ps.lends, (unsigned long long)ps.pool_takes,
            (unsigned long long)ps.cache_grows, (unsigned long long)ps.remote_frees, (unsigned long long)ps.discards,
-           (unsigned long long)ps.prefaults, (unsigned long long)ps.share_joins,
+           (unsigned long long)ps.share_joins,
            (unsigned long long)ps.realloc_moves, forks_done, (unsigned long long)(ps.interior_bytes >> 10),
            (unsigned long long)ps.huge_cache_hits, (unsigned long long)ps.trim_answers);
   return ok ? 0 : 1;

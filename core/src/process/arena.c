@@ -146,7 +146,6 @@ static bool proc_own_locked(scr_arena *a, bool was_parked) {
 static void proc_adopt(scr_arena *a, unsigned poisoned, bool shared) {
   scr_proc *P = &_scr_proc;
   a->shared = shared;
-  a->worker = shared || _scr_proc_gettid() != P->main_tid;
   a->discarded = 0;
   a->trim_seen = atomic_load_explicit(&P->trim_epoch, memory_order_relaxed);
   if (poisoned) _scr_arena_unpoison(a);
@@ -238,7 +237,6 @@ void _scr_arena_unborrow(scr_arena *a, scr_arena *prev) {
  * discard is on, the caller wakes the helper). */
 bool _scr_arena_park(scr_arena *a) {
   scr_proc *P = &_scr_proc;
-  _scr_prefault_release_ahead(a);
   _scr_remote_poll(a);
   /* Free pages and cached blocks kept above retain_bytes were the
    * thread's working set, beyond what the budget's fixed part gives an

@@ -2,12 +2,13 @@
  * Layer: arenas.  An arena is one scr_heap with its state (owned, parked,
  * borrowed); this layer claims, parks, borrows and publishes arenas, keeps
  * the process budget, runs the heap's hooks, the huge-block cache, the
- * prefault and the discard, and the helper thread that runs those two.
+ * discard, and the helper thread that runs the discard and the cache's
+ * decay.
  * It knows nothing of the thread's cache, the pool or the entry points
  * (caches.h, entry.h): where an arena changes hands with a cache, the
  * caches' layer flushes or sets the cache and then calls down here
- * (holder.c).  Files, bottom up: budget.c hooks.c prefault.c
- * huge_cache.c validate.c arena.c discard.c helper.c. */
+ * (holder.c).  Files, bottom up: budget.c hooks.c huge_cache.c
+ * validate.c arena.c discard.c helper.c. */
 #ifndef SCR_PROCESS_ARENAS_H
 #define SCR_PROCESS_ARENAS_H
 
@@ -22,12 +23,6 @@ SCR_INTERNAL uint64_t _scr_proc_budget_huge(void); /* the huge-block cache's par
 /* hooks.c: what the arena does when its heap maps a segment or takes a page */
 SCR_INTERNAL extern const struct _scr_heap_hooks _scr_arena_hooks;
 #define SCR_ARENA_POLL_EVERY 32 /* heap calls between the holder's ticks (a power of 2; caches.h) */
-
-/* prefault.c */
-SCR_INTERNAL bool _scr_prefault_post(scr_arena *a); /* holder, outside heap calls; true: wake the helper */
-SCR_INTERNAL int _scr_prefault_run(void);          /* helper: run queued requests; 1 if any */
-SCR_INTERNAL void _scr_prefault_release_ahead(scr_arena *a); /* at park */
-SCR_INTERNAL void _scr_prefault_after_fork_child(void);
 
 /* huge_cache.c: the process's freed huge blocks, for any thread */
 SCR_INTERNAL void _scr_huge_cache_install(struct _scr_heap_hooks *hooks);
@@ -91,7 +86,7 @@ SCR_INTERNAL size_t _scr_discard_arena(scr_arena *a); /* return a held arena's f
  * due (true), or lowers *wait_until to when one will be. */
 SCR_INTERNAL bool _scr_discard_step(uint64_t now, uint64_t *wait_until);
 
-/* helper.c: the helper thread (discard, prefault, huge-block decay) */
+/* helper.c: the helper thread (discard, huge-block decay) */
 SCR_INTERNAL void _scr_helper_post(void); /* wake it, starting it the first time; never under a lock */
 SCR_INTERNAL void _scr_helper_after_fork_child(void);
 

@@ -35,7 +35,6 @@ static void proc_fork_child(void) {
   _scr_huge_cache_unlock();
   _scr_pool_unlock_all();
   _scr_helper_after_fork_child();
-  _scr_prefault_after_fork_child();
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);
   SCR_PC_ADD(forks, 1);
   pthread_mutex_unlock(&P->lock);

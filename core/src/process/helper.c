@@ -1,8 +1,8 @@
 /* The helper thread: it discards parked arenas past their delay
- * (discard.c), faults in memory ahead of busy arenas (prefault.c) and
- * unmaps cached huge blocks past huge_decay_ms (huge_cache.c).  Started
- * by the first post; it blocks every signal and never allocates.
- * Layer: arenas (its top: it runs the three above).  Owns
+ * (discard.c) and unmaps cached huge blocks past huge_decay_ms
+ * (huge_cache.c).  Started by the first post; it blocks every signal and
+ * never allocates.
+ * Layer: arenas (its top: it runs the two above).  Owns
  * _scr_proc.helper_state and helper_kick (under helper_lock, a leaf) and
  * the thread.  Those who have work for it post (_scr_helper_post): the
  * holder's tick and park (holder.c), outside heap calls and locks. */
@@ -34,8 +34,6 @@ static void *proc_helper_main(void *arg) {
     pthread_mutex_lock(&P->helper_lock);
     P->helper_kick = 0;
     pthread_mutex_unlock(&P->helper_lock);
-
-    (void)_scr_prefault_run();
 
     uint64_t now = _scr_proc_now_ns();
     /* freed huge blocks unused for huge_decay_ms (huge_cache.c) */
@@ -92,8 +90,8 @@ void _scr_helper_after_fork_child(void) {
   scr_proc *P = &_scr_proc;
   pthread_cond_init(&P->helper_cv, NULL);
   /* Starting threads in the child of a multi-threaded fork is unsafe, so
-   * the child runs without a helper: parked arenas keep their pages and
-   * nothing is faulted ahead (exec starts afresh). */
+   * the child runs without a helper: parked arenas keep their pages
+   * (exec starts afresh). */
   P->helper_state = 2;
   P->helper_kick = 0;
 }

@@ -93,9 +93,5 @@ void _scr_holder_tick_slow(scr_arena *a) {
    * freed pages still go back purge_delay_ms after they were freed.  One
    * clock read per tick while it holds any. */
   _scr_segment_purge_tick(a->heap);
-  if (a->pf_pending) {
-    a->pf_pending = 0;
-    if (_scr_prefault_post(a)) _scr_helper_post();
-  }
   if (a->ops - a->ops_published >= SCR_ARENA_PUBLISH_EVERY) _scr_holder_publish(a);
 }

@@ -1,6 +1,6 @@
 /* The OS calls of the process layer that the core's prim/ does not have:
  * the transparent-huge-page mode, whether the kernel would write a core,
- * a monotonic clock, MADV_POPULATE_WRITE, the CPU count, futexes.  All without
+ * a monotonic clock, futexes.  All without
  * malloc.  Every
  * Linux-only path has a fallback that does nothing.
  * Layer: base (the bottom: every other file of the process layer calls
@@ -8,7 +8,6 @@
 #include "process.h"
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -20,10 +19,6 @@
  * FUTEX_PRIVATE_FLAG 128), without the kernel header */
 #define FUTEX_WAIT_PRIVATE_ 128
 #define FUTEX_WAKE_PRIVATE_ 129
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
-#endif
 
 /* Read a small file into buf (NUL-terminated); length or -1. */
 static ssize_t proc_read_small(const char *path, char *buf, size_t len) {
@@ -72,55 +67,13 @@ void *_scr_proc_map(size_t size) {
   return _scr_os_map_aligned(size, _scr_os_page_size(), NULL);
 }
 
-/* Fault in [p, p + size) writable without storing; 0 or -1. */
-int _scr_proc_populate(void *p, size_t size) {
-#ifdef __linux__
-  return madvise(p, size, MADV_POPULATE_WRITE) == 0 ? 0 : -1;
-#else
-  (void)p; (void)size;
-  return -1;
-#endif
-}
-
-/* Does this kernel know MADV_POPULATE_WRITE?  (EINVAL before 5.14.) */
-int _scr_proc_populate_probe(void) {
-#ifdef __linux__
-  long ps = sysconf(_SC_PAGESIZE);
-  void *p = mmap(NULL, (size_t)ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return 0;
-  int ok = madvise(p, (size_t)ps, MADV_POPULATE_WRITE) == 0;
-  munmap(p, (size_t)ps);
-  return ok;
-#else
-  return 0;
-#endif
-}
-
-/* CPUs this process may run on (its affinity mask), at least 1. */
-unsigned _scr_proc_cpus(void) {
-#ifdef __linux__
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return (unsigned)CPU_COUNT(&set);
-#endif
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? (unsigned)n : 1;
-}
-
-pid_t _scr_proc_gettid(void) {
-#ifdef SYS_gettid
-  return (pid_t)syscall(SYS_gettid);
-#else
-  return getpid();
-#endif
-}
-
 /* Poison mode: make a discarded range inaccessible, or usable again. */
 int _scr_proc_protect(void *p, size_t size, int accessible) {
   return mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0 ? 0 : -1;
 }
 
 /* Blocking without spinning: a thread that must wait for another (the
- * shared arena's lock, a prefault step in progress at park) sleeps in the
+ * shared arena's lock) sleeps in the
  * kernel until woken, instead of a sched_yield loop that burns its CPU
  * and the scheduler's time while the holder may be off the CPU.  Private
  * futexes (the word is in this process); where the call is missing it

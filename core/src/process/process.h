@@ -8,7 +8,7 @@
  *   observers  stats.c override_stats.c                        observers.h
  *   entry      share.c malloc.c free_many.c fork.c override.c       entry.h
  *   caches     remote.c pool.c recycle.c lend.c holder.c            caches.h
- *   arenas     budget.c hooks.c prefault.c huge_cache.c validate.c
+ *   arenas     budget.c hooks.c huge_cache.c validate.c
  *              arena.c discard.c helper.c                           arenas.h
  *   base       os_linux.c options.c state.c misuse.c                process.h
  *              (and the core heap, core/src/)
@@ -20,8 +20,7 @@
  * thread exits, with its free lists and bump pointers intact, so blocks
  * outlive their thread.  The next thread that needs an arena claims a
  * parked one.  A helper thread returns the free pages of arenas that stay
- * parked past a delay (discard.c, helper.c) and faults in memory ahead of busy
- * arenas (prefault.c).
+ * parked past a delay (discard.c, helper.c).
  *
  * Who may touch what:
  *   arena->heap       only the thread that holds the arena: its owner while
@@ -65,10 +64,6 @@ SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
   X(discard, 1, 0, 2, "return parked arenas' free pages: 0 off, 1 on, 2 = poison")  \
   X(discard_delay_ms, 1000, 0, 3600000, "first delay before a parked arena is discarded") \
   X(discard_delay_max_ms, 10000, 0, 3600000, "cap of the doubling delay")           \
-  X(prefault, 1, 0, 2, "fault in memory ahead of busy arenas (MADV_POPULATE_WRITE): 0 off, 1 while fewer threads hold arenas than there are CPUs, 2 always") \
-  X(prefault_after, (uint64_t)1 << 20, 0, UINT64_MAX, "bytes an arena carves for one size class before it is faulted ahead (large blocks: 32 times that)") \
-  X(prefault_step, (uint64_t)256 << 10, 65536, (uint64_t)64 << 20, "bytes faulted ahead per step") \
-  X(prefault_budget, (uint64_t)8 << 20, 0, UINT64_MAX, "bytes in flight for worker threads") \
   X(lend, 1, 0, 1, "a thread about to carve fresh memory for a size class first takes that class's free slots from a parked arena: 0 off, 1 on") \
   X(pool, 1, 0, 1, "full cache lists hand other arenas' blocks to a process-wide pool per size class, for threads whose lists run empty: 0 off (they go home), 1 on") \
   X(cache_bytes, 16384, 0, (uint64_t)1 << 20, "bytes of one size class a thread's cache keeps (at most 64 blocks)") \
@@ -142,7 +137,6 @@ typedef struct scr_arena {
   unsigned id;                      /* index in creation order */
   unsigned state;                   /* scr_arena_state, under _scr_proc.lock */
   unsigned discarded;               /* pages returned since it was parked */
-  unsigned worker;                  /* holder is not the main thread */
   unsigned shared;                  /* the shared arena (share.c): held by whoever holds its mutex */
   uint64_t parked_ns;               /* when it was parked (monotonic) */
   uint64_t ops;                     /* holder's heap calls (ticks) */
@@ -155,22 +149,11 @@ typedef struct scr_arena {
   void *rb_head, *rb_tail;          /* the batch (holder) */
   unsigned rb_n;                    /* its length (holder) */
   uint64_t mapped;                  /* bytes of segments mapped (holder, via hook) */
-  uint64_t carved;                  /* how far the frontier moved into fresh memory (holder, via hook) */
-  uint64_t carved_for[SCR_CLASS_COUNT + 1]; /* that, per size class (the last: large blocks) (holder, via hook) */
   uint64_t keep;                    /* the heap's retain_bytes as last set from the budget's share (holder) */
   uint64_t busy_published;          /* its part of _scr_proc.busy_bytes (holder) */
   uint64_t trim_seen;               /* trim_epoch as of its holder's last trim (holder) */
-  uintptr_t pf_end;                 /* end of the last range faulted ahead (holder) */
-  uintptr_t frontier_seg;           /* the segment mapped last (holder, via hook) */
-  uintptr_t frontier;               /* highest page end taken in it: fresh territory above */
   unsigned poisoned;                /* discard made its free pages PROT_NONE */
-  unsigned pf_pending;              /* a prefault step waits to be posted (holder) */
   uint64_t lend_after;              /* ops before which lend.c does not look again (holder) */
-  uintptr_t pf_from;                /* start of the last range faulted ahead (holder) */
-  uint64_t pf_counted;              /* bytes of that range counted in the budget (holder) */
-  _Atomic int pf_state;             /* 0 idle, 1 queued, 2 the helper is on it, 3 and the holder waits */
-  uint8_t *pf_req;                  /* queued range (written while pf_state == 0) */
-  size_t pf_req_len;                /* its length */
   struct _scr_heap_hooks hooks;     /* the heap's hooks, arg = this arena */
   pthread_mutex_t snap_lock;        /* guards snap */
   struct scr_stats snap;            /* heap stats as of the last publish, less the blocks the
@@ -214,7 +197,6 @@ typedef struct scr_proc {
    * blocks read owned_hint (_scr_proc_alone). */
   _Alignas(64) _Atomic unsigned owned_hint; /* nowned, for readers without the lock */
   _Atomic uint64_t trim_epoch;      /* scr_trim calls so far: holders whose trim_seen differs trim at their next tick */
-  unsigned ncpus;                   /* CPUs the process may run on (at init) */
   _Atomic uint64_t arena_keep;      /* each arena's share of retain_budget now (arena.c) */
   _Atomic uint64_t busy_bytes;      /* bytes the arenas' live blocks' pages take, as published (budget.c) */
   _Alignas(64) _Atomic uint64_t parked_room; /* most bytes not in live blocks of a parked arena, as last
@@ -223,8 +205,6 @@ typedef struct scr_proc {
   size_t pool_left;                 /* bytes left in pool */
   int thp_mode;                     /* 0 never/absent, 1 madvise, 2 always (always: segments get MADV_NOHUGEPAGE, hooks.c) */
   int core_dumps;                   /* the kernel would write a core */
-  int populate_ok;                  /* MADV_POPULATE_WRITE works */
-  pid_t main_tid;                   /* the thread that initialized */
   /* discard helper */
   pthread_mutex_t helper_lock;      /* leaf lock for the helper's sleep */
   pthread_cond_t helper_cv;         /* wakes the helper */
@@ -251,9 +231,6 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(discards, "parked arenas whose free pages were returned")                  \
   X(discard_bytes, "committed bytes the discards returned")                    \
   X(delay_doublings, "times the discard delay doubled")                        \
-  X(prefaults, "ranges faulted in ahead")                                      \
-  X(prefault_bytes, "bytes faulted in ahead")                                  \
-  X(prefault_skipped, "steps left to the owner (budget or kernel)")            \
   X(dontdump_advised, "segments advised MADV_DONTDUMP")                        \
   X(parked_drains, "parked arenas a pusher drained of remote frees")         \
   X(pool_puts, "batches of other arenas' blocks full cache lists gave the pool") \
@@ -278,7 +255,6 @@ typedef struct scr_proc_counters {
 #define SCR_PROC_CTR_FIELD_(name, doc) _Atomic uint64_t name;
   SCR_PROC_COUNTERS(SCR_PROC_CTR_FIELD_)
 #undef SCR_PROC_CTR_FIELD_
-  _Atomic uint64_t prefault_inflight; /* bytes requested and not yet reached */
 } scr_proc_counters;
 
 SCR_INTERNAL extern scr_proc_counters _scr_pc;
@@ -295,10 +271,6 @@ SCR_INTERNAL int _scr_proc_thp_mode(void);
 SCR_INTERNAL int _scr_proc_core_dumps(void);
 SCR_INTERNAL uint64_t _scr_proc_now_ns(void);
 SCR_INTERNAL void *_scr_proc_map(size_t size);
-SCR_INTERNAL int _scr_proc_populate(void *p, size_t size);
-SCR_INTERNAL int _scr_proc_populate_probe(void);
-SCR_INTERNAL pid_t _scr_proc_gettid(void);
-SCR_INTERNAL unsigned _scr_proc_cpus(void);
 SCR_INTERNAL int _scr_proc_protect(void *p, size_t size, int accessible);
 SCR_INTERNAL void _scr_proc_futex_wait(_Atomic int *word, int expected); /* sleeps while *word == expected */
 SCR_INTERNAL void _scr_proc_futex_wake(_Atomic int *word, int n);

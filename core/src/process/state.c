@@ -62,10 +62,7 @@ void _scr_proc_init_slow(void) {
     atomic_store(&_scr_verbose, P->opt.verbose != 0);
     P->thp_mode = _scr_proc_thp_mode();
     P->core_dumps = _scr_proc_core_dumps();
-    P->populate_ok = P->opt.prefault ? _scr_proc_populate_probe() : 0;
-    P->ncpus = _scr_proc_cpus();
     P->delay_ms = P->opt.discard_delay_ms;
-    P->main_tid = _scr_proc_gettid();
     /* The first thread (the main thread, as a rule) holds an arena of its
      * own: it is the one that frees what finished threads left (the
      * churn's last phase, and its RSS once that is done, rely on it), and

@@ -150,9 +150,6 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->discards = SCR_PLOAD_(discards);
   o->discard_bytes = SCR_PLOAD_(discard_bytes);
   o->delay_doublings = SCR_PLOAD_(delay_doublings);
-  o->prefaults = SCR_PLOAD_(prefaults);
-  o->prefault_bytes = SCR_PLOAD_(prefault_bytes);
-  o->prefault_skipped = SCR_PLOAD_(prefault_skipped);
   o->dontdump_segments = SCR_PLOAD_(dontdump_advised);
   o->forks = SCR_PLOAD_(forks);
   o->parked_drains = SCR_PLOAD_(parked_drains);
@@ -257,11 +254,9 @@ void _scr_proc_report(int fd, bool per_arena) {
            U(st.madvise_calls), U(st.mremap_calls), U(st.os_failures));
   proc_write_line(&o, fd);
   _scr_out_put(&o, "scralloc[%d]: %llu discards (waiting arenas whose free pages went back to the OS: %.2f MiB; "
-           "delay %llu ms, doubled %llu times); %llu prefaults (ranges faulted in ahead of busy threads: "
-           "%.2f MiB, %llu steps skipped); THP %s; %llu dontdump segments (left "
+           "delay %llu ms, doubled %llu times); THP %s; %llu dontdump segments (left "
            "out of core dumps)\n",
            pid, U(ps.discards), proc_mib(ps.discard_bytes), U(ps.discard_delay_ms), U(ps.delay_doublings),
-           U(ps.prefaults), proc_mib(ps.prefault_bytes), U(ps.prefault_skipped),
            thp[ps.thp_mode < 3 ? ps.thp_mode : 0], U(ps.dontdump_segments));
   proc_write_line(&o, fd);
   _scr_out_put(&o, "scralloc[%d]: budget %.2f MiB (free memory the process may keep committed; busy pages "

@@ -327,9 +327,6 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(thp_mode, "transparent huge pages: 0 never/absent, 1 madvise, 2 always")   \
   X(parked_drains, "parked arenas a freeing thread freed a batch of blocks into")\
   X(forks, "forks survived")                                                   \
-  X(share_joins, "threads that started on the shared arena")                     \
-  X(share_leaves, "threads that left the shared arena for their own (found it taken share_contended times in 256 calls, ran hot, or exited)") \
-  X(share_collisions, "calls that found the shared arena taken (the thread waited for it, or claimed its own)") \
   X(trim_answers, "trims threads holding arenas made at their next call that reached their heap, asked by another thread's scr_trim or malloc_trim (cumulative)") \
   X(trim_answer_bytes, "bytes those trims gave back (cumulative)") \
   X(interior_bytes, "bytes given back inside pages that still hold live blocks (free slots, never carved tails), by trims and discards (cumulative)") \

@@ -42,7 +42,6 @@
 #include "process/lend.c"
 #include "process/holder.c"
 /* entry */
-#include "process/share.c"
 #include "process/malloc.c"
 #include "process/free_many.c"
 #include "process/fork.c"

@@ -485,8 +485,6 @@ static void test_blocks_of_no_class_go_home(void) {
 }
 
 int main(void) {
-  /* each thread on an arena of its own (share.c's shared arena: test_process_share) */
-  scr_process_option_set("share", "0");
   scr_process_option_set("discard", "0"); /* parked arenas keep what they hold */
   scr_free(scr_malloc(16)); /* the main thread holds arena 0 */
   TEST(test_defaults);

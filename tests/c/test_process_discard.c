@@ -372,9 +372,6 @@ static void test_discard_off(void) {
 
 int main(int argc, char **argv) {
   self = argv[0];
-  /* each thread on an arena of its own (share.c's shared arena:
-   * test_process_share); the modes below inherit it */
-  setenv("SCRALLOC_SHARE", "0", 1);
   if (argc > 1 && strcmp(argv[1], "quick") == 0) return mode_quick();
   if (argc > 1 && strcmp(argv[1], "poison") == 0) return mode_poison();
   if (argc > 1 && strcmp(argv[1], "small_pages") == 0) return mode_small_pages();

@@ -1,7 +1,7 @@
 /* Seeded random runs of the process allocator with its policies mixed.
- * Each round, in a child process of its own, draws a set of options (the
- * shared arena or not, cache sizes and growth, lending, discards with
- * short delays and poison, the retain budget), then runs a churn of threads that malloc,
+ * Each round, in a child process of its own, draws a set of options
+ * (cache sizes and growth, lending, the pool, discards with short delays
+ * and poison, the retain budget), then runs a churn of threads that malloc,
  * calloc, aligned_alloc, realloc (sometimes to zero bytes) and free, hand
  * blocks to each other through a shared array, leave blocks behind when
  * they exit, sleep (so that they block, as threads that take turns do), and free sets
@@ -274,9 +274,6 @@ typedef struct {
 } option_draw;
 
 static const option_draw draws[] = {
-    {"share", {"0", "1", "1"}},
-    {"share_hot", {"256", "4096", "1000000"}},
-    {"share_contended", {"1", "2", "8", "256"}},
     {"cache_bytes", {"0", "1024", "16384", "65536"}},
     {"cache_medium", {"0", "2", "8"}},
     {"cache_max", {"0", "1024", "4096", "65536"}},
@@ -448,12 +445,11 @@ static int round_body(uint64_t seed) {
             (unsigned long long)ps.remote_pending, (unsigned long long)ps.foreign_frees);
   if (getenv("SCR_FUZZ_VERBOSE"))
     printf("  seed %llu:%s\n    %llu claims, %llu parks, %llu lends, %llu pool takes, %llu cache grows, "
-           "%llu remote frees, %llu discards, %llu joined the shared arena, %llu "
+           "%llu remote frees, %llu discards, %llu "
            "realloc moves, %u forks, %llu KiB given back inside free slots, %llu huge blocks reused, %llu trims asked\n",
            (unsigned long long)seed, opts, (unsigned long long)ps.claims, (unsigned long long)ps.parks,
            (unsigned long long)ps.lends, (unsigned long long)ps.pool_takes,
            (unsigned long long)ps.cache_grows, (unsigned long long)ps.remote_frees, (unsigned long long)ps.discards,
-           (unsigned long long)ps.share_joins,
            (unsigned long long)ps.realloc_moves, forks_done, (unsigned long long)(ps.interior_bytes >> 10),
            (unsigned long long)ps.huge_cache_hits, (unsigned long long)ps.trim_answers);
   return ok ? 0 : 1;

@@ -95,8 +95,6 @@ static void test_lend_off(void) {
 }
 
 int main(void) {
-  /* each thread on an arena of its own (share.c's shared arena: test_process_share) */
-  scr_process_option_set("share", "0");
   TEST(test_free_slots_are_lent);
   TEST(test_nothing_to_lend);
   TEST(test_lend_off);

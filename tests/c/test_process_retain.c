@@ -638,7 +638,6 @@ static void test_tail(void) {
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "lazy") == 0) { /* MADV_FREE for every interior range */
     setenv("SCRALLOC_MADV_FREE_BELOW", "1G", 1);
-    scr_process_option_set("share", "0");
     TEST(test_interior_return);
     TEST(test_advice_figures);
     TEST(test_holes);
@@ -647,7 +646,6 @@ int main(int argc, char **argv) {
   /* A purge pass decommits pages freed more than purge_delay_ms before;
    * sanitizer builds are slow enough for a round to take that long. */
   setenv("SCRALLOC_PURGE_DELAY_MS", "2000", 1);
-  scr_process_option_set("share", "0");
   scr_process_option_set("discard_delay_ms", "100000");
   scr_process_option_set("retain_ratio_above", "0"); /* the tests' live sets are small */
   TEST(test_bursts_reuse_freed_pages);

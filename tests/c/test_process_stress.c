@@ -299,6 +299,35 @@ static void test_free_many(void) {
 
 /* ---- 6: the API's edges ---- */
 
+/* A thread claims an arena of its own at its first allocation, whichever
+ * entry point makes it, and parks it at exit. */
+static void *first_call(void *arg) {
+  const char *entry = arg;
+  void *p = strcmp(entry, "calloc") == 0    ? scr_calloc(3, 10)
+            : strcmp(entry, "realloc") == 0 ? scr_realloc(NULL, 30)
+            : strcmp(entry, "aligned") == 0 ? scr_aligned_alloc(64, 30)
+                                            : scr_malloc(30);
+  CHECK(p != NULL);
+  scr_free(p);
+  scr_free(scr_malloc(100));
+  return NULL;
+}
+
+static void test_first_call_claims_an_arena(void) {
+  static const char *const entries[] = {"malloc", "calloc", "realloc", "aligned"};
+  for (unsigned i = 0; i < 4; i++) {
+    struct scr_process_stats p0, p1;
+    scr_process_stats(&p0);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, first_call, (void *)entries[i]) == 0);
+    pthread_join(t, NULL);
+    scr_process_stats(&p1);
+    CHECK_EQ(p1.claims - p0.claims, 1);
+    CHECK_EQ(p1.parks - p0.parks, 1);
+  }
+  CHECK(scr_process_validate() == SCR_OK);
+}
+
 static void test_api_edges(void) {
   CHECK(scr_usable_size(NULL) == 0);
   scr_free(NULL);
@@ -718,10 +747,9 @@ int main(void) {
   if (sc && atoi(sc) > 0) scale = (unsigned)atoi(sc);
   /* keep the discard helper out of the way: test_trim_to_zero wants
    * every parked arena on the parked list */
-  /* each thread on an arena of its own (share.c's shared arena: test_process_share) */
-  scr_process_option_set("share", "0");
   scr_process_option_set("discard_delay_ms", "10000");
   TEST(test_api_edges);
+  TEST(test_first_call_claims_an_arena);
   TEST(test_lend_chain);
   TEST(test_shared_array);
   TEST(test_producer_consumer);

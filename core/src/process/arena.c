@@ -140,16 +140,14 @@ static bool proc_own_locked(scr_arena *a, bool was_parked) {
   return alone;
 }
 
-/* The calling thread's side of taking a (after proc_own_locked); the
- * shared arena (share.c) is nobody's own: no thread-local (and no exit
- * hook: holder.c sets that for a thread's own). */
-static void proc_adopt(scr_arena *a, unsigned poisoned, bool shared) {
+/* The calling thread's side of taking a (after proc_own_locked): its own
+ * from now on (holder.c sets the exit hook). */
+static void proc_adopt(scr_arena *a, unsigned poisoned) {
   scr_proc *P = &_scr_proc;
-  a->shared = shared;
   a->discarded = 0;
   a->trim_seen = atomic_load_explicit(&P->trim_epoch, memory_order_relaxed);
   if (poisoned) _scr_arena_unpoison(a);
-  if (!shared) _scr_tl_arena = a;
+  _scr_tl_arena = a;
   SCR_PC_ADD(claims, 1);
   _scr_remote_poll(a);
   _scr_arena_keep_update(a);
@@ -173,7 +171,7 @@ static void proc_backoff_on_claim_locked(uint64_t now) {
   }
 }
 
-scr_arena *_scr_arena_claim(bool shared, bool *alone) {
+scr_arena *_scr_arena_claim(bool *alone) {
   _scr_proc_init();
   scr_proc *P = &_scr_proc;
   uint64_t now = _scr_proc_now_ns();
@@ -190,7 +188,7 @@ scr_arena *_scr_arena_claim(bool shared, bool *alone) {
   proc_backoff_on_claim_locked(now);
   unsigned poisoned = a->poisoned;
   pthread_mutex_unlock(&P->lock);
-  proc_adopt(a, poisoned, shared);
+  proc_adopt(a, poisoned);
   return a;
 }
 

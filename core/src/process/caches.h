@@ -5,7 +5,7 @@
  * batches of remote frees (remote.c), and the holder's side of an arena
  * (holder.c: claim and park with the cache set and flushed, the tick,
  * trim).  Uses the arenas' layer (arenas.h); knows nothing of the
- * entry points or the shared arena (entry.h).  Files, bottom up:
+ * entry points (entry.h).  Files, bottom up:
  * remote.c pool.c recycle.c lend.c holder.c. */
 #ifndef SCR_PROCESS_CACHES_H
 #define SCR_PROCESS_CACHES_H
@@ -154,14 +154,14 @@ static inline void *_scr_lend_refill(scr_arena *a, unsigned c) {
 }
 
 /* holder.c: the holder's side of its arena */
-SCR_INTERNAL scr_arena *_scr_holder_claim(bool shared); /* an arena with its cache set (arena.c: _scr_arena_claim) */
+SCR_INTERNAL scr_arena *_scr_holder_claim(void); /* an arena with its cache set (arena.c: _scr_arena_claim) */
 SCR_INTERNAL void _scr_holder_park(scr_arena *a);       /* the cache flushed, then the arena parked */
 SCR_INTERNAL void _scr_holder_publish(scr_arena *a);    /* a snapshot, less the blocks the cache keeps */
 SCR_INTERNAL size_t _scr_holder_trim(scr_arena *a); /* a's cache, pool share, remote frees, free pages back */
 /* The caller's arena, claimed on first use; NULL when none can be had. */
 static inline scr_arena *_scr_holder_get(void) {
   scr_arena *a = _scr_tl_arena;
-  if (SCR_UNLIKELY(a == NULL)) a = _scr_holder_claim(false);
+  if (SCR_UNLIKELY(a == NULL)) a = _scr_holder_claim();
   return a;
 }
 #define SCR_ARENA_PUBLISH_EVERY 65536 /* calls between stats snapshots */

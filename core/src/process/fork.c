@@ -11,7 +11,6 @@
 
 static void proc_fork_prepare(void) {
   scr_proc *P = &_scr_proc;
-  _scr_share_lock();
   pthread_mutex_lock(&P->lock);
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_lock(&a->snap_lock);
   _scr_pool_lock_all();
@@ -26,7 +25,6 @@ static void proc_fork_parent(void) {
   _scr_pool_unlock_all();
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);
   pthread_mutex_unlock(&P->lock);
-  _scr_share_unlock();
 }
 
 static void proc_fork_child(void) {
@@ -38,7 +36,6 @@ static void proc_fork_child(void) {
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);
   SCR_PC_ADD(forks, 1);
   pthread_mutex_unlock(&P->lock);
-  _scr_share_unlock();
 }
 
 /* pthread_atfork may allocate, so it runs here and not in the first

@@ -4,8 +4,7 @@
  * order makes the free lists hand them back ascending, the order the bump
  * pointers carve fresh memory in.  Sets of at least SCR_FREE_MANY_SORT
  * blocks are sorted (in place, heapsort: no allocation, O(n log n)).
- * Layer: entry (scr_free per block, on the shared arena's lock once for
- * the whole set where the caller is on it).  Owns nothing. */
+ * Layer: entry (scr_free per block).  Owns nothing. */
 #include "entry.h"
 
 #define SCR_FREE_MANY_SORT 16384
@@ -38,11 +37,5 @@ static void proc_sort_descending(void **v, size_t n) {
 void scr_free_many(void **ptrs, size_t n) {
   if (ptrs == NULL) return;
   if (n >= SCR_FREE_MANY_SORT) proc_sort_descending(ptrs, n);
-  /* A thread on the shared arena frees the set as one call: one take of
-   * the mutex, and the set's own blocks go to their pages in order (per
-   * block, the thread could run hot midway and send the rest to the
-   * shared arena's remote stack, which its next holder frees in reverse). */
-  bool shared = _scr_tl_arena == NULL && _scr_share_wanted() && _scr_share_enter() != NULL;
   for (size_t i = 0; i < n; i++) scr_free(ptrs[i]);
-  if (shared) _scr_share_leave();
 }

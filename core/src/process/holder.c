@@ -34,16 +34,13 @@ static void holder_set_exit_hook(scr_arena *a) {
   if (holder_key_ok) pthread_setspecific(holder_key, a);
 }
 
-/* An arena for the caller (its own, or the shared one for share.c, under
- * its mutex: claimed as a thread claims one, without becoming the
- * caller's own), its cache set; NULL when none can be had. */
-scr_arena *_scr_holder_claim(bool shared) {
-  if (!shared) _scr_tl_share = SCR_SHARE_SOLO;
+/* An arena of the caller's own, its cache set; NULL when none can be had. */
+scr_arena *_scr_holder_claim(void) {
   bool alone;
-  scr_arena *a = _scr_arena_claim(shared, &alone);
+  scr_arena *a = _scr_arena_claim(&alone);
   if (a == NULL) return NULL;
   _scr_recycle_init(a, alone);
-  if (!shared) holder_set_exit_hook(a);
+  holder_set_exit_hook(a);
   return a;
 }
 

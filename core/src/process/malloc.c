@@ -6,7 +6,7 @@
  * another arena's gets the block on its remote stack.  Realloc of a block
  * of another arena moves it into the caller's.
  * Layer: entry.  Owns nothing: each call runs on the caller's arena
- * through the caches' layer (caches.h) or on the shared arena (share.c). */
+ * through the caches' layer (caches.h). */
 #include "entry.h"
 #include <errno.h>
 #include <string.h>
@@ -16,8 +16,7 @@
  * arena or NULL (none claimed yet). */
 static __attribute__((noinline)) void *proc_malloc_general(scr_arena *a, size_t n) {
   if (SCR_UNLIKELY(a == NULL)) {
-    SCR_SHARE_RETURN(1, scr_malloc(n));
-    a = _scr_holder_claim(false);
+    a = _scr_holder_claim();
     if (a == NULL) return NULL;
   }
   void *p;
@@ -103,7 +102,6 @@ void *scr_calloc(size_t count, size_t size) {
     void *p = _scr_recycle_take(a, _scr_class_of(n));
     if (p != NULL) return memset(p, 0, n);
   }
-  SCR_SHARE_RETURN(SCR_UNLIKELY(a == NULL), scr_calloc(count, size));
   a = _scr_holder_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   void *p = proc_heap_calloc(a->heap, count, size);
@@ -115,7 +113,6 @@ void *scr_aligned_alloc(size_t alignment, size_t n) {
   /* Every block is aligned to SCR_MIN_ALIGN: a smaller alignment (a power
    * of two; the heap's path reports others) is malloc's, cache included. */
   if (alignment != 0 && (alignment & (alignment - 1)) == 0 && alignment <= SCR_MIN_ALIGN) return scr_malloc(n);
-  SCR_SHARE_RETURN(SCR_UNLIKELY(_scr_tl_arena == NULL), scr_aligned_alloc(alignment, n));
   scr_arena *a = _scr_holder_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   void *p = proc_heap_aligned_alloc(a->heap, alignment, n);
@@ -134,11 +131,6 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
   if (p == NULL) return;
   if (SCR_UNLIKELY(_scr_proc_check("free", p) != SCR_OK)) return; /* reported (misuse.c) */
   scr_segment *seg = _scr_segmap_seg(e);
-  if (a == NULL && seg != NULL && _scr_share_wanted() && _scr_share_enter() != NULL) {
-    scr_free(p);
-    _scr_share_leave();
-    return;
-  }
   scr_heap *h = seg ? seg->heap : NULL;
   uintptr_t idx = 0;
   unsigned tag = seg ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
@@ -246,7 +238,6 @@ void *scr_realloc(void *p, size_t n) {
     return NULL;
   }
   scr_heap *h = _scr_heap_of(p);
-  SCR_SHARE_RETURN(SCR_UNLIKELY(_scr_tl_arena == NULL), scr_realloc(p, n));
   scr_arena *a = _scr_holder_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   if (SCR_LIKELY(a->heap == h)) {
@@ -269,7 +260,7 @@ void *scr_realloc(void *p, size_t n) {
 }
 
 /* Give back what can be given back: the caller's arena's free pages and
- * cached blocks, the shared arena's, and those of every parked arena. */
+ * cached blocks, and those of every parked arena. */
 size_t scr_trim(void) {
   _scr_proc_init();
   scr_proc *P = &_scr_proc;
@@ -283,7 +274,6 @@ size_t scr_trim(void) {
     n += _scr_holder_trim(a);
   }
   else _scr_pool_flush(NULL);
-  n += _scr_share_trim();
   uint64_t cached = 0;
   (void)_scr_huge_cache_decay(0, true, &cached);
   n += cached;

@@ -1,8 +1,7 @@
 /* The OS calls of the process layer that the core's prim/ does not have:
  * the transparent-huge-page mode, whether the kernel would write a core,
- * a monotonic clock, futexes.  All without
- * malloc.  Every
- * Linux-only path has a fallback that does nothing.
+ * a monotonic clock.  All without malloc.  Every Linux-only path has a
+ * fallback that does nothing.
  * Layer: base (the bottom: every other file of the process layer calls
  * the OS through here or through core/src/prim/).  Owns nothing. */
 #include "process.h"
@@ -11,14 +10,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-
-/* linux/futex.h's FUTEX_WAIT_PRIVATE and FUTEX_WAKE_PRIVATE (0 and 1, with
- * FUTEX_PRIVATE_FLAG 128), without the kernel header */
-#define FUTEX_WAIT_PRIVATE_ 128
-#define FUTEX_WAKE_PRIVATE_ 129
 
 /* Read a small file into buf (NUL-terminated); length or -1. */
 static ssize_t proc_read_small(const char *path, char *buf, size_t len) {
@@ -70,26 +63,4 @@ void *_scr_proc_map(size_t size) {
 /* Poison mode: make a discarded range inaccessible, or usable again. */
 int _scr_proc_protect(void *p, size_t size, int accessible) {
   return mprotect(p, size, accessible ? PROT_READ | PROT_WRITE : PROT_NONE) == 0 ? 0 : -1;
-}
-
-/* Blocking without spinning: a thread that must wait for another (the
- * shared arena's lock) sleeps in the
- * kernel until woken, instead of a sched_yield loop that burns its CPU
- * and the scheduler's time while the holder may be off the CPU.  Private
- * futexes (the word is in this process); where the call is missing it
- * returns at once and the caller's loop tries again. */
-void _scr_proc_futex_wait(_Atomic int *word, int expected) {
-#ifdef SYS_futex
-  syscall(SYS_futex, (int *)word, FUTEX_WAIT_PRIVATE_, expected, NULL, NULL, 0);
-#else
-  (void)word, (void)expected;
-#endif
-}
-
-void _scr_proc_futex_wake(_Atomic int *word, int n) {
-#ifdef SYS_futex
-  syscall(SYS_futex, (int *)word, FUTEX_WAKE_PRIVATE_, n, NULL, NULL, 0);
-#else
-  (void)word, (void)n;
-#endif
 }

@@ -6,7 +6,7 @@
  * under it (tests/tools/process_layers.py checks the direction):
  *
  *   observers  stats.c override_stats.c                        observers.h
- *   entry      share.c malloc.c free_many.c fork.c override.c       entry.h
+ *   entry      malloc.c free_many.c fork.c override.c               entry.h
  *   caches     remote.c pool.c recycle.c lend.c holder.c            caches.h
  *   arenas     budget.c hooks.c huge_cache.c validate.c
  *              arena.c discard.c helper.c                           arenas.h
@@ -29,10 +29,9 @@
  *   arena->remote     any thread (lock-free push; the holder drains it).
  *   state, lists      under _scr_proc.lock.
  *   arena->snap       under arena->snap_lock.
- * Lock order: the shared arena's lock (share.c) before _scr_proc.lock
- * before any snap_lock before the pool's class locks (pool.c) before the
- * huge-block cache's lock; helper_lock is a leaf (fork.c takes them all
- * in that order).
+ * Lock order: _scr_proc.lock before any snap_lock before the pool's class
+ * locks (pool.c) before the huge-block cache's lock; helper_lock is a leaf
+ * (fork.c takes them all in that order).
  */
 #ifndef SCR_PROCESS_H
 #define SCR_PROCESS_H
@@ -71,9 +70,6 @@ SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
   X(cache_medium_after, 16, 0, 65535, "mallocs of a medium class a thread that claimed its arena while no other was held (the main thread, as a rule) makes before its cache keeps blocks of that class (0: from the first)") \
   X(cache_max, 65536, 0, 65536, "blocks above this size skip the thread's cache (0: no cache)") \
   X(cache_grow, (uint64_t)2 << 20, 0, (uint64_t)1 << 30, "bytes by which the caps of the threads' cache lists may grow together (below 4 KiB up to 1024 blocks, with the thread's own blocks; the others up to 64), a block at a time when a full list is freed into; each thread's share is this over the threads holding arenas (0: the caps stay as cache_bytes and cache_medium set them)") \
-  X(share, 1, 0, 1, "threads start on one arena they share (a lock per call) until one finds it taken share_contended times within 256 calls or runs share_hot calls without blocking, then claim their own: 0 off, every thread claims its own at its first allocation") \
-  X(share_hot, 4096, 256, UINT64_MAX, "calls without blocking (each 256 of them within 1 ms) after which a thread on the shared arena claims its own") \
-  X(share_contended, 8, 1, 256, "times within 256 calls a thread on the shared arena finds it taken (another thread allocating that moment) before it claims its own; it waits for it the times before (1: claims its own at the first)") \
   X(retain_budget, (uint64_t)4 << 20, 0, UINT64_MAX, "free pages and cached large blocks the arenas keep committed together, beside retain_ratio: each keeps this over the threads holding arenas, and at least retain_bytes") \
   X(huge_decay_ms, 1000, 0, 3600000, "how long a freed huge block waits in the process's cache for a request of any thread before the helper unmaps it") \
   X(retain_ratio_above, (uint64_t)64 << 20, 0, UINT64_MAX, "busy bytes below which retain_ratio adds nothing: a program whose live blocks take less keeps retain_budget alone") \
@@ -137,7 +133,6 @@ typedef struct scr_arena {
   unsigned id;                      /* index in creation order */
   unsigned state;                   /* scr_arena_state, under _scr_proc.lock */
   unsigned discarded;               /* pages returned since it was parked */
-  unsigned shared;                  /* the shared arena (share.c): held by whoever holds its mutex */
   uint64_t parked_ns;               /* when it was parked (monotonic) */
   uint64_t ops;                     /* holder's heap calls (ticks) */
   uint64_t ops_published;           /* ops at the last snapshot */
@@ -238,9 +233,6 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(lends, "cache lists filled with a parked arena's free slots")             \
   X(cache_grows, "blocks by which threads' full cache lists grew") \
   X(remote_sent_unowned, "remote frees by threads that hold no arena")      \
-  X(share_joins, "threads that started on the shared arena")               \
-  X(share_leaves, "threads that left the shared arena for their own (found it taken share_contended times in 256 calls, ran hot, or exited)") \
-  X(share_collisions, "calls that found the shared arena taken (the thread waited for it, or claimed its own)") \
   X(trim_answers, "trims made by threads holding arenas at their next tick, asked by another thread's scr_trim or malloc_trim") \
   X(trim_answer_bytes, "bytes those trims gave back")                        \
   X(interior_bytes, "bytes given back inside pages that hold live blocks: free slots, never carved tails (trim, discard)") \
@@ -272,13 +264,9 @@ SCR_INTERNAL int _scr_proc_core_dumps(void);
 SCR_INTERNAL uint64_t _scr_proc_now_ns(void);
 SCR_INTERNAL void *_scr_proc_map(size_t size);
 SCR_INTERNAL int _scr_proc_protect(void *p, size_t size, int accessible);
-SCR_INTERNAL void _scr_proc_futex_wait(_Atomic int *word, int expected); /* sleeps while *word == expected */
-SCR_INTERNAL void _scr_proc_futex_wake(_Atomic int *word, int n);
 
-/* state.c: the process-wide state and the thread's arena and share state
- * (storage), and the initialization */
-SCR_INTERNAL extern __thread int _scr_tl_share __attribute__((tls_model("initial-exec")));
-#define SCR_SHARE_SOLO 2 /* _scr_tl_share: the thread holds (or will claim) an arena of its own (share.c) */
+/* state.c: the process-wide state and the thread's arena (storage), and
+ * the initialization */
 SCR_INTERNAL void _scr_proc_init_slow(void);
 /* No thread but the caller holds an arena; mine: the caller's (or NULL). */
 static inline int _scr_proc_alone(const scr_arena *mine) {

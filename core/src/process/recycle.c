@@ -16,8 +16,7 @@
  * pages can go back (the churn: 2.3 MiB 1.5 s after its frees, 4.5-5.1
  * when its main thread kept them), where threads still running reuse
  * them (the threaded stress, whose threads free blocks of the arenas of
- * threads that finished first and of the shared arena its threads left:
- * otherwise each such free is a push onto a parked arena's remote stack,
+ * threads that finished first: otherwise each such free is a push onto a parked arena's remote stack,
  * a batch of them a drain under the process lock, and the freeing thread
  * carves fresh memory meanwhile: 3.5-3.6k faults -> 3.2k, wall 0.97-1.00x
  * over four runs of 40-150 paired rounds).  The figures of
@@ -30,8 +29,7 @@
  * 40.1 MiB with these defaults, 38.2 with cache_max=4096, 37.9 with no
  * cache at all (glibc 38.6), while the threaded stress with cache_max=4096
  * faulted 10.5k pages instead of 3.6k and took 0.098 s instead of 0.068
- * (10 and 9 interleaved runs).  Hence options and defaults for speed;
- * the shared arena (share.c) is where such threads meet.
+ * (10 and 9 interleaved runs).  Hence options and defaults for speed.
  *
  * Layer: caches.  Owns each arena's lists (rc, medium_cap,
  * medium_mallocs, cache_grown): its holder alone touches them. */
@@ -151,14 +149,12 @@ static void recycle_empty_list(scr_arena *a, unsigned c, uint32_t max) {
  * shared by the threads holding arenas, bounds what all lists of all
  * threads keep past their bases, so a program of many threads keeps
  * about what one would.  The caps go back to their bases at park and
- * trim.  The shared arena's lists (share.c: threads that take turns) do
- * not grow, so that Python's threads do not keep a burst's blocks while
- * another thread runs. */
+ * trim. */
 bool _scr_recycle_grow(scr_arena *a, unsigned c) {
   scr_recycled *r = &a->rc[c];
   uint64_t size = _scr_class_sizes[c], budget = _scr_proc.opt.cache_grow;
   uint32_t cap = c < SCR_GROW_FIRST ? SCR_RECYCLE_RUN_MAX : SCR_RECYCLE_CLASS_MAX;
-  if (r->max == 0 || r->max >= cap || budget == 0 || a->shared)
+  if (r->max == 0 || r->max >= cap || budget == 0)
     return false;
   unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
   /* A small class's list grows only while no other thread holds an arena:

@@ -1,5 +1,5 @@
 /* The process-wide state: the one scr_proc (_scr_proc), the counters
- * (_scr_pc), the thread's arena and share state, and the initialization
+ * (_scr_pc), the thread's arena, and the initialization
  * that the first call of the process runs (options from the environment,
  * the arenas' heap options, what the OS offers), and the options' changes
  * at run time (scr_process_option_set: the table is options.c's).
@@ -18,9 +18,6 @@ scr_proc _scr_proc = {
 };
 scr_proc_counters _scr_pc;
 __thread scr_arena *_scr_tl_arena __attribute__((tls_model("initial-exec")));
-/* SCR_SHARE_SOLO once the thread holds (or is to claim) an arena of its
- * own; share.c says what the other values mean */
-__thread int _scr_tl_share __attribute__((tls_model("initial-exec")));
 
 static pthread_mutex_t proc_init_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -63,11 +60,6 @@ void _scr_proc_init_slow(void) {
     P->thp_mode = _scr_proc_thp_mode();
     P->core_dumps = _scr_proc_core_dumps();
     P->delay_ms = P->opt.discard_delay_ms;
-    /* The first thread (the main thread, as a rule) holds an arena of its
-     * own: it is the one that frees what finished threads left (the
-     * churn's last phase, and its RSS once that is done, rely on it), and
-     * a process's startup is busy anyway. */
-    _scr_tl_share = SCR_SHARE_SOLO;
     atomic_store_explicit(&P->inited, 1, memory_order_release);
   }
   pthread_mutex_unlock(&proc_init_lock);

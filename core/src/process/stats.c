@@ -30,7 +30,6 @@ static void proc_refresh_own(void) {
     _scr_remote_poll(me);
     _scr_holder_publish(me);
   }
-  _scr_share_publish();
 }
 
 void scr_stats(struct scr_stats *out) {
@@ -153,9 +152,6 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->dontdump_segments = SCR_PLOAD_(dontdump_advised);
   o->forks = SCR_PLOAD_(forks);
   o->parked_drains = SCR_PLOAD_(parked_drains);
-  o->share_joins = SCR_PLOAD_(share_joins);
-  o->share_leaves = SCR_PLOAD_(share_leaves);
-  o->share_collisions = SCR_PLOAD_(share_collisions);
   o->trim_answers = SCR_PLOAD_(trim_answers);
   o->trim_answer_bytes = SCR_PLOAD_(trim_answer_bytes);
   o->interior_bytes = SCR_PLOAD_(interior_bytes);
@@ -233,10 +229,6 @@ void _scr_proc_report(int fd, bool per_arena) {
            "which caches of 4 KiB and larger blocks grew)\n",
            pid, U(ps.remote_frees), U(ps.remote_pending), U(ps.realloc_moves), U(ps.pool_puts), U(ps.pool_takes),
            U(ps.lends), U(ps.cache_grows));
-  proc_write_line(&o, fd);
-  _scr_out_put(&o, "scralloc[%d]: %llu joined the shared arena (threads that started on one arena shared under a lock; %llu left it "
-           "for their own, %llu collisions: calls that found it taken)\n",
-           pid, U(ps.share_joins), U(ps.share_leaves), U(ps.share_collisions));
   proc_write_line(&o, fd);
   uint64_t mode = _scr_proc.opt.on_error;
   _scr_out_put(&o, "scralloc[%d]: bad pointers given to free, realloc or malloc_usable_size: %llu double frees, "

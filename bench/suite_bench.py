@@ -405,6 +405,9 @@ def main():
     ap.add_argument("--profile", action="append", default=[],
                     help="another scralloc column with these options, NAME=VALUE[,NAME=VALUE] "
                          "(SCRALLOC_NAME=VALUE in its environment; repeatable): a mechanism switched off")
+    ap.add_argument("--extra-lib", action="append", default=[],
+                    help="another scralloc column from another build, NAME=PATH (repeatable): "
+                         "'scralloc NAME' in the tables, against this build as a --profile column is")
     ap.add_argument("--no-peers", action="store_true",
                     help="run scralloc and its --profile columns only (the mechanism table, in less time)")
     ap.add_argument("--json", default="build/bench/suite.json")
@@ -435,6 +438,11 @@ def main():
         # [(column name, library or None, extra environment)]
         allocs = [(a, path, {}) for a, path in find_allocators(lib) if not args.no_peers or a == "scralloc"]
         allocs += [(f"scralloc {prof}", lib, profile_env(prof)) for prof in args.profile]
+        for extra in args.extra_lib:
+            name, _, path = extra.partition("=")
+            copy = os.path.join(tmpdir, f"libscralloc-{len(allocs)}.so")
+            shutil.copy(path, copy)
+            allocs.append((f"scralloc {name}", copy, {}))
         results = {p.name: {a: [] for a, _, _ in allocs} for p in progs}
         failures = 0
         t0 = time.time()

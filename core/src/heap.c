@@ -140,7 +140,7 @@ static scr_page *page_for_class(scr_heap *h, unsigned c) {
     return pg;
   }
   bool fresh_first = c < SCR_MEDIUM_FIRST && h->fresh_taken[c] < SCR_FRESH_PAGES;
-  scr_page *pg = _scr_segment_take_pages(h, span, span * SCR_PAGE_SIZE, c, fresh_first);
+  scr_page *pg = _scr_segment_take_pages(h, span, span * SCR_PAGE_SIZE, fresh_first);
   if (pg == NULL) return NULL;
   h->fresh_taken[c] += fresh_first; /* a failed take does not count */
   _scr_page_format(pg, c);

@@ -133,12 +133,10 @@ SCR_INTERNAL void _scr_segmap_clear(uintptr_t base, size_t size);
 /* segment.c */
 SCR_INTERNAL scr_segment *_scr_segment_map(scr_heap *h, size_t size, size_t align, scr_segment_kind kind);
 SCR_INTERNAL bool _scr_segment_unmap(scr_heap *h, scr_segment *seg);
-/* cls: the size class the pages are for, SCR_TAG_OTHER for a large block
- * (the page_acquired hook is told); fresh_first: pages never touched (or
+/* fresh_first: pages never touched (or
  * decommitted) before pages still committed */
-SCR_INTERNAL scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, unsigned n, unsigned cls);
-SCR_INTERNAL scr_page *_scr_segment_take_pages(scr_heap *h, unsigned npages, size_t align, unsigned cls,
-                                               bool fresh_first);
+SCR_INTERNAL scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, unsigned n);
+SCR_INTERNAL scr_page *_scr_segment_take_pages(scr_heap *h, unsigned npages, size_t align, bool fresh_first);
 /* A huge segment leaves h (off its list and its figures; seg->heap stays
  * h, so that a double free of its block is still told as one) or joins
  * h (at size new_size: its tail unmapped, or grown with mremap, moved
@@ -240,10 +238,8 @@ SCR_INTERNAL void _scr_heap_set_hooks(scr_heap *h, const struct _scr_heap_hooks 
  * Read-only once _scr_misuse_init has run (the first heap made). */
 typedef struct _scr_slot_geom {
   uint64_t magic;                        /* floor(2^64 / size) + 1 */
-  uint32_t limit;                        /* reserved * step: off * magic < limit <=> a slot start below the last whole slot */
   uint32_t mask;                         /* offset of an address in its page (run) */
-  uint32_t step;                         /* size * magic mod 2^64: a slot's share of a limit */
-  uint32_t pad_;
+  uint32_t step;                         /* size * magic mod 2^64: a slot's share of a page's slot_limit */
 } _scr_slot_geom;
 typedef struct _scr_misuse_globals {
   _Alignas(64) uint64_t key;             /* in the second word of every free small block */

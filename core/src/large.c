@@ -175,7 +175,7 @@ void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
     h->large_bytes += (size_t)pg->span << SCR_PAGE_SHIFT;
     return handed_out(block, false);
   }
-  scr_page *pg = _scr_segment_take_pages(h, span, align, SCR_TAG_OTHER, false);
+  scr_page *pg = _scr_segment_take_pages(h, span, align, false);
   if (pg == NULL) {
     errno = ENOMEM;
     return NULL;
@@ -247,7 +247,7 @@ void *_scr_large_realloc_inplace(scr_heap *h, scr_segment *seg, void *p, size_t 
     uint64_t bits = _scr_run_mask(first + pg->span, more);
     if ((seg->free_mask & bits) != bits) return NULL;
     if (!_scr_heap_grow_ok(h, (size_t)more * SCR_PAGE_SIZE)) return NULL;
-    if (_scr_segment_take_at(h, seg, first + pg->span, more, SCR_TAG_OTHER) == NULL) return NULL;
+    if (_scr_segment_take_at(h, seg, first + pg->span, more) == NULL) return NULL;
     h->large_bytes += (size_t)more << SCR_PAGE_SHIFT;
     mark_span(seg, first, want, false);
     scr_validate_heap(h);

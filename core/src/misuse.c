@@ -35,9 +35,8 @@ static _Atomic int misuse_state; /* 0 not yet, 1 being filled, 2 ready */
  *   is not a power of two, Lemire et al.'s theorem; for a power of two,
  *   (off mod size) * 2^64 / size + off).
  * So  off * magic < n * step  <=>  off is one of the first n slots'
- * starts, for any n <= 4096 (n * step < 2^28): n = the slots that fit
- * the page gives the class's limit, n = the page's capacity the page's
- * slot_limit (types.h: in the segment header; heap_fast.h keeps it, and
+ * starts, for any n <= 4096 (n * step < 2^28): n = the page's capacity
+ * gives the page's slot_limit (types.h: in the segment header; heap_fast.h keeps it, and
  * interior.c sets it to 0 while the page has holes). */
 static _scr_slot_geom slot_geom(unsigned c) {
   uint64_t size = _scr_class_sizes[c];
@@ -45,7 +44,6 @@ static _scr_slot_geom slot_geom(unsigned c) {
   uint64_t magic = UINT64_MAX / size + 1 + ((size & (size - 1)) == 0); /* floor(2^64 / size) + 1 */
   uint64_t step = size * magic;
   _scr_slot_geom g = {.magic = magic,
-                      .limit = (uint32_t)((span / size) * step),
                       .mask = (uint32_t)(span - 1),
                       .step = (uint32_t)step};
   return g;
@@ -57,9 +55,9 @@ void _scr_misuse_init(void) {
   int expected = 0;
   if (atomic_compare_exchange_strong(&misuse_state, &expected, 1)) {
     for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) _scr_misuse.geom[c] = slot_geom(c);
-    /* always suspect: limit 0 here, and a page of no size class has
-     * slot_limit 0 (types.h) for the process allocator's test */
-    _scr_misuse.geom[SCR_TAG_OTHER] = (_scr_slot_geom){.magic = 0, .limit = 0, .mask = 0, .step = 0};
+    /* always suspect: a page of no size class has slot_limit 0
+     * (types.h) */
+    _scr_misuse.geom[SCR_TAG_OTHER] = (_scr_slot_geom){.magic = 0, .mask = 0, .step = 0};
     uint64_t key = _scr_os_random_u64();
     _scr_misuse.key = key ? key : 0x5c7a110cfeedbeefull;
     atomic_store_explicit(&misuse_state, 2, memory_order_release);

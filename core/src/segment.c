@@ -198,7 +198,7 @@ static uint64_t run_starts(uint64_t free_mask, unsigned n, size_t align) {
   return m;
 }
 
-static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigned n, unsigned cls) {
+static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
   uint64_t bits = _scr_run_mask(first, n);
   uint64_t fresh = bits & ~seg->committed_free_mask;
   uint64_t zero = fresh & ~seg->lazy_free_mask;
@@ -220,15 +220,12 @@ static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigne
     pg->zero = (zero >> i) & 1;
     pg->freed_block = 0;
   }
-  scr_page *pg = &seg->pages[first];
-  if (h->hooks.page_acquired)
-    h->hooks.page_acquired(h, _scr_page_start(seg, pg), (size_t)n * SCR_PAGE_SIZE, cls, h->hooks.arg);
-  return pg;
+  return &seg->pages[first];
 }
 
 /* Pages first..first+n-1 of seg, which the caller knows are free. */
-scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, unsigned n, unsigned cls) {
-  return take_run(h, seg, first, n, cls);
+scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
+  return take_run(h, seg, first, n);
 }
 
 /* A run of n free pages whose start is `align`-aligned (align <= a
@@ -238,7 +235,7 @@ scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, un
  * fullest segment with a run, so that emptier ones can go back.  With
  * fresh_first, a run never touched (or decommitted) in the fullest
  * segment that has one comes before them (when the heap may grow). */
-scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align, unsigned cls, bool fresh_first) {
+scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align, bool fresh_first) {
   scr_assert(n >= 1 && n < SCR_PAGES_PER_SEGMENT && align <= SCR_SEGMENT_SIZE / 2);
   _scr_segment_purge_tick(h);
   scr_segment *best = NULL, *fresh = NULL, *committed = NULL;
@@ -257,8 +254,8 @@ scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align, unsigne
     if (best == NULL || seg->used_pages > best->used_pages) best = seg, best_m = m;
   }
   bool grow_ok = _scr_heap_grow_ok(h, (size_t)n * SCR_PAGE_SIZE);
-  if (fresh && grow_ok) return take_run(h, fresh, (unsigned)__builtin_ctzll(fresh_m), n, cls);
-  if (committed) return take_run(h, committed, (unsigned)__builtin_ctzll(committed_m), n, cls);
+  if (fresh && grow_ok) return take_run(h, fresh, (unsigned)__builtin_ctzll(fresh_m), n);
+  if (committed) return take_run(h, committed, (unsigned)__builtin_ctzll(committed_m), n);
   if (!grow_ok) return NULL;
   if (best == NULL) {
     best = _scr_segment_map(h, SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, SCR_SEG_NORMAL);
@@ -266,7 +263,7 @@ scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align, unsigne
     best_m = run_starts(best->free_mask, n, align);
     scr_assert(best_m != 0);
   }
-  return take_run(h, best, (unsigned)__builtin_ctzll(best_m), n, cls);
+  return take_run(h, best, (unsigned)__builtin_ctzll(best_m), n);
 }
 
 /* Pages first..first+n-1 of seg were given back (lazily: MADV_FREE). */

@@ -189,8 +189,6 @@ typedef struct scr_gone {
 
 struct _scr_heap_hooks {
   void (*segment_mapped)(scr_heap *h, void *base, size_t size, void *arg);
-  /* cls: the size class the pages are for, SCR_TAG_OTHER for a large block */
-  void (*page_acquired)(scr_heap *h, void *page_start, size_t page_bytes, unsigned cls, void *arg);
   /* Freed huge blocks shared by every heap with these hooks (the process
    * allocator's huge cache): put takes a huge segment the heap has just
    * detached (large.c), whose block is free; take gives one back for a

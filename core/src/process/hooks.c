@@ -2,15 +2,13 @@
  * "always", MADV_DONTDUMP where no core would be written.  Runs inside
  * heap calls, on the thread that holds the arena: nothing here may
  * allocate or block.
- * Layer: arenas (its bottom).  Owns the arena's mapped count (the holder,
- * inside its heap calls). */
+ * Layer: arenas (its bottom).  Owns nothing. */
 #include "arenas.h"
 #include <sys/mman.h>
 
 static void proc_segment_mapped(scr_heap *h, void *base, size_t size, void *arg) {
-  scr_arena *a = arg;
+  (void)arg;
   const scr_proc *P = &_scr_proc;
-  a->mapped += size;
 #ifdef MADV_NOHUGEPAGE
   /* THP "always": small pages, as in madvise mode.  Why: the first touch
    * of a 2 MiB region makes all of it resident, most of it memory the
@@ -27,4 +25,4 @@ static void proc_segment_mapped(scr_heap *h, void *base, size_t size, void *arg)
 #endif
 }
 
-const struct _scr_heap_hooks _scr_arena_hooks = {proc_segment_mapped, NULL, NULL, NULL, NULL}; /* huge_cache.c installs its two */
+const struct _scr_heap_hooks _scr_arena_hooks = {proc_segment_mapped, NULL, NULL, NULL}; /* huge_cache.c installs its two */

@@ -143,7 +143,6 @@ typedef struct scr_arena {
   struct scr_arena *rb_dest;        /* the arena they belong to (holder) */
   void *rb_head, *rb_tail;          /* the batch (holder) */
   unsigned rb_n;                    /* its length (holder) */
-  uint64_t mapped;                  /* bytes of segments mapped (holder, via hook) */
   uint64_t keep;                    /* the heap's retain_bytes as last set from the budget's share (holder) */
   uint64_t busy_published;          /* its part of _scr_proc.busy_bytes (holder) */
   uint64_t trim_seen;               /* trim_epoch as of its holder's last trim (holder) */

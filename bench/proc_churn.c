@@ -25,13 +25,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "suite_prog.h" /* rss_kib */
+
 static int threads = 16, waves = 2;
 static size_t live_total = (size_t)128 << 20, churn_per = (size_t)64 << 20;
 static void **kept[256];
 static pthread_barrier_t start, held, release;
 static int hold, wave_now;
 static long rss_held[64];
-static long rss_kib(void);
 static size_t kept_n[256];
 
 static uint64_t next(uint64_t *s) {
@@ -77,16 +78,6 @@ static void *worker(void *arg) {
   kept[id] = live;
   kept_n[id] = n;
   return NULL;
-}
-
-static long rss_kib(void) {
-  FILE *f = fopen("/proc/self/status", "r");
-  char line[256];
-  long v = -1;
-  while (f && fgets(line, sizeof line, f))
-    if (sscanf(line, "VmRSS: %ld kB", &v) == 1) break;
-  if (f) fclose(f);
-  return v;
 }
 
 int main(int argc, char **argv) {

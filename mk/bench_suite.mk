@@ -12,9 +12,10 @@ SUITE_PROGS := proc_rfc_churn proc_large_reuse proc_prodcons proc_handoff proc_p
 # (which lists them) is read after this file.
 SUITE_BIN := $(addprefix $(B)/release/bench/,$(SUITE_PROGS) proc_launch proc_xthread proc_churn)
 
-# The breadth programs share bench/suite_prog.h (mk/process.mk's pattern
-# rule builds them; this adds the header as a prerequisite).
-$(addprefix $(B)/release/bench/,$(SUITE_PROGS)): bench/suite_prog.h
+# The breadth programs share bench/suite_prog.h, and proc_churn takes its
+# rss_kib (mk/process.mk's pattern rule builds them; this adds the header
+# as a prerequisite).
+$(addprefix $(B)/release/bench/,$(SUITE_PROGS) proc_churn): bench/suite_prog.h
 
 TEST_STEPS  += test-suite-quick
 .PHONY: suite-bin test-suite-quick bench-suite

@@ -42,7 +42,7 @@ $(B)/release/bench/libmalloc_trace.so: bench/malloc_trace.c bench/malloc_trace.h
 	$(CC) -std=gnu11 -O2 -Wall -Wextra $(WERROR) -fPIC -shared -pthread -o $@ $< -ldl
 $(B)/release/bench/malloc_replay: bench/malloc_replay.c bench/malloc_trace.h
 	@mkdir -p $(dir $@)
-	$(CC) -std=gnu11 -O2 -Wall -Wextra $(WERROR) -pthread -o $@ $<
+	$(CC) -std=gnu11 -O2 -Wall -Wextra $(WERROR) -pthread -o $@ $< -lm
 
 # One misuse of malloc per run (tests/preload/misuse_check.c), as death tests.
 $(B)/release/tests/misuse_check: tests/preload/misuse_check.c
@@ -70,7 +70,7 @@ PROC_BENCH_BIN := $(B)/release/bench/proc_xthread $(B)/release/bench/proc_churn 
   $(B)/release/bench/proc_launch
 $(B)/release/bench/proc_%: bench/proc_%.c
 	@mkdir -p $(dir $@)
-	$(CC) -std=gnu11 -O2 -Wall -Wextra $(WERROR) -pthread -o $@ $<
+	$(CC) -std=gnu11 -O2 -Wall -Wextra $(WERROR) -pthread -o $@ $< -lm
 
 bench-process: $(PROC_BENCH_BIN) $(B)/release/libscralloc.so
 	$(PYTHON) bench/proc_bench.py --lib $(B)/release/libscralloc.so --bin $(B)/release/bench

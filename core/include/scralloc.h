@@ -148,7 +148,8 @@ SCR_API int scr_options_set(scr_options *opt, const char *name, const char *valu
   X(page_releases, "pages given back to segments or the OS (cumulative)")      \
   X(dontneed_bytes, "bytes given back with MADV_DONTNEED, which read as zero afterwards (cumulative)") \
   X(lazy_free_bytes, "bytes given back with MADV_FREE, which the kernel takes only under memory pressure (cumulative)") \
-  X(purge_passes, "timed passes that gave back pages freed more than purge_delay_ms before (cumulative)")
+  X(purge_passes, "timed passes that gave back pages freed more than purge_delay_ms before (cumulative)") \
+  X(refault_bytes, "bytes given back by the process allocator's decay and taken again within its window: refaulted after return (cumulative)")
 
 #define SCR_CLASS_STATS_FIELDS(X)                                               \
   X(block_size, "bytes per block")                                              \
@@ -333,14 +334,16 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(interior_lazy_bytes, "of those, bytes given back with MADV_FREE, which the kernel reclaims only under memory pressure (cumulative)") \
   X(huge_cache_puts, "freed huge blocks put in the process's cache for any thread (cumulative)") \
   X(huge_cache_hits, "huge blocks served from the process's cache, resized (cumulative)") \
-  X(huge_cache_evicted, "bytes of cached huge blocks unmapped to stay within the budget (cumulative)") \
-  X(huge_cache_decayed, "bytes of cached huge blocks unmapped after huge_decay_ms by the helper (cumulative)") \
+  X(huge_cache_evicted, "bytes of cached huge blocks unmapped to stay within retain_max (cumulative)") \
+  X(huge_cache_decayed, "bytes of cached huge blocks unmapped after the decay delay by the helper (cumulative)") \
   X(huge_cache_blocks, "huge blocks the process's cache holds") \
   X(huge_cache_bytes, "bytes of huge blocks the process's cache holds") \
-  X(budget, "bytes of free memory the process may keep committed now (retain_budget + retain_ratio of the busy bytes)") \
-  X(busy_bytes, "bytes the pages of live blocks take, as the arenas last published them") \
-  X(budget_held, "free bytes the arenas and the huge cache keep committed now, which the budget bounds: retained and dirty pages, cached large and huge blocks") \
-  X(decay_passes, "timed passes that gave back memory unused past its delay: the arenas' purge passes (purge_delay_ms) and the discards of waiting arenas (cumulative)") \
+  X(free_committed, "free bytes the arenas and the huge cache keep committed now, waiting for reuse or the decay: retained and dirty pages, cached large and huge blocks") \
+  X(decay_delay_ms, "the decay delay now: decay_ms, doubled while refaults grow (up to decay_max_ms)") \
+  X(decay_passes, "passes of the decay over every arena and the discards of waiting arenas: memory unused past its delay given back without a call from the program (cumulative)") \
+  X(decay_bytes, "bytes the decay gave back: free pages and cached huge blocks unused past the delay (cumulative)") \
+  X(decay_backoffs, "times refaults doubled the decay delay (cumulative)") \
+  X(refault_bytes, "bytes the decay gave back that the program faulted in again within the delay: refaulted after return (cumulative)") \
   X(lazy_free_pending, "bytes given back with MADV_FREE that the kernel has not reclaimed yet: its LazyFree for the process, read at most once a second, 0 while nothing went back that way")
 
 struct scr_process_stats {

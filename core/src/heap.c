@@ -62,6 +62,7 @@ scr_heap *scr_heap_new(const scr_options *opt) {
   }
   if (opt) h->opt = *opt; else scr_options_init(&h->opt);
   _scr_options_clamp(&h->opt);
+  pthread_mutex_init(&h->lock, NULL);
   h->magic = SCR_HEAP_MAGIC;
   scr_validate_heap(h);
   return h;
@@ -508,8 +509,11 @@ size_t scr_heap_trim(scr_heap *h) {
  * 512 KiB gave back those 512 KiB too, which the next thread faulted in
  * again: proc_churn's faults +4%.) */
 void _scr_heap_set_retain_bytes(scr_heap *h, size_t bytes) {
+  pthread_mutex_lock(&h->lock);
   h->opt.retain_bytes = bytes;
-  if ((h->retained_pages + h->dirty_pages) * SCR_PAGE_SIZE <= bytes) return;
+  bool within = (h->retained_pages + h->dirty_pages) * SCR_PAGE_SIZE <= bytes;
+  pthread_mutex_unlock(&h->lock);
+  if (within) return;
   release_retained(h);
   _scr_segment_purge_down(h, bytes / SCR_PAGE_SIZE);
   scr_validate_heap(h);
@@ -522,9 +526,15 @@ uint64_t _scr_heap_unused_bytes(const scr_heap *h) {
   return h->bytes > used ? h->bytes - used : 0;
 }
 
-uint64_t _scr_heap_busy_bytes(const scr_heap *h) {
-  uint64_t free_bytes = (h->retained_pages + h->dirty_pages + h->over_pages) * SCR_PAGE_SIZE + h->cache_bytes;
-  return h->bytes > free_bytes ? h->bytes - free_bytes : 0;
+size_t _scr_heap_decay(scr_heap *h, uint64_t now_ms, uint64_t window_ms, bool *left) {
+  return _scr_segment_decay(h, now_ms, window_ms, left);
+}
+
+uint64_t _scr_heap_refault_bytes(scr_heap *h) {
+  pthread_mutex_lock(&h->lock);
+  uint64_t n = h->refault_bytes;
+  pthread_mutex_unlock(&h->lock);
+  return n;
 }
 
 scr_heap *_scr_heap_of(const void *p) {

@@ -9,6 +9,11 @@
 #define ALL_PAGES_MASK (~(uint64_t)0 << SCR_FIRST_PAGE) /* pages 1..63 */
 #define PAGE_BYTES ((uint64_t)SCR_PAGE_SIZE)
 
+/* The heap's lock (types.h: who may touch what): the entry points below
+ * take it; the static functions they share run under it. */
+static inline void heap_lock(scr_heap *h) { pthread_mutex_lock(&h->lock); }
+static inline void heap_unlock(scr_heap *h) { pthread_mutex_unlock(&h->lock); }
+
 static size_t meta_size(void) {
   size_t ps = _scr_os_page_size();
   return (sizeof(scr_segment) + ps - 1) & ~(ps - 1);
@@ -45,7 +50,7 @@ static void unlink_segment(scr_heap *h, scr_segment *seg) {
   avail_remove(h, seg);
 }
 
-scr_segment *_scr_segment_map(scr_heap *h, size_t size, size_t align, scr_segment_kind kind) {
+static scr_segment *segment_map(scr_heap *h, size_t size, size_t align, scr_segment_kind kind) {
   if (align < SCR_SEGMENT_SIZE) align = SCR_SEGMENT_SIZE;
   scr_segment *seg = _scr_os_map_aligned(size, align, &h->os);
   if (seg == NULL) return NULL;
@@ -70,9 +75,16 @@ scr_segment *_scr_segment_map(scr_heap *h, size_t size, size_t align, scr_segmen
   return seg;
 }
 
+scr_segment *_scr_segment_map(scr_heap *h, size_t size, size_t align, scr_segment_kind kind) {
+  heap_lock(h);
+  scr_segment *seg = segment_map(h, size, align, kind);
+  heap_unlock(h);
+  return seg;
+}
+
 /* Unmap a segment whose pages are all FREE (or a huge one).  false when
  * munmap failed: the segment stays registered and usable. */
-bool _scr_segment_unmap(scr_heap *h, scr_segment *seg) {
+static bool segment_unmap(scr_heap *h, scr_segment *seg) {
   size_t size = seg->size;
   uint64_t committed = seg->kind == SCR_SEG_HUGE ? size
                                                  : PAGE_BYTES * (uint64_t)__builtin_popcountll(seg->committed_free_mask);
@@ -97,9 +109,18 @@ bool _scr_segment_unmap(scr_heap *h, scr_segment *seg) {
   return true;
 }
 
+bool _scr_segment_unmap(scr_heap *h, scr_segment *seg) {
+  heap_lock(h);
+  bool done = segment_unmap(h, seg);
+  heap_unlock(h);
+  return done;
+}
+
 void _scr_segment_detach(scr_heap *h, scr_segment *seg) {
   scr_assert(seg->kind == SCR_SEG_HUGE && !seg->huge_live);
+  heap_lock(h);
   unlink_segment(h, seg);
+  heap_unlock(h);
   h->mmaps--;
   h->reserved -= seg->size;
   h->bytes -= seg->size;
@@ -176,7 +197,9 @@ scr_segment *_scr_segment_attach(scr_heap *h, scr_segment *seg, size_t new_size)
     _scr_segment_unmap_detached(seg, &h->os);
     return NULL;
   }
+  heap_lock(h);
   link_segment(h, seg);
+  heap_unlock(h);
   h->mmaps++;
   h->reserved += new_size;
   h->bytes += new_size;
@@ -198,10 +221,20 @@ static uint64_t run_starts(uint64_t free_mask, unsigned n, size_t align) {
   return m;
 }
 
+/* Pages of `bits` that the decay gave back are taken again: within its
+ * window, a refault (the decay backs off on them: process/decay.c). */
+static void note_refault(scr_heap *h, scr_segment *seg, uint64_t bits) {
+  uint64_t back = seg->decayed_mask & bits;
+  seg->decayed_mask &= ~bits;
+  if (_scr_os_now_ms() < seg->decayed_ms + h->refault_window_ms)
+    h->refault_bytes += PAGE_BYTES * (uint64_t)__builtin_popcountll(back);
+}
+
 static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
   uint64_t bits = _scr_run_mask(first, n);
   uint64_t fresh = bits & ~seg->committed_free_mask;
   uint64_t zero = fresh & ~seg->lazy_free_mask;
+  if (SCR_UNLIKELY(seg->decayed_mask & bits)) note_refault(h, seg, bits);
   seg->lazy_free_mask &= ~bits;
   seg->free_mask &= ~bits;
   if (seg->free_mask == 0) avail_remove(h, seg);
@@ -225,8 +258,13 @@ static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigne
 
 /* Pages first..first+n-1 of seg, which the caller knows are free. */
 scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
-  return take_run(h, seg, first, n);
+  heap_lock(h);
+  scr_page *pg = take_run(h, seg, first, n);
+  heap_unlock(h);
+  return pg;
 }
+
+static void purge_tick(scr_heap *h);
 
 /* A run of n free pages whose start is `align`-aligned (align <= a
  * segment), from an existing segment or a new one.  The pages come back
@@ -235,9 +273,8 @@ scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, un
  * fullest segment with a run, so that emptier ones can go back.  With
  * fresh_first, a run never touched (or decommitted) in the fullest
  * segment that has one comes before them (when the heap may grow). */
-scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align, bool fresh_first) {
-  scr_assert(n >= 1 && n < SCR_PAGES_PER_SEGMENT && align <= SCR_SEGMENT_SIZE / 2);
-  _scr_segment_purge_tick(h);
+static scr_page *take_pages(scr_heap *h, unsigned n, size_t align, bool fresh_first) {
+  purge_tick(h);
   scr_segment *best = NULL, *fresh = NULL, *committed = NULL;
   uint64_t best_m = 0, fresh_m = 0, committed_m = 0;
   for (scr_segment *seg = h->avail; seg; seg = seg->avail_next) {
@@ -258,12 +295,20 @@ scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align, bool fr
   if (committed) return take_run(h, committed, (unsigned)__builtin_ctzll(committed_m), n);
   if (!grow_ok) return NULL;
   if (best == NULL) {
-    best = _scr_segment_map(h, SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, SCR_SEG_NORMAL);
+    best = segment_map(h, SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, SCR_SEG_NORMAL);
     if (best == NULL) return NULL;
     best_m = run_starts(best->free_mask, n, align);
     scr_assert(best_m != 0);
   }
   return take_run(h, best, (unsigned)__builtin_ctzll(best_m), n);
+}
+
+scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align, bool fresh_first) {
+  scr_assert(n >= 1 && n < SCR_PAGES_PER_SEGMENT && align <= SCR_SEGMENT_SIZE / 2);
+  heap_lock(h);
+  scr_page *pg = take_pages(h, n, align, fresh_first);
+  heap_unlock(h);
+  return pg;
 }
 
 /* Pages first..first+n-1 of seg were given back (lazily: MADV_FREE). */
@@ -283,10 +328,10 @@ static bool lazy_run(const scr_heap *h, unsigned n) {
 
 /* Decommit free pages first..first+n-1 of seg.  On failure they stay
  * committed, for a later trim. */
-static void decommit_run(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
+static void decommit_run(scr_heap *h, scr_segment *seg, unsigned first, unsigned n, scr_os_counters *os) {
   bool lazy = lazy_run(h, n);
   if (_scr_os_decommit((uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT), (size_t)n << SCR_PAGE_SHIFT, lazy,
-                       &h->os) != 0)
+                       os) != 0)
     return;
   decommitted(h, seg, first, n, lazy);
 }
@@ -301,8 +346,8 @@ typedef struct purge_batch {
   uint8_t first[PURGE_BATCH], pages[PURGE_BATCH];
 } purge_batch;
 
-static void purge_flush(scr_heap *h, purge_batch *b) {
-  size_t done = _scr_os_decommit_ranges(b->r, b->n, &h->os);
+static void purge_flush(scr_heap *h, purge_batch *b, scr_os_counters *os) {
+  size_t done = _scr_os_decommit_ranges(b->r, b->n, os);
   for (size_t i = 0; i < done; i++) decommitted(h, b->seg[i], b->first[i], b->pages[i], false);
   b->n = 0; /* ranges past `done` stay committed, for a later trim */
 }
@@ -327,7 +372,7 @@ static uint64_t over_take(scr_heap *h, scr_segment *seg) {
  * CPU the process runs on; a waiting run is also the first taken again.
  * A failed OS call leaves the pages committed and free, for a later trim
  * to retry. */
-void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
+static void release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
   uint64_t bits = _scr_run_mask(first, n);
   for (unsigned i = first; i < first + n; i++) {
     scr_page *pg = &seg->pages[i];
@@ -347,33 +392,40 @@ void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, u
       (h->retained_pages + h->dirty_pages + n) * PAGE_BYTES <= h->opt.retain_bytes) {
     /* kept committed until a purge pass finds it old */
     seg->dirty_new |= bits;
+    if (h->dirty_pages == 0 && h->hooks.pages_dirty) h->hooks.pages_dirty(h, h->hooks.arg);
     h->dirty_pages += n;
-    _scr_segment_purge_tick(h);
+    purge_tick(h);
     return;
   }
-  if (seg->used_pages == 0 && _scr_segment_unmap(h, seg)) return;
+  if (seg->used_pages == 0 && segment_unmap(h, seg)) return;
   if (h->opt.decommit_batch > 0 && !lazy_run(h, n)) {
     seg->dirty_over |= bits;
     h->over_pages += n;
     if (h->over_pages * PAGE_BYTES >= h->opt.decommit_batch) over_flush(h);
-    else _scr_segment_purge_tick(h); /* a pass is due within purge_delay_ms / 2 */
+    else purge_tick(h); /* a pass is due within purge_delay_ms / 2 */
     return;
   }
-  decommit_run(h, seg, first, n);
+  decommit_run(h, seg, first, n, &h->os);
+}
+
+void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
+  heap_lock(h);
+  release_pages(h, seg, first, n);
+  heap_unlock(h);
 }
 
 /* Decommit the free pages of seg in mask m, run by run: into the batch
  * (MADV_DONTNEED runs) or at once (MADV_FREE ones). */
-static void decommit_mask(scr_heap *h, scr_segment *seg, uint64_t m, purge_batch *b) {
+static void decommit_mask(scr_heap *h, scr_segment *seg, uint64_t m, purge_batch *b, scr_os_counters *os) {
   while (m) {
     unsigned first = (unsigned)__builtin_ctzll(m);
     unsigned n = (unsigned)__builtin_ctzll(~(m >> first)); /* first >= 1: the top bit of ~(m >> first) is set */
     m &= ~_scr_run_mask(first, n);
     if (lazy_run(h, n)) {
-      decommit_run(h, seg, first, n);
+      decommit_run(h, seg, first, n, os);
       continue;
     }
-    if (b->n == PURGE_BATCH) purge_flush(h, b);
+    if (b->n == PURGE_BATCH) purge_flush(h, b, os);
     b->r[b->n] = (struct iovec){(uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT), (size_t)n << SCR_PAGE_SHIFT};
     b->seg[b->n] = seg;
     b->first[b->n] = (uint8_t)first;
@@ -387,9 +439,9 @@ static void over_flush(scr_heap *h) {
   purge_batch batch;
   batch.n = 0;
   for (scr_segment *seg = h->segments; seg && h->over_pages; seg = seg->next) {
-    if (seg->dirty_over) decommit_mask(h, seg, over_take(h, seg), &batch);
+    if (seg->dirty_over) decommit_mask(h, seg, over_take(h, seg), &batch, &h->os);
   }
-  if (batch.n) purge_flush(h, &batch);
+  if (batch.n) purge_flush(h, &batch, &h->os);
 }
 
 /* The purge pass.  Pages freed while purge_delay_ms > 0 stay committed
@@ -403,7 +455,7 @@ static void over_flush(scr_heap *h) {
  * batched decommit (dirty_over) go in the same call.  all: give back every
  * committed free page (trim), including those an earlier failure kept,
  * and every empty segment. */
-void _scr_segment_purge(scr_heap *h, bool all) {
+static void purge(scr_heap *h, bool all) {
   scr_segment *next;
   bool kept_empty = all;
   purge_batch batch;
@@ -419,12 +471,53 @@ void _scr_segment_purge(scr_heap *h, bool all) {
     seg->dirty_old = seg->dirty_new;
     seg->dirty_new = 0;
     if (seg->used_pages == 0 && seg->dirty_old == 0) {
-      if (kept_empty && _scr_segment_unmap(h, seg)) continue;
+      if (kept_empty && segment_unmap(h, seg)) continue;
       kept_empty = true;
     }
-    decommit_mask(h, seg, old, &batch);
+    decommit_mask(h, seg, old, &batch, &h->os);
   }
-  if (batch.n) purge_flush(h, &batch);
+  if (batch.n) purge_flush(h, &batch, &h->os);
+}
+
+void _scr_segment_purge(scr_heap *h, bool all) {
+  heap_lock(h);
+  purge(h, all);
+  if (all) {
+    for (scr_segment *seg = h->segments; seg; seg = seg->next) seg->decayed_mask = 0; /* asked for: no refault */
+  }
+  heap_unlock(h);
+}
+
+/* The decay's pass (another thread's clock, under the lock): the purge
+ * pass's two generations, but with the decay's own counters, without
+ * unmapping (the holder owns the segment list), and marking what went back
+ * so that taking it again soon counts as a refault.  Returns the bytes
+ * given back; *left: dirty pages remain. */
+size_t _scr_segment_decay(scr_heap *h, uint64_t now_ms, uint64_t window_ms, bool *left) {
+  purge_batch batch;
+  batch.n = 0;
+  heap_lock(h);
+  uint64_t before = h->bytes;
+  h->refault_window_ms = window_ms;
+  if (h->dirty_pages || h->over_pages) h->purge_passes++;
+  for (scr_segment *seg = h->segments; seg && (h->dirty_pages || h->over_pages); seg = seg->next) {
+    if (seg->kind != SCR_SEG_NORMAL) continue;
+    uint64_t old = seg->dirty_old | over_take(h, seg);
+    h->dirty_pages -= (uint64_t)__builtin_popcountll(seg->dirty_old);
+    seg->dirty_old = seg->dirty_new;
+    seg->dirty_new = 0;
+    if (old == 0) continue;
+    seg->decayed_mask |= old;
+    seg->decayed_ms = now_ms;
+    decommit_mask(h, seg, old, &batch, &h->decay_os);
+  }
+  if (batch.n) purge_flush(h, &batch, &h->decay_os);
+  /* a failed call leaves pages committed: not given back, not refaults */
+  for (scr_segment *seg = h->segments; seg; seg = seg->next) seg->decayed_mask &= ~seg->committed_free_mask;
+  *left = h->dirty_pages != 0;
+  size_t n = (size_t)(before - h->bytes);
+  heap_unlock(h);
+  return n;
 }
 
 /* Dirty pages go back, those freed before the last pass first, until
@@ -433,6 +526,7 @@ void _scr_segment_purge(scr_heap *h, bool all) {
 void _scr_segment_purge_down(scr_heap *h, uint64_t keep) {
   purge_batch batch;
   batch.n = 0;
+  heap_lock(h);
   for (int old = 1; old >= 0 && h->dirty_pages > keep; old--) {
     for (scr_segment *seg = h->segments; seg && h->dirty_pages > keep; seg = seg->next) {
       if (seg->kind != SCR_SEG_NORMAL) continue;
@@ -448,16 +542,18 @@ void _scr_segment_purge_down(scr_heap *h, uint64_t keep) {
       h->dirty_pages -= (uint64_t)__builtin_popcountll(take);
       seg->dirty_old &= ~take;
       seg->dirty_new &= ~take;
-      decommit_mask(h, seg, take, &batch);
+      decommit_mask(h, seg, take, &batch, &h->os);
     }
   }
-  if (batch.n) purge_flush(h, &batch);
+  if (batch.n) purge_flush(h, &batch, &h->os);
+  heap_unlock(h);
 }
 
 /* Run the purge pass when it is due (every purge_delay_ms / 2); called
  * where pages are taken and freed, so an idle heap purges at its next
  * page-level call (or trim). */
-void _scr_segment_purge_tick(scr_heap *h) {
+static void purge_tick(scr_heap *h) {
+  if (h->hooks.pages_dirty) return; /* another thread's clock gives them back */
   if (h->dirty_pages == 0 && h->over_pages == 0) {
     h->purge_at_ms = 0;
     return;
@@ -468,7 +564,7 @@ void _scr_segment_purge_tick(scr_heap *h) {
     return;
   }
   if (now < h->purge_at_ms) return;
-  _scr_segment_purge(h, false);
+  purge(h, false);
   h->purge_at_ms = h->dirty_pages ? now + half : 0; /* the pass took every waiting run */
 }
 

@@ -28,9 +28,9 @@
 #include "process/state.c"
 #include "process/misuse.c"
 /* arenas */
-#include "process/budget.c"
 #include "process/hooks.c"
 #include "process/huge_cache.c"
+#include "process/decay.c"
 #include "process/validate.c"
 #include "process/arena.c"
 #include "process/discard.c"

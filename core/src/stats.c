@@ -17,6 +17,8 @@ void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
     _scr_report(SCR_EINVAL, "scr_heap_stats(%p): %s heap", (const void *)h, h ? "destroyed" : "NULL");
     return;
   }
+  pthread_mutex_t *lock = (pthread_mutex_t *)&h->lock; /* the decay's fields (types.h) */
+  pthread_mutex_lock(lock);
   uint64_t small_live = 0;
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     scr_class_stats *cs = &st->classes[c];
@@ -31,9 +33,9 @@ void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
   st->bytes = h->bytes;
   st->mmap_calls = h->os.mmap_calls;
   st->munmap_calls = h->os.munmap_calls;
-  st->madvise_calls = h->os.madvise_calls;
+  st->madvise_calls = h->os.madvise_calls + h->decay_os.madvise_calls;
   st->mremap_calls = h->os.mremap_calls;
-  st->os_failures = h->os.failures;
+  st->os_failures = h->os.failures + h->decay_os.failures;
   st->heap_total = h->bytes;
   st->heap_used = _scr_heap_used_bytes(h);
   st->retained_pages = h->retained_pages;
@@ -48,9 +50,11 @@ void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
   st->decommits = h->decommits;
   st->page_acquires = h->page_acquires;
   st->page_releases = h->page_releases;
-  st->dontneed_bytes = h->os.dontneed_bytes;
-  st->lazy_free_bytes = h->os.lazy_free_bytes;
+  st->dontneed_bytes = h->os.dontneed_bytes + h->decay_os.dontneed_bytes;
+  st->lazy_free_bytes = h->os.lazy_free_bytes + h->decay_os.lazy_free_bytes;
   st->purge_passes = h->purge_passes;
+  st->refault_bytes = h->refault_bytes;
+  pthread_mutex_unlock(lock);
 }
 
 #include <stdarg.h>

@@ -12,6 +12,7 @@
 #define SCR_TYPES_H
 
 #include "scralloc.h"
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -120,6 +121,10 @@ typedef struct scr_segment {
   uint64_t dirty_over;          /* NORMAL: FREE pages past retain_bytes waiting for a batched
                                    decommit (decommit_batch); disjoint from dirty_new and
                                    dirty_old, within committed_free_mask */
+  uint64_t decayed_mask;        /* NORMAL: FREE pages the decay gave back (_scr_heap_decay) and
+                                   not taken since: taking one within the decay window again
+                                   is a refault; disjoint from committed_free_mask */
+  uint64_t decayed_ms;          /* NORMAL: when the decay last gave back pages of it (monotonic ms) */
   size_t huge_offset;           /* HUGE: block offset from base */
   size_t huge_size;             /* HUGE: usable bytes of the block */
   uint32_t huge_live;           /* HUGE: 1 live, 0 cached */
@@ -159,7 +164,7 @@ static inline uint8_t scr_page_tag_of(const scr_page *pg) {
 
 _Static_assert(sizeof(scr_segment) <= SCR_PAGE_SIZE, "segment header must fit page 0");
 
-/* Syscall counters (prim/) of one heap. */
+/* Syscall counters (prim/) of one heap (or of the decay's calls on it). */
 typedef struct scr_os_counters {
   uint64_t mmap_calls, munmap_calls, madvise_calls, mremap_calls, failures;
   /* bytes given back by advice (decommits that succeeded) */
@@ -196,6 +201,11 @@ struct _scr_heap_hooks {
    * size: the heap resizes it), or NULL. */
   void (*huge_put)(scr_heap *h, scr_segment *seg, void *arg);
   scr_segment *(*huge_take)(scr_heap *h, size_t size, size_t offset, void *arg);
+  /* The heap's dirty pages are given back by another thread's clock
+   * (_scr_heap_decay) rather than by its own purge pass: called, under
+   * the heap's lock, when the heap's first dirty page since the last
+   * decay appears (the process allocator wakes its helper thread). */
+  void (*pages_dirty)(scr_heap *h, void *arg);
   void *arg;
 };
 
@@ -206,7 +216,18 @@ struct _scr_heap_hooks {
  *   (retained_pages + dirty_pages) * SCR_PAGE_SIZE <= opt.retain_bytes
  *   over_pages * SCR_PAGE_SIZE < opt.decommit_batch (or over_pages == 0)
  *   bytes == SCR_PAGE_SIZE * (committed pages, any kind) + sum(huge sizes)
- *   mmaps == number of segments on `segments` */
+ *   mmaps == number of segments on `segments`
+ * Who may touch what: a heap is its holder's (one thread at a time), but
+ * `lock` lets one other thread, the process allocator's decay
+ * (_scr_heap_decay), give back its dirty pages meanwhile.  So the segment
+ * masks that say which free pages are committed (committed_free_mask,
+ * lazy_free_mask, dirty_*, decayed_*), dirty_pages, over_pages, decommits,
+ * purge_passes, refault_bytes and decay_os change under `lock` only (the
+ * holder takes it in segment.c's entry points, stats and validators);
+ * `bytes` is atomic, since the holder also changes it outside the lock
+ * (huge blocks).  free_mask, the page descriptors and the segment list
+ * are the holder's alone: the decay reads the list under the lock (the
+ * holder changes it under the lock too) and never maps or unmaps. */
 #define SCR_HEAP_MAGIC 0x53435248454150ull /* "SCRHEAP": a heap not yet destroyed */
 struct scr_heap {
   uint64_t magic;                        /* SCR_HEAP_MAGIC while the heap lives, 0 once destroyed */
@@ -220,8 +241,9 @@ struct scr_heap {
   scr_segment *segments;                 /* every mapping of this heap */
   scr_segment *avail;                    /* NORMAL segments with a free page */
   scr_segment *last_free_seg;            /* NORMAL segment of the last free (NULL once unmapped) */
+  pthread_mutex_t lock;                  /* see "who may touch what" above */
   uint64_t mmaps;                        /* live mappings */
-  uint64_t bytes;                        /* committed bytes */
+  _Atomic uint64_t bytes;                /* committed bytes */
   uint64_t reserved;                     /* mapped bytes */
   uint64_t retained_pages;               /* empty small pages kept */
   uint64_t dirty_pages;                  /* sum of popcount(dirty_new | dirty_old) */
@@ -229,10 +251,14 @@ struct scr_heap {
   uint64_t purge_at_ms;                  /* next purge pass (monotonic ms) */
   uint64_t large_live, large_bytes;      /* live large blocks, their bytes */
   uint64_t decommits, page_acquires, page_releases;
-  uint64_t purge_passes;                 /* timed purge passes (not trims) */
+  uint64_t purge_passes;                 /* timed purge passes (not trims), the decay's included */
+  uint64_t refault_bytes;                /* bytes the decay gave back that were taken again within
+                                            the decay window (cumulative) */
+  uint64_t refault_window_ms;            /* that window (the decay sets it at each pass) */
   uint64_t interior_bytes;               /* bytes given back inside pages in use (interior.c), cumulative */
   uint64_t interior_lazy_bytes;          /* of those, with MADV_FREE */
-  scr_os_counters os;                    /* syscalls of this heap */
+  scr_os_counters os;                    /* syscalls of this heap's holder */
+  scr_os_counters decay_os;              /* syscalls the decay made on it (under lock) */
   uint32_t cache_count;                  /* entries in cache */
   size_t cache_bytes;                    /* bytes in cache */
   scr_cached cache[SCR_LARGE_CACHE_MAX]; /* freed large blocks, oldest first */

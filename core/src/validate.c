@@ -93,11 +93,20 @@ static bool validate(const scr_heap *h) {
   return true;
 }
 
+/* Under the heap's lock: the decay may be giving back pages meanwhile. */
+static bool validate_locked(const scr_heap *h) {
+  pthread_mutex_t *lock = (pthread_mutex_t *)&h->lock;
+  pthread_mutex_lock(lock);
+  bool ok = validate(h);
+  pthread_mutex_unlock(lock);
+  return ok;
+}
+
 int scr_heap_validate(const scr_heap *h) {
   if (!_scr_heap_live(h)) return SCR_EINVAL;
-  return validate(h) ? SCR_OK : SCR_EINVAL;
+  return validate_locked(h) ? SCR_OK : SCR_EINVAL;
 }
 
 void _scr_heap_validate_or_abort(const scr_heap *h) {
-  if (!validate(h)) _scr_assert_fail("heap validator", __FILE__, __LINE__);
+  if (!validate_locked(h)) _scr_assert_fail("heap validator", __FILE__, __LINE__);
 }

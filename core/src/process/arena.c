@@ -4,8 +4,8 @@
  * lend.c, discard.c); their figures published for the stats.
  * Layer: arenas.  Owns the arena lists and states (_scr_proc.all,
  * parked, the counts: under _scr_proc.lock), each arena's snapshot
- * (under its snap_lock), its share of the budget (keep, its holder) and
- * its remote stack's drain (its holder).  The thread's cache is the
+ * (under its snap_lock), its heap's cap while parked (keep, with
+ * decay.c's share while held) and its remote stack's drain (its holder).  The thread's cache is the
  * caches' layer's: holder.c sets it after a claim and flushes it before
  * a park, and wakes the helper a park asks for. */
 #include "arenas.h"
@@ -85,42 +85,6 @@ void _scr_arena_room_locked(scr_arena *a) {
     atomic_store_explicit(&_scr_proc.parked_room, f, memory_order_relaxed);
 }
 
-/* Each arena's share of the budget's fixed part (budget.c), under the
- * lock when the owned count changes: arena_keep, never below the arenas'
- * retain_bytes.  The holder adds the proportional part at its ticks
- * (_scr_arena_keep_update). */
-static void proc_keep_share_locked(void) {
-  scr_proc *P = &_scr_proc;
-  uint64_t share = P->opt.retain_budget / (P->nowned ? P->nowned : 1);
-  if (share < P->heap_opt.retain_bytes) share = P->heap_opt.retain_bytes;
-  atomic_store_explicit(&P->arena_keep, share, memory_order_relaxed);
-}
-
-/* The arena's share of the budget now: the fixed part's share plus the
- * proportional part, less the huge blocks the process caches
- * (huge_cache.c), over the threads holding arenas. */
-static uint64_t proc_keep_want(void) {
-  scr_proc *P = &_scr_proc;
-  uint64_t want = atomic_load_explicit(&P->arena_keep, memory_order_relaxed);
-  uint64_t ratio = _scr_proc_budget_ratio(), cached = _scr_huge_cache_bytes();
-  unsigned owned = atomic_load_explicit(&P->owned_hint, memory_order_relaxed);
-  ratio = ratio > cached ? ratio - cached : 0;
-  return want + ratio / (owned ? owned : 1);
-}
-
-/* The holder moves its heap to the current share (at claim, and at ticks);
- * a share a quarter or more below the last gives back what the heap keeps
- * above it (a smaller change waits, so that a budget moving with the
- * heap does not purge at every tick).  Cached large blocks count in the
- * same share. */
-void _scr_arena_keep_update(scr_arena *a) {
-  uint64_t want = proc_keep_want();
-  if (want == 0 || want == a->keep) return;
-  if (want < a->keep && want > a->keep - a->keep / 4) return;
-  a->keep = want;
-  _scr_heap_set_retain_bytes(a->heap, (size_t)want);
-}
-
 /* Under the lock: a, off the parked list or new, is held from now on.
  * Returns whether no other thread held an arena (recycle.c's medium
  * lists, set by the claiming thread after the lock). */
@@ -135,7 +99,6 @@ static bool proc_own_locked(scr_arena *a, bool was_parked) {
   bool alone = P->nowned == 0;
   P->nowned++;
   atomic_store_explicit(&P->owned_hint, P->nowned, memory_order_relaxed);
-  proc_keep_share_locked();
   scr_validate_proc();
   return alone;
 }
@@ -150,7 +113,7 @@ static void proc_adopt(scr_arena *a, unsigned poisoned) {
   _scr_tl_arena = a;
   SCR_PC_ADD(claims, 1);
   _scr_remote_poll(a);
-  _scr_arena_keep_update(a);
+  _scr_decay_keep_update(a);
 }
 
 /* The discard's back-off (discard.c), at a claim under the lock: a claim
@@ -236,10 +199,8 @@ void _scr_arena_unborrow(scr_arena *a, scr_arena *prev) {
 bool _scr_arena_park(scr_arena *a) {
   scr_proc *P = &_scr_proc;
   _scr_remote_poll(a);
-  /* Free pages and cached blocks kept above retain_bytes were the
-   * thread's working set, beyond what the budget's fixed part gives an
-   * arena with nobody on it: they go back now (the RFC-shaped churn held
-   * 64 MiB a thread after its threads exited). */
+  /* Free pages kept above retain_bytes were the thread's working set,
+   * which nobody is left to reuse: they go back now (decay.c). */
   if (a->keep > P->heap_opt.retain_bytes) {
     a->keep = P->heap_opt.retain_bytes;
     _scr_heap_set_retain_bytes(a->heap, (size_t)a->keep);
@@ -254,7 +215,6 @@ bool _scr_arena_park(scr_arena *a) {
   _scr_arena_room_locked(a);
   P->nowned--;
   atomic_store_explicit(&P->owned_hint, P->nowned, memory_order_relaxed);
-  proc_keep_share_locked();
   P->nparked++;
   scr_validate_proc();
   int discard = P->opt.discard != 0;
@@ -280,7 +240,6 @@ void _scr_arena_publish(scr_arena *a) {
 #if SCR_DEBUG >= 2
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) scr_assert(a->rc[c].head == NULL);
 #endif
-  _scr_arena_busy_publish(a, true);
   scr_heap_stats(a->heap, &st);
   memset(&lent, 0, sizeof lent);
   _scr_arena_publish_figures(a, &st, &lent);

@@ -1,34 +1,46 @@
 /* The arenas' layer of the process allocator.
  * Layer: arenas.  An arena is one scr_heap with its state (owned, parked,
- * borrowed); this layer claims, parks, borrows and publishes arenas, keeps
- * the process budget, runs the heap's hooks, the huge-block cache, the
- * discard, and the helper thread that runs the discard and the cache's
- * decay.
+ * borrowed); this layer claims, parks, borrows and publishes arenas, runs
+ * the heap's hooks, the huge-block cache, the return policy (the decay),
+ * the discard, and the helper thread that runs the decay and the discard.
  * It knows nothing of the thread's cache, the pool or the entry points
  * (caches.h, entry.h): where an arena changes hands with a cache, the
  * caches' layer flushes or sets the cache and then calls down here
- * (holder.c).  Files, bottom up: budget.c hooks.c huge_cache.c
+ * (holder.c).  Files, bottom up: hooks.c huge_cache.c decay.c
  * validate.c arena.c discard.c helper.c. */
 #ifndef SCR_PROCESS_ARENAS_H
 #define SCR_PROCESS_ARENAS_H
 
 #include "process.h"
 
-/* budget.c: the process budget of free memory kept committed (bytes) */
-SCR_INTERNAL void _scr_arena_busy_publish(scr_arena *a, bool exact);
-SCR_INTERNAL uint64_t _scr_proc_budget_ratio(void); /* its part proportional to the busy bytes */
-SCR_INTERNAL uint64_t _scr_proc_budget(void);
-SCR_INTERNAL uint64_t _scr_proc_budget_huge(void); /* the huge-block cache's part */
-
-/* hooks.c: what the arena does when its heap maps a segment or takes a page */
+/* hooks.c: what the arena does when its heap maps a segment or gets its
+ * first dirty page */
 SCR_INTERNAL extern const struct _scr_heap_hooks _scr_arena_hooks;
 #define SCR_ARENA_POLL_EVERY 32 /* heap calls between the holder's ticks (a power of 2; caches.h) */
+/* The decay delay now (decay.c backs it off), in ms. */
+static inline uint64_t _scr_decay_delay_ms(void) {
+  uint64_t d = atomic_load_explicit(&_scr_proc.decay_delay_ms, memory_order_relaxed);
+  return d ? d : _scr_proc.opt.decay_ms;
+}
+/* A holder's tick: true when a heap got its first dirty page since the
+ * helper last looked (the caller wakes the helper). */
+static inline bool _scr_decay_tick(void) {
+  return SCR_UNLIKELY(atomic_load_explicit(&_scr_proc.decay_wake, memory_order_relaxed)) &&
+         atomic_exchange_explicit(&_scr_proc.decay_wake, 0, memory_order_relaxed);
+}
 
 /* huge_cache.c: the process's freed huge blocks, for any thread */
 SCR_INTERNAL void _scr_huge_cache_install(struct _scr_heap_hooks *hooks);
 SCR_INTERNAL uint64_t _scr_huge_cache_bytes(void);
 SCR_INTERNAL uint64_t _scr_huge_cache_decay(uint64_t now_ns, bool all, uint64_t *returned);
 SCR_INTERNAL bool _scr_huge_cache_tick(void); /* a holder's tick: true when the helper is to look */
+SCR_INTERNAL uint64_t _scr_huge_cache_refaults(void); /* bytes of requests missed soon after a return */
+
+/* decay.c: the return policy */
+/* The helper's pass when it is due (every arena's heap and the huge
+ * cache); returns when the next is due (UINT64_MAX: when woken). */
+SCR_INTERNAL uint64_t _scr_decay_step(uint64_t now_ns);
+SCR_INTERNAL void _scr_decay_keep_update(scr_arena *a); /* a held arena's share of retain_max (claim, ticks) */
 SCR_INTERNAL void _scr_huge_cache_counts(uint64_t *blocks, uint64_t *bytes, uint64_t *munmaps, uint64_t *failures);
 SCR_INTERNAL void _scr_huge_cache_lock(void);   /* fork: held across it */
 SCR_INTERNAL void _scr_huge_cache_unlock(void);
@@ -49,7 +61,6 @@ SCR_INTERNAL scr_arena *_scr_arena_claim(bool *alone);
 /* The holder gives a up, its cache and batches already flushed; true when
  * the discard is on (the caller wakes the helper: helper.c). */
 SCR_INTERNAL bool _scr_arena_park(scr_arena *a);
-SCR_INTERNAL void _scr_arena_keep_update(scr_arena *a); /* the holder, at ticks */
 /* A fresh snapshot of a's figures for the stats: st, a's heap stats less
  * the blocks its holder keeps aside, and lent, the other arenas' blocks
  * it keeps (holder.c computes them for a held arena).

@@ -1,6 +1,7 @@
-/* The helper thread: it discards parked arenas past their delay
- * (discard.c) and unmaps cached huge blocks past huge_decay_ms
- * (huge_cache.c).  Started by the first post; it blocks every signal and
+/* The helper thread: the one clock of the return policy (decay.c: free
+ * pages of every arena and cached huge blocks unused past the decay
+ * delay go back) and the discard of parked arenas past their delay
+ * (discard.c).  Started by the first post; it blocks every signal and
  * never allocates.
  * Layer: arenas (its top: it runs the two above).  Owns
  * _scr_proc.helper_state and helper_kick (under helper_lock, a leaf) and
@@ -36,8 +37,7 @@ static void *proc_helper_main(void *arg) {
     pthread_mutex_unlock(&P->helper_lock);
 
     uint64_t now = _scr_proc_now_ns();
-    /* freed huge blocks unused for huge_decay_ms (huge_cache.c) */
-    uint64_t wait_until = _scr_huge_cache_decay(now, false, NULL);
+    uint64_t wait_until = _scr_decay_step(now);
     if (_scr_discard_step(now, &wait_until)) continue; /* one at a time, then look again */
 
     pthread_mutex_lock(&P->helper_lock);

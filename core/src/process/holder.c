@@ -55,7 +55,6 @@ void _scr_holder_park(scr_arena *a) {
 /* The arena's figures less the blocks the holder keeps in its cache. */
 void _scr_holder_publish(scr_arena *a) {
   struct scr_stats st, lent;
-  _scr_arena_busy_publish(a, true);
   scr_heap_stats(a->heap, &st);
   _scr_recycle_account(a, &st, &lent);
   _scr_arena_publish_figures(a, &st, &lent);
@@ -82,13 +81,7 @@ void _scr_holder_tick_slow(scr_arena *a) {
     SCR_PC_ADD(trim_answer_bytes, n);
   }
   _scr_remote_poll(a);
-  if (_scr_huge_cache_tick()) _scr_helper_post();
-  _scr_arena_busy_publish(a, false);
-  _scr_arena_keep_update(a);
-  /* The time dimension for a thread that keeps calling without taking or
-   * releasing a page (where the heap runs its purge pass otherwise): its
-   * freed pages still go back purge_delay_ms after they were freed.  One
-   * clock read per tick while it holds any. */
-  _scr_segment_purge_tick(a->heap);
+  if (_scr_huge_cache_tick() | _scr_decay_tick()) _scr_helper_post();
+  _scr_decay_keep_update(a);
   if (a->ops - a->ops_published >= SCR_ARENA_PUBLISH_EVERY) _scr_holder_publish(a);
 }

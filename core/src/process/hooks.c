@@ -1,7 +1,8 @@
-/* What an arena does when its heap maps a segment: small pages under THP
- * "always", MADV_DONTDUMP where no core would be written.  Runs inside
- * heap calls, on the thread that holds the arena: nothing here may
- * allocate or block.
+/* What an arena does when its heap maps a segment (small pages under THP
+ * "always", MADV_DONTDUMP where no core would be written) and when it gets
+ * its first dirty page since the decay last looked (decay.c: the holder's
+ * next tick wakes the helper).  Runs inside heap calls, on the thread that
+ * holds the arena: nothing here may allocate or block.
  * Layer: arenas (its bottom).  Owns nothing. */
 #include "arenas.h"
 #include <sys/mman.h>
@@ -25,4 +26,15 @@ static void proc_segment_mapped(scr_heap *h, void *base, size_t size, void *arg)
 #endif
 }
 
-const struct _scr_heap_hooks _scr_arena_hooks = {proc_segment_mapped, NULL, NULL, NULL}; /* huge_cache.c installs its two */
+/* Under the heap's lock: the flag, and the holder's tick at its next call
+ * (holder.c), which wakes the helper outside the heap call. */
+static void proc_pages_dirty(scr_heap *h, void *arg) {
+  (void)h;
+  scr_arena *a = arg;
+  if (!atomic_load_explicit(&_scr_proc.decay_wake, memory_order_relaxed))
+    atomic_store_explicit(&_scr_proc.decay_wake, 1, memory_order_relaxed);
+  a->ops |= SCR_ARENA_POLL_EVERY - 1;
+}
+
+/* huge_cache.c installs its two */
+const struct _scr_heap_hooks _scr_arena_hooks = {.segment_mapped = proc_segment_mapped, .pages_dirty = proc_pages_dirty};

@@ -8,14 +8,14 @@
  * large-block program: 20 live blocks of 1-32 MiB, one replaced per step,
  * took 2.3x glibc's time).
  *
- * Bounds: the bytes cached stay within the cache's part of the process
- * budget (budget.c: _scr_proc_budget_huge, retain_budget plus a quarter of
- * retain_ratio of the busy bytes); a block taken for a smaller request
- * leaves its tail here as a block of its own where the tail spans a
- * segment boundary and a huge block (segment.c: _scr_segment_attach);
- * at most SCR_HUGE_CACHE_MAX blocks; a block cached longer than
- * huge_decay_ms goes back, by the helper thread (helper.c), without a
- * call from the program; scr_trim gives back every one.  Oldest first.
+ * Bounds: a block cached longer than the decay delay goes back, by the
+ * helper thread (decay.c), without a call from the program; at most
+ * SCR_HUGE_CACHE_MAX blocks, and no more bytes than retain_max when that
+ * is set (oldest first); a block taken for a smaller request leaves its
+ * tail here as a block of its own where the tail spans a segment boundary
+ * and a huge block (segment.c: _scr_segment_attach); scr_trim gives back
+ * every one.  A request the cache cannot serve within the decay delay of
+ * a return is a refault (decay.c backs off on them).
  *
  *   bytes == sum(e[i].seg->size), n <= SCR_HUGE_CACHE_MAX,
  *   e[] ordered by at_ns (oldest first)
@@ -35,6 +35,9 @@ static struct {
 } hc = {PTHREAD_MUTEX_INITIALIZER, 0, {{0, 0}}};
 
 static _Atomic uint64_t hc_bytes;   /* bytes cached (written under hc.lock) */
+static uint64_t hc_back_ns;         /* when the decay last gave back blocks (under hc.lock) */
+static _Atomic uint64_t hc_back_bytes; /* bytes then given back not yet counted as refaulted (written under hc.lock) */
+static _Atomic uint64_t hc_refaults;/* bytes of requests missed within the delay of a return (cumulative) */
 static _Atomic int hc_wake;         /* the cache became non-empty: the helper is to look */
 static scr_os_counters hc_os;       /* munmaps of cached blocks (under hc.lock) */
 
@@ -68,12 +71,11 @@ static void hc_put(scr_heap *h, scr_segment *seg, void *arg) {
   scr_arena *a = arg;
   scr_segment *out[SCR_HUGE_CACHE_MAX + 1];
   unsigned nout = 0;
-  _scr_arena_busy_publish(a, false); /* the block just left its heap's busy bytes */
-  uint64_t cap = _scr_proc_budget_huge();
+  uint64_t cap = _scr_proc.opt.retain_max ? _scr_proc.opt.retain_max : UINT64_MAX;
   pthread_mutex_lock(&hc.lock);
   bool was_empty = hc.n == 0;
   if (seg->size > cap) {
-    out[nout++] = seg; /* larger than the whole budget */
+    out[nout++] = seg; /* larger than the whole cap */
   } else {
     while (hc.n > 0 && (hc.n == SCR_HUGE_CACHE_MAX || hc_bytes + seg->size > cap)) {
       out[nout++] = hc.e[0].seg;
@@ -98,9 +100,30 @@ static void hc_put(scr_heap *h, scr_segment *seg, void *arg) {
 /* The smallest cached block at offset `offset` that holds `size` bytes of
  * mapping, else the largest smaller one (grown: only its new part
  * faults). */
+/* A request of size bytes that the cache cannot serve, under hc.lock:
+ * within the delay of a return, as much of it as went back is a refault. */
+static void hc_miss(size_t size) {
+  if (_scr_proc_now_ns() >= hc_back_ns + _scr_decay_delay_ms() * 1000000u) {
+    hc_back_bytes = 0;
+    return;
+  }
+  uint64_t r = size < hc_back_bytes ? size : hc_back_bytes;
+  hc_back_bytes -= r;
+  atomic_fetch_add_explicit(&hc_refaults, r, memory_order_relaxed);
+}
+
+uint64_t _scr_huge_cache_refaults(void) { return atomic_load_explicit(&hc_refaults, memory_order_relaxed); }
+
 static scr_segment *hc_take(scr_heap *h, size_t size, size_t offset, void *arg) {
   (void)h, (void)arg;
-  if (_scr_huge_cache_bytes() == 0) return NULL;
+  if (_scr_huge_cache_bytes() == 0) {
+    if (SCR_UNLIKELY(atomic_load_explicit(&hc_back_bytes, memory_order_relaxed) != 0)) {
+      pthread_mutex_lock(&hc.lock);
+      if (hc_back_bytes) hc_miss(size);
+      pthread_mutex_unlock(&hc.lock);
+    }
+    return NULL;
+  }
   int best = -1;
   pthread_mutex_lock(&hc.lock);
   for (unsigned i = 0; i < hc.n; i++) {
@@ -118,6 +141,8 @@ static scr_segment *hc_take(scr_heap *h, size_t size, size_t offset, void *arg) 
   if (best >= 0) {
     seg = hc.e[best].seg;
     hc_remove_at((unsigned)best);
+  } else if (hc_back_bytes) {
+    hc_miss(size);
   }
   pthread_mutex_unlock(&hc.lock);
   if (seg) SCR_PC_ADD(huge_cache_hits, 1);
@@ -129,10 +154,10 @@ void _scr_huge_cache_install(struct _scr_heap_hooks *hooks) {
   hooks->huge_take = hc_take;
 }
 
-/* Blocks cached since before now - huge_decay_ms go back (all of them
+/* Blocks cached since before now - the decay delay go back (all of them
  * when all); returns when the next one is due (UINT64_MAX: none). */
 uint64_t _scr_huge_cache_decay(uint64_t now_ns, bool all, uint64_t *returned) {
-  uint64_t delay = _scr_proc.opt.huge_decay_ms * 1000000u, next = UINT64_MAX;
+  uint64_t delay = _scr_decay_delay_ms() * 1000000u, next = UINT64_MAX;
   scr_segment *out[SCR_HUGE_CACHE_MAX];
   unsigned nout = 0;
   pthread_mutex_lock(&hc.lock);
@@ -141,6 +166,12 @@ uint64_t _scr_huge_cache_decay(uint64_t now_ns, bool all, uint64_t *returned) {
     hc_remove_at(0);
   }
   if (hc.n > 0) next = hc.e[0].at_ns + delay;
+  if (nout && !all) {
+    uint64_t b = 0;
+    for (unsigned i = 0; i < nout; i++) b += out[i]->size;
+    hc_back_ns = now_ns;
+    hc_back_bytes = b;
+  }
   pthread_mutex_unlock(&hc.lock);
   uint64_t bytes = hc_unmap(out, nout);
   if (returned) *returned = bytes;

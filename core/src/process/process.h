@@ -8,7 +8,7 @@
  *   observers  stats.c override_stats.c                        observers.h
  *   entry      malloc.c free_many.c fork.c override.c               entry.h
  *   caches     remote.c pool.c recycle.c lend.c holder.c            caches.h
- *   arenas     budget.c hooks.c huge_cache.c validate.c
+ *   arenas     hooks.c huge_cache.c decay.c validate.c
  *              arena.c discard.c helper.c                           arenas.h
  *   base       os_linux.c options.c state.c misuse.c                process.h
  *              (and the core heap, core/src/)
@@ -70,10 +70,9 @@ SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
   X(cache_medium_after, 16, 0, 65535, "mallocs of a medium class a thread that claimed its arena while no other was held (the main thread, as a rule) makes before its cache keeps blocks of that class (0: from the first)") \
   X(cache_max, 65536, 0, 65536, "blocks above this size skip the thread's cache (0: no cache)") \
   X(cache_grow, (uint64_t)2 << 20, 0, (uint64_t)1 << 30, "bytes by which the caps of the threads' cache lists may grow together (below 4 KiB up to 1024 blocks, with the thread's own blocks; the others up to 64), a block at a time when a full list is freed into; each thread's share is this over the threads holding arenas (0: the caps stay as cache_bytes and cache_medium set them)") \
-  X(retain_budget, (uint64_t)4 << 20, 0, UINT64_MAX, "free pages and cached large blocks the arenas keep committed together, beside retain_ratio: each keeps this over the threads holding arenas, and at least retain_bytes") \
-  X(huge_decay_ms, 1000, 0, 3600000, "how long a freed huge block waits in the process's cache for a request of any thread before the helper unmaps it") \
-  X(retain_ratio_above, (uint64_t)64 << 20, 0, UINT64_MAX, "busy bytes below which retain_ratio adds nothing: a program whose live blocks take less keeps retain_budget alone") \
-  X(retain_ratio, 200, 0, 10000, "percent of the bytes the live blocks' pages take that the arenas may keep committed in free pages and cached large blocks, beside retain_budget (shared by the threads holding arenas; 0: retain_budget alone)") \
+  X(decay_ms, 1000, 0, 3600000, "free memory unused this long goes back to the OS (pages between half of it and all of it after they were freed, cached huge blocks after it), by the helper thread, without a call from the program; 0: at once") \
+  X(decay_max_ms, 10000, 0, 3600000, "the longest the decay delay grows to while memory that went back is faulted in again soon after (refaults)") \
+  X(retain_max, 0, 0, UINT64_MAX, "a hard cap on the free memory the arenas and the huge cache keep committed (shared by the threads holding arenas): above it, freed memory goes back at once (0: no cap; the decay alone decides)") \
   X(dontdump, 2, 0, 2, "MADV_DONTDUMP on segments: 0 never, 1 always, 2 auto (when no core would be written)") \
   X(stats, 0, 0, 3, "print statistics at exit: 1 summary, 2 also per arena, 3 (json) scr_process_stats_json's object on one line") \
   X(stats_fd, 2, 0, 1 << 20, "file descriptor the exit report goes to (stderr by default)") \
@@ -143,8 +142,7 @@ typedef struct scr_arena {
   struct scr_arena *rb_dest;        /* the arena they belong to (holder) */
   void *rb_head, *rb_tail;          /* the batch (holder) */
   unsigned rb_n;                    /* its length (holder) */
-  uint64_t keep;                    /* the heap's retain_bytes as last set from the budget's share (holder) */
-  uint64_t busy_published;          /* its part of _scr_proc.busy_bytes (holder) */
+  uint64_t keep;                    /* the heap's retain_bytes as last set (decay.c, arena.c) (holder) */
   uint64_t trim_seen;               /* trim_epoch as of its holder's last trim (holder) */
   unsigned poisoned;                /* discard made its free pages PROT_NONE */
   uint64_t lend_after;              /* ops before which lend.c does not look again (holder) */
@@ -191,8 +189,15 @@ typedef struct scr_proc {
    * blocks read owned_hint (_scr_proc_alone). */
   _Alignas(64) _Atomic unsigned owned_hint; /* nowned, for readers without the lock */
   _Atomic uint64_t trim_epoch;      /* scr_trim calls so far: holders whose trim_seen differs trim at their next tick */
-  _Atomic uint64_t arena_keep;      /* each arena's share of retain_budget now (arena.c) */
-  _Atomic uint64_t busy_bytes;      /* bytes the arenas' live blocks' pages take, as published (budget.c) */
+  /* The decay (decay.c): the delay now (0 until the first pass: decay_ms),
+   * and a flag a heap's first dirty page sets (hooks.c), for the holder's
+   * tick to wake the helper; the rest is the helper's alone. */
+  _Atomic uint64_t decay_delay_ms;
+  _Atomic int decay_wake;
+  uint64_t decay_next_ns;           /* the next pass (UINT64_MAX: none due until woken) */
+  uint64_t decay_refaults_seen;     /* refaulted bytes as of the last pass */
+  uint64_t decay_returned_last;     /* bytes the last pass gave back */
+  unsigned decay_quiet;             /* passes without a refault since the delay last moved */
   _Alignas(64) _Atomic uint64_t parked_room; /* most bytes not in live blocks of a parked arena, as last
                                        seen under lock (may be stale high: a lend then finds none) */
   uint8_t *pool;                    /* arena descriptors are carved here */
@@ -238,8 +243,11 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(interior_lazy_bytes, "of those, bytes given back with MADV_FREE (not yet reclaimed, maybe)") \
   X(huge_cache_puts, "freed huge blocks put in the process's cache")          \
   X(huge_cache_hits, "huge blocks served from the process's cache (resized)") \
-  X(huge_cache_evicted, "bytes of cached huge blocks unmapped to stay within the budget") \
-  X(huge_cache_decayed, "bytes of cached huge blocks unmapped after huge_decay_ms") \
+  X(huge_cache_evicted, "bytes of cached huge blocks unmapped to stay within retain_max") \
+  X(huge_cache_decayed, "bytes of cached huge blocks unmapped after the decay delay") \
+  X(decay_bytes, "bytes the decay gave back: pages and huge blocks unused past the delay") \
+  X(decay_passes, "passes the decay made over every arena") \
+  X(decay_backoffs, "times refaults doubled the decay delay") \
   X(forks, "forks the allocator went through")
 
 typedef struct scr_proc_counters {

@@ -31,30 +31,23 @@ void _scr_proc_init_slow(void) {
     _scr_proc_options_init(&P->opt);
     _scr_proc_options_from_env(&P->opt);
     scr_options_init(&P->heap_opt);
-    /* Arena defaults (the environment still wins).  Freed pages stay
-     * committed for 20 ms and are taken first by any class or large block
-     * (a free burst followed by an allocation burst costs no fault and no
-     * madvise), within 512 KiB per arena together with the retained
-     * pages (one per class at most): every byte kept is multiplied by the
-     * number of threads (the churn benchmark with 17 arenas peaked 7 MiB
-     * higher with 1 MiB, 14 MiB with 2 MiB and a 10 ms delay, and faulted
-     * more with less).  Freed pages past that go back in batches of
-     * 256 KiB (or at the next purge pass), reused first meanwhile: one
-     * process_madvise instead of an madvise per page (python3 with
-     * PYTHONMALLOC=malloc: 344 -> 70 calls; 30 paired rounds against
-     * immediate decommits, the churn 20: 0.979 of the wall there, the
-     * churn 0.959, the threaded stress 0.987, max RSS within 0.2%;
-     * 512 KiB did as well
-     * for speed but put the stress's max RSS up 1.7%).
-     * The large cache then holds huge mappings only (4 MiB).  What a
-     * parked arena keeps goes back through the discard. */
+    /* Arena defaults.  Freed pages stay committed (dirty), taken first by
+     * any class or large block, until the decay gives them back
+     * (decay.c: purge_delay_ms is the decay's, the helper's clock runs
+     * the passes).  A parked arena keeps retain_bytes of them (one
+     * retained page per class at most, with dirty ones); freed pages past
+     * that go back in batches of 256 KiB, reused first meanwhile: one
+     * process_madvise instead of an madvise per page (docs/process.md).
+     * With purge_delay_ms set, the heap's large cache holds huge mappings
+     * only, and the arenas send those to the process's huge cache. */
     P->heap_opt.retain = 1;
     P->heap_opt.retain_bytes = (size_t)512 << 10;
-    P->heap_opt.purge_delay_ms = 20;
     P->heap_opt.decommit_batch = (size_t)256 << 10;
     P->heap_opt.large_cache = 8;
     P->heap_opt.large_cache_bytes = (size_t)4 << 20;
     scr_options_from_env(&P->heap_opt);
+    P->heap_opt.purge_delay_ms = (unsigned)P->opt.decay_ms;
+    P->decay_next_ns = UINT64_MAX;
     _scr_proc_unknown_env_names();
     atomic_store(&_scr_verbose, P->opt.verbose != 0);
     P->thp_mode = _scr_proc_thp_mode();
@@ -74,6 +67,8 @@ int scr_process_option_set(const char *name, const char *value) {
   int r = _scr_proc_option_set(&_scr_proc.opt, name, value);
   if (r == SCR_OK && (strcmp(name, "discard_delay_ms") == 0))
     _scr_proc.delay_ms = _scr_proc.opt.discard_delay_ms;
+  if (r == SCR_OK && strncmp(name, "decay_", 6) == 0) /* the back-off starts again from the new values */
+    atomic_store_explicit(&_scr_proc.decay_delay_ms, 0, memory_order_relaxed);
   if (r == SCR_OK && strcmp(name, "verbose") == 0) atomic_store(&_scr_verbose, _scr_proc.opt.verbose != 0);
   pthread_mutex_unlock(&_scr_proc.lock);
   return r;

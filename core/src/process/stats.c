@@ -126,8 +126,8 @@ void scr_process_stats(struct scr_process_stats *o) {
     pthread_mutex_lock(&a->snap_lock);
     sent += a->snap_sent;
     drained += a->snap_drained;
-    o->budget_held += a->snap.retained_bytes + a->snap.dirty_bytes + a->snap.cached_bytes;
-    o->decay_passes += a->snap.purge_passes;
+    o->free_committed += a->snap.retained_bytes + a->snap.dirty_bytes + a->snap.cached_bytes;
+    o->refault_bytes += a->snap.refault_bytes;
     lazy += a->snap.lazy_free_bytes;
     pthread_mutex_unlock(&a->snap_lock);
   }
@@ -160,14 +160,15 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->huge_cache_hits = SCR_PLOAD_(huge_cache_hits);
   o->huge_cache_evicted = SCR_PLOAD_(huge_cache_evicted);
   o->huge_cache_decayed = SCR_PLOAD_(huge_cache_decayed);
-#undef SCR_PLOAD_
   uint64_t munmaps, failures;
   _scr_huge_cache_counts(&o->huge_cache_blocks, &o->huge_cache_bytes, &munmaps, &failures);
-  o->budget = _scr_proc_budget();
-  o->budget_held += o->huge_cache_bytes;
-  o->decay_passes += o->discards;
-  o->busy_bytes = atomic_load_explicit(&P->busy_bytes, memory_order_relaxed);
-  if (o->busy_bytes >> 62) o->busy_bytes = 0;
+  o->free_committed += o->huge_cache_bytes;
+  o->decay_delay_ms = _scr_decay_delay_ms();
+  o->decay_passes = SCR_PLOAD_(decay_passes) + o->discards;
+  o->decay_bytes = SCR_PLOAD_(decay_bytes);
+  o->decay_backoffs = SCR_PLOAD_(decay_backoffs);
+#undef SCR_PLOAD_
+  o->refault_bytes += _scr_huge_cache_refaults();
 }
 
 
@@ -251,10 +252,13 @@ void _scr_proc_report(int fd, bool per_arena) {
            pid, U(ps.discards), proc_mib(ps.discard_bytes), U(ps.discard_delay_ms), U(ps.delay_doublings),
            thp[ps.thp_mode < 3 ? ps.thp_mode : 0], U(ps.dontdump_segments));
   proc_write_line(&o, fd);
-  _scr_out_put(&o, "scralloc[%d]: budget %.2f MiB (free memory the process may keep committed; busy pages "
-           "%.2f MiB); huge cache %llu blocks, %.2f MiB (%llu put, %llu reused, %.2f MiB unmapped over the "
-           "budget, %.2f MiB after the decay); %llu trims by threads asked by another's (%.2f MiB); %.2f MiB given back inside free blocks of pages in use (%.2f MiB of it with MADV_FREE)\n",
-           pid, proc_mib(ps.budget), proc_mib(ps.busy_bytes), U(ps.huge_cache_blocks), proc_mib(ps.huge_cache_bytes),
+  _scr_out_put(&o, "scralloc[%d]: decay delay %llu ms (backed off %llu times); %.2f MiB given back by the decay, "
+           "%.2f MiB of it refaulted after return\n",
+           pid, U(ps.decay_delay_ms), U(ps.decay_backoffs), proc_mib(ps.decay_bytes), proc_mib(ps.refault_bytes));
+  proc_write_line(&o, fd);
+  _scr_out_put(&o, "scralloc[%d]: huge cache %llu blocks, %.2f MiB (%llu put, %llu reused, %.2f MiB unmapped over "
+           "retain_max, %.2f MiB after the decay); %llu trims by threads asked by another's (%.2f MiB); %.2f MiB given back inside free blocks of pages in use (%.2f MiB of it with MADV_FREE)\n",
+           pid, U(ps.huge_cache_blocks), proc_mib(ps.huge_cache_bytes),
            U(ps.huge_cache_puts), U(ps.huge_cache_hits), proc_mib(ps.huge_cache_evicted),
            proc_mib(ps.huge_cache_decayed), U(ps.trim_answers), proc_mib(ps.trim_answer_bytes),
            proc_mib(ps.interior_bytes), proc_mib(ps.interior_lazy_bytes));
@@ -263,7 +267,7 @@ void _scr_proc_report(int fd, bool per_arena) {
            "MADV_FREE (%.2f MiB of it not yet reclaimed by the kernel); %llu decay passes (memory unused past its "
            "delay given back without a call from the program); %.2f MiB of free memory kept committed now\n",
            pid, proc_mib(st.dontneed_bytes), proc_mib(st.lazy_free_bytes), proc_mib(ps.lazy_free_pending),
-           U(ps.decay_passes), proc_mib(ps.budget_held));
+           U(ps.decay_passes), proc_mib(ps.free_committed));
 #undef U
   proc_write_line(&o, fd);
   if (!per_arena) return;

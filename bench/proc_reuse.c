@@ -1,0 +1,112 @@
+/* Breadth suite: a working set that is freed and reused at once, at every
+ * block size.  Each thread keeps `live` blocks of random sizes between
+ * `min` and `max` bytes (log-uniform: as many blocks of 1-2 KiB as of
+ * 256-512 KiB) and replaces one at random, `ops` times.  Every freed byte
+ * is wanted again within a few operations: an allocator that gives the
+ * pages of a freed block back to the OS faults them in again on the next
+ * replacement.  With `runs` instead (mode "runs"): one thread allocates
+ * `live` blocks of `min` bytes, frees them all, and starts again.
+ *
+ *     proc_reuse [threads] [live] [min] [max] [ops per thread]
+ *     proc_reuse runs [rounds] [blocks] [size]
+ *
+ * It prints "reuse ops=N faults=N faulted_mib_s=X" (minor faults of the
+ * whole run from getrusage, and the bytes they brought in per second of
+ * the run, 4 KiB a fault). */
+#include "suite_prog.h"
+#include <math.h>
+#include <pthread.h>
+#include <sys/resource.h>
+
+typedef struct job {
+  long live, ops;
+  size_t min, max;
+  uint64_t seed;
+  unsigned long bad;
+} job;
+
+/* log-uniform in [min, max]: exp of a uniform draw between the logs */
+static size_t draw(uint64_t *s, double lmin, double lspan) {
+  double u = (double)(rnd(s) >> 11) / (double)(1ull << 53);
+  return (size_t)exp(lmin + u * lspan);
+}
+
+static void *worker(void *arg) {
+  job *j = arg;
+  unsigned char **blk = must(calloc((size_t)j->live, sizeof *blk));
+  double lmin = log((double)j->min), lspan = log((double)j->max + 1) - lmin;
+  uint64_t s = j->seed;
+  for (long k = 0; k < j->live; k++) {
+    size_t n = draw(&s, lmin, lspan);
+    blk[k] = must(malloc(n));
+    stamp(blk[k], n);
+  }
+  for (long i = 0; i < j->ops; i++) {
+    long k = (long)(rnd(&s) % (uint64_t)j->live);
+    size_t n = draw(&s, lmin, lspan);
+    if (j->min >= 8) j->bad += !stamp_ok(blk[k], stamped_size(blk[k]));
+    free(blk[k]);
+    blk[k] = must(malloc(n));
+    stamp(blk[k], n);
+  }
+  for (long k = 0; k < j->live; k++) free(blk[k]);
+  free(blk);
+  return NULL;
+}
+
+static void runs(long rounds, long len, size_t size, unsigned long *bad) {
+  unsigned char **run = must(malloc((size_t)len * sizeof *run));
+  for (long r = 0; r < rounds; r++) {
+    for (long k = 0; k < len; k++) {
+      run[k] = must(malloc(size));
+      stamp(run[k], size);
+    }
+    for (long k = 0; k < len; k++) {
+      *bad += !stamp_ok(run[k], size);
+      free(run[k]);
+    }
+  }
+  free(run);
+}
+
+int main(int argc, char **argv) {
+  prog_usage = "[threads] [live] [min] [max] [ops per thread] | runs [rounds] [blocks] [size]";
+  unsigned long bad = 0;
+  long ops;
+  double t0 = now_s();
+  if (argc > 1 && strcmp(argv[1], "runs") == 0) {
+    long rounds = arg_num(argc, argv, 2, 2000, 1, 1000000000, "rounds");
+    long len = arg_num(argc, argv, 3, 1000, 1, 10000000, "blocks");
+    long size = arg_num(argc, argv, 4, 65536, 1, 1L << 30, "size");
+    runs(rounds, len, (size_t)size, &bad);
+    ops = rounds * len;
+  } else {
+    long nt = arg_num(argc, argv, 1, 1, 1, 1024, "threads");
+    long live = arg_num(argc, argv, 2, 64, 1, 10000000, "live");
+    long min = arg_num(argc, argv, 3, 1, 1, 1L << 30, "min");
+    long max = arg_num(argc, argv, 4, 1 << 20, min, 1L << 30, "max");
+    long per = arg_num(argc, argv, 5, 1000000, 0, 1000000000, "ops per thread");
+    pthread_t *t = must(calloc((size_t)nt, sizeof *t));
+    job *jobs = must(calloc((size_t)nt, sizeof *jobs));
+    for (long i = 0; i < nt; i++) {
+      jobs[i] = (job){.live = live, .ops = per, .min = (size_t)min, .max = (size_t)max, .seed = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1)};
+      if (pthread_create(&t[i], NULL, worker, &jobs[i]) != 0) {
+        fprintf(stderr, "pthread_create failed\n");
+        return 3;
+      }
+    }
+    for (long i = 0; i < nt; i++) {
+      pthread_join(t[i], NULL);
+      bad += jobs[i].bad;
+    }
+    free(t);
+    free(jobs);
+    ops = nt * per;
+  }
+  double wall = now_s() - t0;
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  printf("reuse ops=%ld faults=%ld faulted_mib_s=%.1f bad=%lu\n", ops, ru.ru_minflt,
+         wall > 0 ? (double)ru.ru_minflt * 4096 / (1 << 20) / wall : 0.0, bad);
+  return bad != 0;
+}

@@ -1,0 +1,101 @@
+/* The return policy: what free memory goes back to the OS, and when.
+ *
+ * Decay by age, backed off on refaults.  A freed page of any arena, and a
+ * freed huge block in the process's cache, stays committed, reused first,
+ * until it has gone unused for the decay delay; then the helper thread
+ * gives it back, oldest first, on one clock for the whole process (every
+ * arena, held or parked, and the huge cache).  What stays is therefore
+ * what the program freed within the last delay: its recent need, with no
+ * constant that a program of another size falls between.
+ *
+ *   - Pages: each heap keeps its dirty pages in two generations
+ *     (segment.c); a pass every delay / 2 gives back the older one and
+ *     ages the newer, so a page goes back between delay / 2 and delay
+ *     after it was last freed, unless it is taken again first.
+ *   - Huge blocks: each cached block goes back once it has waited the
+ *     delay (huge_cache.c).
+ *   - Refaults: memory that went back and is taken again within the
+ *     delay counts as refaulted (the heaps' refault_bytes, the huge
+ *     cache's misses).  When a pass sees refaults of at least an eighth
+ *     of what went back in the last delay, the delay doubles, up to
+ *     decay_max_ms; after four quiet passes it halves again, down to
+ *     decay_ms (as the discard backs off for threads that come back).
+ *   - An arena whose thread exits keeps only the heaps' retain_bytes
+ *     (arena.c: nobody is left to reuse the rest; the next thread that
+ *     claims it starts from that); the discard returns the rest later.
+ *   - retain_max, when set, caps the free memory the arenas keep
+ *     committed, shared by the threads holding arenas: above it, freed
+ *     pages go back at once.
+ * scr_trim and malloc_trim give everything back at once, as before.
+ *
+ * Layer: arenas (under arena.c: the arenas' state is not changed here,
+ * only their heaps' dirty pages, under each heap's lock).  Owns the delay
+ * and the pass's state (the helper thread alone runs the pass), and each
+ * held arena's share of retain_max (its holder). */
+#include "arenas.h"
+
+/* The retain_bytes of a held arena's heap: its share of retain_max, or
+ * no cap.  (A parked arena's is the arenas' retain_bytes: arena.c.) */
+static uint64_t decay_share(void) {
+  scr_proc *P = &_scr_proc;
+  uint64_t cap = P->opt.retain_max;
+  if (cap == 0) return SIZE_MAX;
+  unsigned owned = atomic_load_explicit(&P->owned_hint, memory_order_relaxed);
+  uint64_t share = cap / (owned ? owned : 1);
+  return share > P->heap_opt.retain_bytes ? share : P->heap_opt.retain_bytes;
+}
+
+void _scr_decay_keep_update(scr_arena *a) {
+  uint64_t want = decay_share();
+  if (want == a->keep) return;
+  a->keep = want;
+  _scr_heap_set_retain_bytes(a->heap, (size_t)want);
+}
+
+/* The back-off, after a pass: refaulted, the bytes refaulted since the
+ * last pass; returned, what went back in the last delay. */
+static void decay_backoff(uint64_t refaulted, uint64_t returned) {
+  scr_proc *P = &_scr_proc;
+  uint64_t d = _scr_decay_delay_ms(), base = P->opt.decay_ms, max = P->opt.decay_max_ms;
+  if (max < base) max = base;
+  if (refaulted >= SCR_PAGE_SIZE && refaulted * 8 >= returned) {
+    P->decay_quiet = 0;
+    if (d < max) {
+      d = d * 2 < max ? d * 2 : max;
+      SCR_PC_ADD(decay_backoffs, 1);
+    }
+  } else if (refaulted == 0 && d > base && ++P->decay_quiet >= 4) {
+    P->decay_quiet = 0;
+    d = d / 2 > base ? d / 2 : base;
+  }
+  atomic_store_explicit(&P->decay_delay_ms, d, memory_order_relaxed);
+}
+
+uint64_t _scr_decay_step(uint64_t now_ns) {
+  scr_proc *P = &_scr_proc;
+  bool woken = atomic_exchange_explicit(&P->decay_wake, 0, memory_order_relaxed);
+  uint64_t delay = _scr_decay_delay_ms(), next = UINT64_MAX;
+  uint64_t huge_back = 0, huge_next = _scr_huge_cache_decay(now_ns, false, &huge_back);
+  if (now_ns >= P->decay_next_ns || (woken && P->decay_next_ns == UINT64_MAX)) {
+    uint64_t returned = huge_back, refaults = _scr_huge_cache_refaults();
+    bool left_any = false;
+    for (scr_arena *a = atomic_load_explicit(&P->all, memory_order_acquire); a; a = a->next_all) {
+      bool left = false;
+      returned += _scr_heap_decay(a->heap, now_ns / 1000000u, delay, &left);
+      refaults += _scr_heap_refault_bytes(a->heap);
+      left_any |= left;
+    }
+    SCR_PC_ADD(decay_bytes, returned);
+    SCR_PC_ADD(decay_passes, 1);
+    /* what went back in the last delay: this pass and the one before */
+    decay_backoff(refaults - P->decay_refaults_seen, returned + P->decay_returned_last);
+    P->decay_refaults_seen = refaults;
+    P->decay_returned_last = returned;
+    uint64_t half_ms = (_scr_decay_delay_ms() + 1) / 2;
+    P->decay_next_ns = left_any ? now_ns + (half_ms ? half_ms : 1) * 1000000u : UINT64_MAX;
+  } else if (huge_back) {
+    SCR_PC_ADD(decay_bytes, huge_back);
+  }
+  next = P->decay_next_ns;
+  return huge_next < next ? huge_next : next;
+}

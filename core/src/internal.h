@@ -149,7 +149,7 @@ SCR_INTERNAL void _scr_segment_unmap_detached(scr_segment *seg, scr_os_counters 
 SCR_INTERNAL void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigned npages);
 SCR_INTERNAL void _scr_segment_purge(scr_heap *h, bool all);
 /* The decay's pass over h's dirty pages (types.h: who may touch what). */
-SCR_INTERNAL size_t _scr_segment_decay(scr_heap *h, uint64_t now_ms, uint64_t window_ms, bool *left);
+SCR_INTERNAL size_t _scr_segment_decay(scr_heap *h, uint64_t window_ms, bool *left);
 SCR_INTERNAL void _scr_segment_purge_down(scr_heap *h, uint64_t keep_pages);
 SCR_INTERNAL size_t _scr_segment_meta_bytes(const scr_heap *h);
 /* Bits first .. first+n-1 of a segment's 64-bit page masks. */
@@ -232,7 +232,7 @@ SCR_INTERNAL uint64_t _scr_heap_unused_bytes(const scr_heap *h);
  * h's dirty pages freed before its last pass go back (segment.c:
  * _scr_segment_decay); a page taken again within window_ms of its return
  * counts in refault_bytes. */
-SCR_INTERNAL size_t _scr_heap_decay(scr_heap *h, uint64_t now_ms, uint64_t window_ms, bool *left);
+SCR_INTERNAL size_t _scr_heap_decay(scr_heap *h, uint64_t window_ms, bool *left);
 SCR_INTERNAL uint64_t _scr_heap_refault_bytes(scr_heap *h);
 SCR_INTERNAL void _scr_heap_set_owner(scr_heap *h, void *owner, uintptr_t map_mark); /* before its first segment */
 SCR_INTERNAL void *_scr_heap_owner(const scr_heap *h);

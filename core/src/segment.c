@@ -493,9 +493,10 @@ void _scr_segment_purge(scr_heap *h, bool all) {
  * unmapping (the holder owns the segment list), and marking what went back
  * so that taking it again soon counts as a refault.  Returns the bytes
  * given back; *left: dirty pages remain. */
-size_t _scr_segment_decay(scr_heap *h, uint64_t now_ms, uint64_t window_ms, bool *left) {
+size_t _scr_segment_decay(scr_heap *h, uint64_t window_ms, bool *left) {
   purge_batch batch;
   batch.n = 0;
+  uint64_t now_ms = _scr_os_now_ms(); /* the clock take_run reads */
   heap_lock(h);
   uint64_t before = h->bytes;
   h->refault_window_ms = window_ms;

@@ -225,7 +225,7 @@ struct _scr_heap_hooks {
  * purge_passes, refault_bytes and decay_os change under `lock` only (the
  * holder takes it in segment.c's entry points, stats and validators);
  * `bytes` is atomic, since the holder also changes it outside the lock
- * (huge blocks).  free_mask, the page descriptors and the segment list
+ * (huge blocks), and so is dirty_pages, which it reads outside.  free_mask, the page descriptors and the segment list
  * are the holder's alone: the decay reads the list under the lock (the
  * holder changes it under the lock too) and never maps or unmaps. */
 #define SCR_HEAP_MAGIC 0x53435248454150ull /* "SCRHEAP": a heap not yet destroyed */
@@ -246,7 +246,8 @@ struct scr_heap {
   _Atomic uint64_t bytes;                /* committed bytes */
   uint64_t reserved;                     /* mapped bytes */
   uint64_t retained_pages;               /* empty small pages kept */
-  uint64_t dirty_pages;                  /* sum of popcount(dirty_new | dirty_old) */
+  _Atomic uint64_t dirty_pages;          /* sum of popcount(dirty_new | dirty_old); atomic: the holder reads
+                                            it without the lock when a page empties (heap_fast.h) */
   uint64_t over_pages;                   /* sum of popcount(dirty_over) */
   uint64_t purge_at_ms;                  /* next purge pass (monotonic ms) */
   uint64_t large_live, large_bytes;      /* live large blocks, their bytes */

@@ -85,7 +85,7 @@ static void null_outputs_and_names(void) {
   CHECK_EQ(scr_arena_stats(0, NULL), SCR_EINVAL);
   CHECK(scr_process_stats_json(NULL, 0) > 10);
   CHECK_EQ(scr_process_option_set(NULL, "1"), SCR_EINVAL);
-  CHECK_EQ(scr_process_option_set("retain_budget", NULL), SCR_EINVAL);
+  CHECK_EQ(scr_process_option_set("retain_max", NULL), SCR_EINVAL);
   CHECK_EQ(scr_process_option_get(NULL), UINT64_MAX);
   scr_free_many(NULL, 3);     /* no-op */
   CHECK_EQ(scr_heap_validate(h), SCR_OK);

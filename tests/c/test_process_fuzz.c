@@ -283,9 +283,9 @@ static const option_draw draws[] = {
     {"discard", {"0", "1", "2"}},
     {"discard_delay_ms", {"0", "1", "5", "20"}},
     {"discard_delay_max_ms", {"2", "50"}},
-    {"retain_budget", {"0", "1M", "4M"}},
-    {"retain_ratio", {"0", "100", "400"}},
-    {"huge_decay_ms", {"0", "5", "1000"}},
+    {"retain_max", {"0", "1M", "4M"}},
+    {"decay_ms", {"0", "5", "1000"}},
+    {"decay_max_ms", {"5", "50", "10000"}},
 };
 enum { NDRAWS = sizeof draws / sizeof draws[0] };
 

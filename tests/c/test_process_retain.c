@@ -1,11 +1,13 @@
-/* Retention of the process allocator (docs/process.md, "Freed pages wait
- * before they go back" and "The budget"): the budget of free pages kept
- * committed grows with what the arenas' live blocks take (retain_ratio),
- * so a thread that frees and allocates bursts as large as what it keeps
- * live reuses its freed pages without madvise; an exiting thread's arena
- * gives back what it kept above retain_bytes at park; freed huge blocks
- * serve later requests of other sizes and other threads; and a trim from
- * one thread reaches the arenas of threads that are alive and busy.
+/* Retention of the process allocator (docs/process.md, "What goes back,
+ * and when"): freed memory stays committed until it has gone unused for
+ * the decay delay, so a thread that frees and allocates bursts reuses its
+ * freed pages without madvise, while the helper thread gives back what a
+ * thread freed before it went idle; memory taken again soon after it went
+ * back counts as refaulted and backs the delay off; retain_max caps what
+ * stays; an exiting thread's arena gives back what it kept above
+ * retain_bytes at park; freed huge blocks serve later requests of other
+ * sizes and other threads; and a trim from one thread reaches the arenas
+ * of threads that are alive and busy.
  * Runs in the debug, ASan+UBSan and TSan builds. */
 #include "arena_probe.h"
 #include "check.h"
@@ -76,17 +78,16 @@ static struct burst_result run_bursts(void) {
   return r;
 }
 
-/* With the proportional budget the thread's freed bursts wait committed
- * and the next round takes them: no madvise.  With retain_ratio 0 (the
- * fixed 4 MiB budget alone) the same rounds give pages back every round:
- * the test would fail without the ratio. */
+/* The thread's freed bursts wait committed and the next round takes
+ * them: no madvise.  With a hard cap below a burst (retain_max 1 MiB) the
+ * same rounds give pages back every round: the test would fail if the
+ * decay did not keep them. */
 static void test_bursts_reuse_freed_pages(void) {
-  scr_process_option_set("retain_ratio_above", "0"); /* its 8 MiB count (64 MiB by default) */
-  scr_process_option_set("retain_ratio", "0");
+  scr_process_option_set("retain_max", "1M");
   struct burst_result fixed = run_bursts();
-  scr_process_option_set("retain_ratio", "100");
+  scr_process_option_set("retain_max", "0");
   struct burst_result ratio = run_bursts();
-  printf("  madvise calls over %d rounds: %llu with retain_ratio 0, %llu with 100\n", ROUNDS - 1,
+  printf("  madvise calls over %d rounds: %llu with retain_max 1M, %llu with the decay alone\n", ROUNDS - 1,
          (unsigned long long)fixed.madvise_calls, (unsigned long long)ratio.madvise_calls);
   CHECK(fixed.madvise_calls >= ROUNDS - 1);
   CHECK(ratio.madvise_calls <= 2);
@@ -97,12 +98,6 @@ static void test_bursts_reuse_freed_pages(void) {
   printf("  dirty before exit %llu KiB, after park %llu KiB\n", (unsigned long long)(ratio.dirty_before_exit >> 10),
          (unsigned long long)(st.dirty_bytes >> 10));
   CHECK(st.dirty_bytes + st.retained_bytes <= (uint64_t)512 << 10);
-  /* below retain_ratio_above the proportional part adds nothing */
-  scr_process_option_set("retain_ratio_above", "64M");
-  struct burst_result small = run_bursts();
-  printf("  madvise calls with 8 MiB live and retain_ratio_above 64M: %llu\n", (unsigned long long)small.madvise_calls);
-  CHECK(small.madvise_calls >= ROUNDS - 1);
-  scr_process_option_set("retain_ratio_above", "0");
 }
 
 static struct scr_process_stats pstats(void) {
@@ -129,7 +124,7 @@ static void *huge_freer(void *arg) {
 static void test_huge_blocks_reused_by_any_thread(void) {
   scr_trim();
   struct scr_process_stats ps0 = pstats();
-  size_t n = (size_t)3 << 20; /* within retain_budget (4 MiB) with nothing else live */
+  size_t n = (size_t)3 << 20;
   struct huge_job job = {n, NULL};
   pthread_t t;
   pthread_create(&t, NULL, huge_freer, &job);
@@ -203,7 +198,6 @@ static void test_reused_block_is_not_freed(void) {
  * its own, which serves the next request without a new mapping. */
 static void test_huge_block_tail_stays_cached(void) {
   scr_trim();
-  scr_process_option_set("retain_budget", "64M");
   size_t big = (size_t)9 << 20;
   uint8_t *p = scr_malloc(big);
   memset(p, 0x77, big);
@@ -234,14 +228,13 @@ static void test_huge_block_tail_stays_cached(void) {
   struct scr_stats st;
   scr_stats(&st);
   CHECK_EQ(st.cached_bytes, 0);
-  scr_process_option_set("retain_budget", "4M");
 }
 
-/* The helper thread unmaps a cached huge block huge_decay_ms after it
+/* The helper thread unmaps a cached huge block the decay delay after it
  * was freed, without any call from the program. */
 static void test_huge_blocks_decay(void) {
   scr_trim();
-  scr_process_option_set("huge_decay_ms", "50");
+  scr_process_option_set("decay_ms", "50");
   struct scr_process_stats ps0 = pstats();
   void *p = scr_malloc((size_t)3 << 20);
   memset(p, 1, (size_t)3 << 20);
@@ -254,14 +247,25 @@ static void test_huge_blocks_decay(void) {
   scr_stats(&st);
   CHECK(pstats().huge_cache_decayed >= ps0.huge_cache_decayed + ((size_t)3 << 20));
   CHECK_EQ(st.cached_bytes, 0);
-  scr_process_option_set("huge_decay_ms", "1000");
+  scr_process_option_set("decay_ms", "2000");
 }
 
-/* The figures of what went back, and how: freed pages go back at a purge
- * pass once purge_delay_ms has passed (a decay pass: no trim, no call but
- * the thread's own mallocs), with MADV_DONTNEED by default or MADV_FREE
+/* Polls (10 ms steps, up to 5 s) until the decay has given back at
+ * least `bytes` more than `before` (scr_process_stats' decay_bytes). */
+static uint64_t wait_decay(uint64_t before, uint64_t bytes) {
+  uint64_t now = pstats().decay_bytes;
+  for (int i = 0; i < 500 && now < before + bytes; i++) {
+    usleep(10000);
+    now = pstats().decay_bytes;
+  }
+  return now - before;
+}
+
+/* The figures of what went back, and how: freed pages go back once they
+ * have gone unused for the decay delay (the helper's pass: no trim, no
+ * call from the program), with MADV_DONTNEED by default or MADV_FREE
  * under madv_free_below, and the kernel's LazyFree shows the latter until
- * it reclaims them; what stays committed meanwhile is within the budget. */
+ * it reclaims them. */
 static void test_advice_figures(void) {
   enum { N = 2048, SIZE = 2048 }; /* 4 MiB of 2 KiB blocks: 64 pages */
   static void *b[N];
@@ -270,25 +274,22 @@ static void test_advice_figures(void) {
   scr_stats(&st0);
   struct scr_process_stats ps0 = pstats();
   for (int i = 0; i < N; i++) memset(b[i] = scr_malloc(SIZE), 5, SIZE);
+  scr_process_option_set("decay_ms", "50");
   for (int i = 0; i < N; i++) scr_free(b[i]);
-  CHECK(pstats().budget_held <= pstats().budget + ((uint64_t)1 << 20));
-  /* Two passes, each past purge_delay_ms (2 s here): the first ages the
-   * freed pages, the second gives them back.  A page released is what
-   * ticks the pass; each round takes one of the freed pages. */
-  for (int round = 0; round < 3; round++) {
-    scr_debug_advance_clock(3000);
-    scr_free(scr_malloc(40000));
-  }
+  CHECK(pstats().free_committed >= (uint64_t)2 << 20); /* kept, waiting for the delay */
+  uint64_t back = wait_decay(ps0.decay_bytes, (uint64_t)2 << 20);
+  scr_process_option_set("decay_ms", "2000");
   scr_stats(&st1);
   struct scr_process_stats ps1 = pstats();
   bool lazy_mode = getenv("SCRALLOC_MADV_FREE_BELOW") != NULL;
   uint64_t dontneed = st1.dontneed_bytes - st0.dontneed_bytes, lazy = st1.lazy_free_bytes - st0.lazy_free_bytes;
-  printf("  %llu decay passes; %llu KiB back with MADV_DONTNEED, %llu KiB with MADV_FREE (%llu KiB pending in "
-         "the kernel); %llu KiB kept committed, budget %llu KiB\n",
-         (unsigned long long)(ps1.decay_passes - ps0.decay_passes), (unsigned long long)(dontneed >> 10),
-         (unsigned long long)(lazy >> 10), (unsigned long long)(ps1.lazy_free_pending >> 10),
-         (unsigned long long)(ps1.budget_held >> 10), (unsigned long long)(ps1.budget >> 10));
-  CHECK(ps1.decay_passes >= ps0.decay_passes + 1);
+  printf("  %llu decay passes gave back %llu KiB: %llu KiB with MADV_DONTNEED, %llu KiB with MADV_FREE (%llu KiB "
+         "pending in the kernel); %llu KiB free kept committed\n",
+         (unsigned long long)(ps1.decay_passes - ps0.decay_passes), (unsigned long long)(back >> 10),
+         (unsigned long long)(dontneed >> 10), (unsigned long long)(lazy >> 10),
+         (unsigned long long)(ps1.lazy_free_pending >> 10), (unsigned long long)(ps1.free_committed >> 10));
+  CHECK(back >= (uint64_t)3 << 19); /* the thread cache keeps some of the blocks */
+  CHECK(ps1.decay_passes >= ps0.decay_passes + 2);
   CHECK(st1.purge_passes >= st0.purge_passes + 1);
   if (lazy_mode) {
     CHECK(lazy >= (uint64_t)1 << 20);
@@ -298,51 +299,86 @@ static void test_advice_figures(void) {
     CHECK_EQ(lazy, 0);
     CHECK_EQ(ps1.lazy_free_pending, 0);
   }
-  CHECK(ps1.budget_held <= ps1.budget + ((uint64_t)1 << 20));
 }
 
-/* A thread that frees a burst and then keeps calling the allocator
- * without taking or releasing a page (one page of 24 B blocks, a live
- * block keeping it in use; no thread cache, so every call reaches the
- * heap) still gives the burst's pages back purge_delay_ms after it freed
- * them: its ticks run the purge pass.  Before they did, the pages waited
- * for the thread's next page taken or released, its exit or a trim. */
-static void *decay_thread(void *arg) {
-  struct scr_stats *st = arg; /* st[0]: after the burst's frees, st[1]: after the calls */
+/* Whether the OS page at p is resident. */
+static int resident(const void *p);
+
+/* A thread that frees a burst and then sleeps, making no call at all,
+ * still has the burst's pages given back after the decay delay: the
+ * helper thread runs the pass on the arena it holds.  (Under a space
+ * budget, or with the holder's own clock, they stayed until the thread's
+ * next call.) */
+static _Atomic int idle_stage;
+static void *idle_thread(void *arg) {
+  uint8_t **b = arg;
   enum { N = 1024, SIZE = 4096 }; /* 4 MiB: 64 pages */
-  static void *b[N];
-  void *mark = scr_malloc(57000);
-  void *keep = scr_malloc(24);
   for (int i = 0; i < N; i++) memset(b[i] = scr_malloc(SIZE), 3, SIZE);
   for (int i = 0; i < N; i++) scr_free(b[i]);
-  unsigned arena = arena_with_live(57344);
-  scr_arena_stats(arena, &st[0]); /* the caller's own arena: exact */
-  for (int round = 0; round < 3; round++) {
-    scr_debug_advance_clock(3000); /* past purge_delay_ms (2 s here) */
-    for (int i = 0; i < 256; i++) scr_free(scr_malloc(24));
-  }
-  scr_arena_stats(arena, &st[1]);
-  scr_free(keep);
-  scr_free(mark);
+  atomic_store(&idle_stage, 1);
+  while (atomic_load(&idle_stage) != 2) usleep(1000); /* no allocator call meanwhile */
   return NULL;
 }
 
-static void test_busy_thread_decays(void) {
+static void test_idle_thread_decays(void) {
   scr_trim();
-  scr_process_option_set("cache_max", "0");
-  struct scr_stats st[2];
-  memset(st, 0, sizeof st);
+  static uint8_t *b[1024];
+  atomic_store(&idle_stage, 0);
+  scr_process_option_set("decay_ms", "50");
   pthread_t t;
-  pthread_create(&t, NULL, decay_thread, st);
+  pthread_create(&t, NULL, idle_thread, b);
+  while (atomic_load(&idle_stage) != 1) usleep(1000);
+  int before = 0, after = 0;
+  for (int i = 0; i < 1024; i += 16) before += resident(b[i] + 64) == 1;
+  for (int k = 0; k < 500; k++) {
+    after = 0;
+    for (int i = 0; i < 1024; i += 16) after += resident(b[i] + 64) == 1;
+    if (after <= 8) break;
+    usleep(10000);
+  }
+  atomic_store(&idle_stage, 2);
   pthread_join(t, NULL);
-  scr_process_option_set("cache_max", "65536");
-  printf("  a calling thread's freed pages: %llu KiB dirty after its frees, %llu KiB after 9 s of calls; "
-         "%llu purge passes\n", (unsigned long long)(st[0].dirty_bytes >> 10),
-         (unsigned long long)(st[1].dirty_bytes >> 10),
-         (unsigned long long)(st[1].purge_passes - st[0].purge_passes));
-  CHECK(st[0].dirty_bytes >= (uint64_t)1 << 20);
-  CHECK_EQ(st[1].dirty_bytes, 0);
-  CHECK(st[1].purge_passes >= st[0].purge_passes + 1);
+  scr_process_option_set("decay_ms", "2000");
+  printf("  an idle thread's freed pages: %d of 64 sampled resident after its frees, %d after the decay\n", before,
+         after);
+  CHECK(before >= 32);
+  CHECK(after <= 8); /* a retained page, and the pages of blocks the thread's cache keeps */
+}
+
+/* A thread that frees a burst, pauses past the decay delay and takes the
+ * same amount again faults the pages in after they went back: refaults,
+ * which double the delay until the pause no longer outlasts it; the
+ * stats count them. */
+static void *refault_thread(void *arg) {
+  (void)arg;
+  enum { N = 32, SIZE = 131072 }; /* 4 MiB of large blocks */
+  void *b[N];
+  for (int round = 0; round < 8; round++) {
+    for (int i = 0; i < N; i++) memset(b[i] = scr_malloc(SIZE), round, SIZE);
+    for (int i = 0; i < N; i++) scr_free(b[i]);
+    usleep(250000);
+  }
+  return NULL;
+}
+
+static void test_refaults_back_off(void) {
+  scr_trim();
+  scr_process_option_set("decay_ms", "100");
+  scr_process_option_set("decay_max_ms", "3200");
+  struct scr_process_stats ps0 = pstats();
+  pthread_t t;
+  pthread_create(&t, NULL, refault_thread, NULL);
+  pthread_join(t, NULL);
+  struct scr_process_stats ps1 = pstats();
+  printf("  refaulted after return: %llu KiB; delay backed off %llu times, now %llu ms\n",
+         (unsigned long long)((ps1.refault_bytes - ps0.refault_bytes) >> 10),
+         (unsigned long long)(ps1.decay_backoffs - ps0.decay_backoffs), (unsigned long long)ps1.decay_delay_ms);
+  CHECK(ps1.refault_bytes >= ps0.refault_bytes + ((uint64_t)1 << 20));
+  CHECK(ps1.decay_backoffs >= ps0.decay_backoffs + 2);
+  CHECK(ps1.decay_delay_ms >= 400);
+  scr_process_option_set("decay_ms", "2000"); /* and the back-off starts again */
+  scr_process_option_set("decay_max_ms", "10000");
+  CHECK_EQ(pstats().decay_delay_ms, 2000);
 }
 
 static _Atomic int busy_stop, busy_ready;
@@ -356,7 +392,7 @@ static void *busy_thread(void *arg) {
   void *mark = scr_malloc(57000);
   void *burst[BURST_BLOCKS];
   for (int i = 0; i < BURST_BLOCKS; i++) memset(burst[i] = scr_malloc(BURST_BLOCK), 1, BURST_BLOCK);
-  void *live = scr_malloc((size_t)8 << 20); /* keeps the budget's proportional part above the burst */
+  void *live = scr_malloc((size_t)8 << 20);
   for (int i = 0; i < BURST_BLOCKS; i++) scr_free(burst[i]);
   atomic_store(&busy_arena, arena_with_live(57344));
   atomic_store(&busy_ready, 1);
@@ -397,7 +433,6 @@ static void test_trim_reaches_busy_threads(void) {
   CHECK(dirty1 < dirty0 / 2);
 }
 
-/* Whether the OS page at p is resident. */
 static int resident(const void *p) {
   unsigned char v = 0;
   uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
@@ -643,18 +678,18 @@ int main(int argc, char **argv) {
     TEST(test_holes);
     return check_done();
   }
-  /* A purge pass decommits pages freed more than purge_delay_ms before;
-   * sanitizer builds are slow enough for a round to take that long. */
-  setenv("SCRALLOC_PURGE_DELAY_MS", "2000", 1);
+  /* The decay gives back pages unused for decay_ms; sanitizer builds are
+   * slow enough for a round of a test to take the default's half. */
+  setenv("SCRALLOC_DECAY_MS", "2000", 1);
   scr_process_option_set("discard_delay_ms", "100000");
-  scr_process_option_set("retain_ratio_above", "0"); /* the tests' live sets are small */
   TEST(test_bursts_reuse_freed_pages);
   TEST(test_huge_blocks_reused_by_any_thread);
   TEST(test_huge_block_tail_stays_cached);
   TEST(test_reused_block_is_not_freed);
   TEST(test_huge_blocks_decay);
   TEST(test_advice_figures);
-  TEST(test_busy_thread_decays);
+  TEST(test_idle_thread_decays);
+  TEST(test_refaults_back_off);
   TEST(test_trim_reaches_busy_threads);
   TEST(test_interior_return);
   TEST(test_holes);

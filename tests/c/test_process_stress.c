@@ -653,10 +653,11 @@ static void test_parked_list_torture(void) {
   CHECK(scr_process_validate() == SCR_OK);
 }
 
-/* The empty pages the arenas keep committed share one budget
- * (retain_budget, 4 MiB): a thread alone keeps freed pages up to it; with
- * nine threads holding arenas its share falls to retain_bytes (512 KiB)
- * and what it kept above goes back at its next ticks. */
+/* The hard cap on free memory kept committed (retain_max, 4 MiB here) is
+ * shared by the threads holding arenas: a thread alone keeps freed pages
+ * up to it; with nine threads holding arenas its share falls to
+ * retain_bytes (512 KiB) and what it kept above goes back at its next
+ * ticks. */
 enum { SHARE_THREADS = 8, SHARE_BLOCKS = 24 };
 static pthread_barrier_t share_hold;
 static void *share_holder(void *arg) {
@@ -674,6 +675,7 @@ static uint64_t dirty_now(void) {
 }
 
 static void test_keep_share(void) {
+  scr_process_option_set("retain_max", "4M");
   scr_trim();
   uint64_t before = dirty_now();
   void *p[SHARE_BLOCKS];
@@ -695,9 +697,10 @@ static void test_keep_share(void) {
   pthread_barrier_wait(&share_hold);
   for (int i = 0; i < SHARE_THREADS; i++) pthread_join(t[i], NULL);
   pthread_barrier_destroy(&share_hold);
+  scr_process_option_set("retain_max", "0");
 }
 
-/* Pages an arena frees past its share of the budget go back in batches
+/* Pages an arena frees past its share of retain_max go back in batches
  * of 256 KiB (the arenas' decommit_batch), one call a batch: 48 blocks of
  * two pages freed one by one took one madvise each before. */
 enum { BATCH_BLOCKS = 48, BATCH_BLOCK = 100 << 10 };
@@ -719,6 +722,7 @@ static void *batch_freer(void *arg) {
 }
 
 static void test_pages_past_the_share_go_back_in_batches(void) {
+  scr_process_option_set("retain_max", "4M");
   struct scr_stats st[2];
   pthread_t t;
   pthread_create(&t, NULL, batch_freer, st);
@@ -730,6 +734,7 @@ static void test_pages_past_the_share_go_back_in_batches(void) {
   CHECK(calls >= 1);
   CHECK(calls * 4 <= pages + 8);      /* a call per 4 pages (a purge pass may add one or two) */
   CHECK(st[1].dirty_bytes <= st[0].dirty_bytes + ((uint64_t)4 << 20) + ((uint64_t)256 << 10));
+  scr_process_option_set("retain_max", "0");
 }
 
 static void test_trim_to_zero(void) {

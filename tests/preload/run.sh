@@ -59,8 +59,8 @@ draw_options() {
     "CACHE_BYTES 0 1024 16384 65536"
     "CACHE_MEDIUM 0 2 8" "CACHE_MAX 0 4096 65536" "CACHE_GROW 0 64K 2M"
     "LEND 0 1" "DISCARD 0 1 poison" "DISCARD_DELAY_MS 0 1 20"
-    "RETAIN_BUDGET 0 1M 4M"
-    "RETAIN_BYTES 0 64K 1M" "PURGE_DELAY_MS 0 20" "DECOMMIT_BATCH 0 256K")
+    "RETAIN_MAX 0 1M 4M" "DECAY_MS 0 5 1000"
+    "RETAIN_BYTES 0 64K 1M" "DECOMMIT_BATCH 0 256K")
   local i d words
   for i in 1 2 3 4 5 6 7 8; do
     d=${draws[RANDOM % ${#draws[@]}]}
@@ -107,8 +107,8 @@ stop = True
 '
 # A bad SCRALLOC_<NAME> value is said on stderr (in every build) and the
 # program runs on with the default.
-out=$(env LD_PRELOAD="$lib" SCRALLOC_RETAIN_BUDGET=1T SCRALLOC_RETAIN_BYTES=lots "$py" -c 'print("ran")' 2>"$tmp/err") || true
-if [ "$out" = ran ] && grep -q "^scralloc: ignoring SCRALLOC_RETAIN_BUDGET=1T (not a valid value)$" "$tmp/err" &&
+out=$(env LD_PRELOAD="$lib" SCRALLOC_RETAIN_MAX=1T SCRALLOC_RETAIN_BYTES=lots "$py" -c 'print("ran")' 2>"$tmp/err") || true
+if [ "$out" = ran ] && grep -q "^scralloc: ignoring SCRALLOC_RETAIN_MAX=1T (not a valid value)$" "$tmp/err" &&
    grep -q "^scralloc: ignoring SCRALLOC_RETAIN_BYTES=lots (not a valid value)$" "$tmp/err"; then
   echo "ok bad-option-warning"
 else

@@ -14,19 +14,20 @@
  *     after it was last freed, unless it is taken again first.
  *   - Huge blocks: each cached block goes back once it has waited the
  *     delay (huge_cache.c).
- *   - Refaults: memory that went back and is taken again within the
- *     delay counts as refaulted (the heaps' refault_bytes, the huge
+ *   - Refaults: memory that went back and is taken again within twice
+ *     the delay counts as refaulted (the heaps' refault_bytes, the huge
  *     cache's misses).  When a pass sees refaults of at least an eighth
- *     of what went back in the last delay, the delay doubles, up to
- *     decay_max_ms; after four quiet passes it halves again, down to
- *     decay_ms (as the discard backs off for threads that come back).
+ *     of what went back in the last delay (a program whose pauses outlast
+ *     the delay, but not by much), the delay doubles, up to decay_max_ms;
+ *     after four quiet passes it halves again, down to decay_ms (as the
+ *     discard backs off for threads that come back).
  *   - An arena whose thread exits keeps only the heaps' retain_bytes
  *     (arena.c: nobody is left to reuse the rest; the next thread that
  *     claims it starts from that); the discard returns the rest later.
  *   - retain_max, when set, caps the free memory the arenas keep
  *     committed, shared by the threads holding arenas: above it, freed
  *     pages go back at once.
- * scr_trim and malloc_trim give everything back at once, as before.
+ * scr_trim and malloc_trim give everything back at once.
  *
  * Layer: arenas (under arena.c: the arenas' state is not changed here,
  * only their heaps' dirty pages, under each heap's lock).  Owns the delay
@@ -73,15 +74,16 @@ static void decay_backoff(uint64_t refaulted, uint64_t returned) {
 
 uint64_t _scr_decay_step(uint64_t now_ns) {
   scr_proc *P = &_scr_proc;
-  bool woken = atomic_exchange_explicit(&P->decay_wake, 0, memory_order_relaxed);
   uint64_t delay = _scr_decay_delay_ms(), next = UINT64_MAX;
   uint64_t huge_back = 0, huge_next = _scr_huge_cache_decay(now_ns, false, &huge_back);
-  if (now_ns >= P->decay_next_ns || (woken && P->decay_next_ns == UINT64_MAX)) {
+  /* due, or none was due: the helper was woken (a heap's first dirty
+   * page, a park, a cached huge block) */
+  if (now_ns >= P->decay_next_ns || P->decay_next_ns == UINT64_MAX) {
     uint64_t returned = huge_back, refaults = _scr_huge_cache_refaults();
     bool left_any = false;
     for (scr_arena *a = atomic_load_explicit(&P->all, memory_order_acquire); a; a = a->next_all) {
       bool left = false;
-      returned += _scr_heap_decay(a->heap, now_ns / 1000000u, delay, &left);
+      returned += _scr_heap_decay(a->heap, 2 * delay, &left);
       refaults += _scr_heap_refault_bytes(a->heap);
       left_any |= left;
     }

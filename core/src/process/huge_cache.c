@@ -14,8 +14,8 @@
  * is set (oldest first); a block taken for a smaller request leaves its
  * tail here as a block of its own where the tail spans a segment boundary
  * and a huge block (segment.c: _scr_segment_attach); scr_trim gives back
- * every one.  A request the cache cannot serve within the decay delay of
- * a return is a refault (decay.c backs off on them).
+ * every one.  A request the cache cannot serve soon after a return is a
+ * refault (decay.c backs off on them).
  *
  *   bytes == sum(e[i].seg->size), n <= SCR_HUGE_CACHE_MAX,
  *   e[] ordered by at_ns (oldest first)
@@ -101,9 +101,10 @@ static void hc_put(scr_heap *h, scr_segment *seg, void *arg) {
  * mapping, else the largest smaller one (grown: only its new part
  * faults). */
 /* A request of size bytes that the cache cannot serve, under hc.lock:
- * within the delay of a return, as much of it as went back is a refault. */
+ * within twice the delay of a return (decay.c), as much of it as went
+ * back is a refault. */
 static void hc_miss(size_t size) {
-  if (_scr_proc_now_ns() >= hc_back_ns + _scr_decay_delay_ms() * 1000000u) {
+  if (_scr_proc_now_ns() >= hc_back_ns + 2 * _scr_decay_delay_ms() * 1000000u) {
     hc_back_bytes = 0;
     return;
   }

@@ -10,20 +10,42 @@
  *     proc_reuse [threads] [live] [min] [max] [ops per thread]
  *     proc_reuse runs [rounds] [blocks] [size]
  *
- * It prints "reuse ops=N faults=N faulted_mib_s=X" (minor faults of the
- * whole run from getrusage, and the bytes they brought in per second of
- * the run, 4 KiB a fault). */
+ * It prints "reuse ops=N faults=N faulted_mib_s=X given_back_mib_s=Y"
+ * (minor faults of the whole run from getrusage, and the bytes they
+ * brought in per second of the run, 4 KiB a fault; under scralloc also the
+ * bytes it gave back to the OS per second, from its statistics, which no
+ * other allocator publishes: -1 there). */
 #include "suite_prog.h"
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <sys/resource.h>
+
+/* Bytes scralloc gave back with advice (its scr_process_stats_json's
+ * dontneed_bytes and lazy_free_bytes), or -1 under another allocator. */
+static double given_back_bytes(void) {
+  size_t (*json)(char *, size_t) = (size_t(*)(char *, size_t))dlsym(RTLD_DEFAULT, "scr_process_stats_json");
+  if (json == NULL) return -1;
+  static char buf[16384];
+  json(buf, sizeof buf);
+  double total = 0;
+  const char *keys[] = {"\"dontneed_bytes\":", "\"lazy_free_bytes\":"};
+  for (int i = 0; i < 2; i++) {
+    const char *at = strstr(buf, keys[i]);
+    if (at) total += strtod(at + strlen(keys[i]), NULL);
+  }
+  return total;
+}
 
 typedef struct job {
   long live, ops;
   size_t min, max;
   uint64_t seed;
   unsigned long bad;
+  double back; /* given_back_bytes() after its operations, before its frees and exit (thread 0) */
 } job;
+
+#define SEED0 0x9e3779b97f4a7c15ull
 
 /* log-uniform in [min, max]: exp of a uniform draw between the logs */
 static size_t draw(uint64_t *s, double lmin, double lspan) {
@@ -49,6 +71,7 @@ static void *worker(void *arg) {
     blk[k] = must(malloc(n));
     stamp(blk[k], n);
   }
+  if (j->seed == SEED0) j->back = given_back_bytes(); /* an exiting thread's arena gives back its free pages */
   for (long k = 0; k < j->live; k++) free(blk[k]);
   free(blk);
   return NULL;
@@ -73,12 +96,14 @@ int main(int argc, char **argv) {
   prog_usage = "[threads] [live] [min] [max] [ops per thread] | runs [rounds] [blocks] [size]";
   unsigned long bad = 0;
   long ops;
+  double back = -1;
   double t0 = now_s();
   if (argc > 1 && strcmp(argv[1], "runs") == 0) {
     long rounds = arg_num(argc, argv, 2, 2000, 1, 1000000000, "rounds");
     long len = arg_num(argc, argv, 3, 1000, 1, 10000000, "blocks");
     long size = arg_num(argc, argv, 4, 65536, 1, 1L << 30, "size");
     runs(rounds, len, (size_t)size, &bad);
+    back = given_back_bytes();
     ops = rounds * len;
   } else {
     long nt = arg_num(argc, argv, 1, 1, 1, 1024, "threads");
@@ -89,7 +114,7 @@ int main(int argc, char **argv) {
     pthread_t *t = must(calloc((size_t)nt, sizeof *t));
     job *jobs = must(calloc((size_t)nt, sizeof *jobs));
     for (long i = 0; i < nt; i++) {
-      jobs[i] = (job){.live = live, .ops = per, .min = (size_t)min, .max = (size_t)max, .seed = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1)};
+      jobs[i] = (job){.live = live, .ops = per, .min = (size_t)min, .max = (size_t)max, .seed = SEED0 * (uint64_t)(i + 1)};
       if (pthread_create(&t[i], NULL, worker, &jobs[i]) != 0) {
         fprintf(stderr, "pthread_create failed\n");
         return 3;
@@ -99,6 +124,7 @@ int main(int argc, char **argv) {
       pthread_join(t[i], NULL);
       bad += jobs[i].bad;
     }
+    back = jobs[0].back;
     free(t);
     free(jobs);
     ops = nt * per;
@@ -106,7 +132,8 @@ int main(int argc, char **argv) {
   double wall = now_s() - t0;
   struct rusage ru;
   getrusage(RUSAGE_SELF, &ru);
-  printf("reuse ops=%ld faults=%ld faulted_mib_s=%.1f bad=%lu\n", ops, ru.ru_minflt,
-         wall > 0 ? (double)ru.ru_minflt * 4096 / (1 << 20) / wall : 0.0, bad);
+  if (wall <= 0) wall = 1e-9;
+  printf("reuse ops=%ld faults=%ld faulted_mib_s=%.1f given_back_mib_s=%.1f bad=%lu\n", ops, ru.ru_minflt,
+         (double)ru.ru_minflt * 4096 / (1 << 20) / wall, back < 0 ? -1.0 : back / (1 << 20) / wall, bad);
   return bad != 0;
 }

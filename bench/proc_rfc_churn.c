@@ -7,11 +7,12 @@
  * is freed, and a while later.
  *
  *     proc_rfc_churn [threads] [index MiB per thread] [bursts] [burst MiB] [wait ms]
+ *                    [index block min] [index block max]
  *
- * Defaults 16 16 10 64 1000 (the issue's figures).  Each thread:
+ * Defaults 16 16 10 64 1000 64 1024 (the RFC's figures).  Each thread:
  *   for each burst: allocate burst MiB of blocks (40% 64-512 B, 30%
  *   512 B-4 KiB, 20% 4-32 KiB, 10% 32-120 KiB), every block touched once
- *   per 4 KiB page, with index blocks (64 B-1 KiB) interleaved among them
+ *   per 4 KiB page, with index blocks (64 B-1 KiB by default) interleaved among them
  *   until the index holds its share (index MiB * (burst+1) / bursts);
  *   then free the burst in shuffled order.
  * The threads exit; the main thread reads its RSS (after_bursts), calls
@@ -48,6 +49,7 @@ extern int malloc_trim(size_t pad) __attribute__((weak));
 static int threads = 16, bursts = 10;
 static size_t index_per_thread = (size_t)16 << 20, burst_bytes = (size_t)64 << 20;
 static long wait_ms = 1000;
+static size_t index_min = 64, index_max = 1024;
 
 struct index {      /* one thread's long-lived index, freed by main */
   void **blocks;    /* blocks[0..n) */
@@ -75,7 +77,7 @@ static void index_add(struct index *ix, uint64_t *s) {
     ix->cap = ix->cap ? ix->cap * 2 : 1024;
     ix->blocks = must(realloc(ix->blocks, ix->cap * sizeof *ix->blocks));
   }
-  size_t sz = 64 + rnd(s) % (1024 - 64);
+  size_t sz = index_min + rnd(s) % (index_max - index_min + 1);
   char *p = must(malloc(sz));
   memset(p, 0x5a, sz);
   ix->blocks[ix->n++] = p;
@@ -116,12 +118,14 @@ static void *worker(void *arg) {
 static double now_ms(void) { return now_s() * 1e3; }
 
 int main(int argc, char **argv) {
-  prog_usage = "[threads] [index MiB per thread] [bursts] [burst MiB] [wait ms]";
+  prog_usage = "[threads] [index MiB per thread] [bursts] [burst MiB] [wait ms] [index block min] [index block max]";
   threads = (int)arg_num(argc, argv, 1, 16, 1, MAX_THREADS, "threads");
   index_per_thread = (size_t)arg_num(argc, argv, 2, 16, 0, 4096, "index MiB per thread") << 20;
   bursts = (int)arg_num(argc, argv, 3, 10, 1, 100000, "bursts");
   burst_bytes = (size_t)arg_num(argc, argv, 4, 64, 1, 4096, "burst MiB") << 20;
   wait_ms = arg_num(argc, argv, 5, 1000, 0, 3600000, "wait ms");
+  index_min = (size_t)arg_num(argc, argv, 6, 64, 1, 1 << 20, "index block min");
+  index_max = (size_t)arg_num(argc, argv, 7, 1024, (long)index_min, 1 << 20, "index block max");
 
   pthread_t t[MAX_THREADS];
   double t0 = now_ms();

@@ -99,6 +99,18 @@ def programs(bindir, tmpdir):
         Program("large blocks of 1-32 MiB replaced at random, 8 threads",
                 [b("proc_large_reuse"), "8", "50"], [b("proc_large_reuse"), "8", "5", "4", "1", "4"]),
     ]
+    # A working set freed and reused at once, at every block size (bench/proc_reuse.c)
+    for lo, hi, what in ((1, 1 << 20, "1 B-1 MiB"), (64 << 10, 1 << 20, "64 KiB-1 MiB")):
+        for threads, live, ops in ((1, 64, 1000000), (8, 64, 200000), (1, 512, 500000), (8, 512, 50000)):
+            if lo > 1:
+                ops //= 4
+            progs.append(Program(f"working set reused at once: {live} blocks of {what} replaced at random, "
+                                 f"{threads} thread{'s' if threads > 1 else ''}",
+                                 [b("proc_reuse"), str(threads), str(live), str(lo), str(hi), str(ops)],
+                                 [b("proc_reuse"), str(threads), str(live), str(lo), str(hi), "2000"]))
+    progs.append(Program("runs of 1,000 blocks of 64 KiB allocated, then freed",
+                         [b("proc_reuse"), "runs", "500", "1000", "65536"],
+                         [b("proc_reuse"), "runs", "5", "1000", "65536"]))
     sqlite, lua = shutil.which("sqlite3"), shutil.which("lua5.4")
     db = os.path.join(tmpdir, "suite.db")
     # through sh, so that each run starts from a new database file
@@ -324,6 +336,24 @@ def issue29_table(progs, names, results):
         cells = [f"{statistics.median(m['rfc_churn.work_ms'] for m in res[a]) / 1000:.3f}" if res[a] else "-"
                  for a in names]
         out.append("| threads' run time s | <= 1.1 x fastest | " + " | ".join(cells) + " |")
+        out.append("")
+    reuse = [p for p in progs if p.argv[0].endswith("proc_reuse")]
+    if reuse:
+        out.append("Working sets reused at once (bench/proc_reuse.c): memory faulted in per second of the run "
+                   "(minor faults x 4 KiB, MiB/s, medians), and what scralloc gave back to the OS per second "
+                   "before its threads exited (from its statistics; the others publish none).\n")
+        out.append("| program | " + " | ".join(f"{a} faulted" for a in names) + " | scralloc given back |")
+        out.append("|---|" + "---:|" * (len(names) + 1))
+        for p in reuse:
+            res = results[p.name]
+
+            def med(a, key):
+                vals = [m[key] for m in res[a] if key in m]
+                return statistics.median(vals) if vals else None
+            cells = [f"{med(a, 'reuse.faulted_mib_s'):.0f}" if res[a] and med(a, "reuse.faulted_mib_s") is not None
+                     else "-" for a in names]
+            back = med("scralloc", "reuse.given_back_mib_s") if res.get("scralloc") else None
+            out.append(f"| {p.name} | " + " | ".join(cells) + f" | {'-' if back is None else f'{back:.1f}'} |")
         out.append("")
     large = [p for p in progs if p.argv[0].endswith("proc_large_reuse")]
     if large:

@@ -526,8 +526,8 @@ uint64_t _scr_heap_unused_bytes(const scr_heap *h) {
   return h->bytes > used ? h->bytes - used : 0;
 }
 
-size_t _scr_heap_decay(scr_heap *h, uint64_t window_ms, bool *left) {
-  return _scr_segment_decay(h, window_ms, left);
+size_t _scr_heap_decay(scr_heap *h, uint64_t delay_ms, bool *left) {
+  return _scr_segment_decay(h, delay_ms, left);
 }
 
 uint64_t _scr_heap_refault_bytes(scr_heap *h) {

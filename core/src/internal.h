@@ -149,7 +149,7 @@ SCR_INTERNAL void _scr_segment_unmap_detached(scr_segment *seg, scr_os_counters 
 SCR_INTERNAL void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigned npages);
 SCR_INTERNAL void _scr_segment_purge(scr_heap *h, bool all);
 /* The decay's pass over h's dirty pages (types.h: who may touch what). */
-SCR_INTERNAL size_t _scr_segment_decay(scr_heap *h, uint64_t window_ms, bool *left);
+SCR_INTERNAL size_t _scr_segment_decay(scr_heap *h, uint64_t delay_ms, bool *left);
 SCR_INTERNAL void _scr_segment_purge_down(scr_heap *h, uint64_t keep_pages);
 SCR_INTERNAL size_t _scr_segment_meta_bytes(const scr_heap *h);
 /* Bits first .. first+n-1 of a segment's 64-bit page masks. */
@@ -228,11 +228,11 @@ SCR_INTERNAL void _scr_heap_set_retain_bytes(scr_heap *h, size_t bytes);
  * live blocks (heap_total - heap_used). */
 SCR_INTERNAL uint64_t _scr_heap_used_bytes(const scr_heap *h);
 SCR_INTERNAL uint64_t _scr_heap_unused_bytes(const scr_heap *h);
-/* The process allocator's decay (process/decay.c), from its own thread:
- * h's dirty pages freed before its last pass go back (segment.c:
- * _scr_segment_decay); a page taken again within window_ms of its return
- * counts in refault_bytes. */
-SCR_INTERNAL size_t _scr_heap_decay(scr_heap *h, uint64_t window_ms, bool *left);
+/* The process allocator's decay (process/decay.c), by the holder or its
+ * helper thread: when due, h's dirty pages freed before its last pass go
+ * back (segment.c: _scr_segment_decay); a page taken again within twice
+ * the delay of its return counts in refault_bytes. */
+SCR_INTERNAL size_t _scr_heap_decay(scr_heap *h, uint64_t delay_ms, bool *left);
 SCR_INTERNAL uint64_t _scr_heap_refault_bytes(scr_heap *h);
 SCR_INTERNAL void _scr_heap_set_owner(scr_heap *h, void *owner, uintptr_t map_mark); /* before its first segment */
 SCR_INTERNAL void *_scr_heap_owner(const scr_heap *h);

@@ -230,6 +230,21 @@ static void note_refault(scr_heap *h, scr_segment *seg, uint64_t bits) {
     h->refault_bytes += PAGE_BYTES * (uint64_t)__builtin_popcountll(back);
 }
 
+static void purge_down(scr_heap *h, uint64_t keep);
+
+/* The heap grows (faults in n pages it did not hold) while it keeps dirty
+ * pages: they did not fit the request, so as many of them go back, the
+ * oldest first, and what the heap holds committed does not grow while it
+ * keeps free pages (as Go's heap gives back free memory when it grows past
+ * its goal).  Batched by decommit_batch. */
+static void offset_growth(scr_heap *h, uint64_t n) {
+  h->growth_pages += n;
+  if (h->growth_pages * PAGE_BYTES < h->opt.decommit_batch) return;
+  uint64_t dirty = h->dirty_pages, take = h->growth_pages < dirty ? h->growth_pages : dirty;
+  h->growth_pages = 0;
+  purge_down(h, dirty - take);
+}
+
 static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
   uint64_t bits = _scr_run_mask(first, n);
   uint64_t fresh = bits & ~seg->committed_free_mask;
@@ -248,6 +263,7 @@ static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigne
   seg->used_pages += n;
   h->bytes += PAGE_BYTES * (uint64_t)__builtin_popcountll(fresh);
   h->page_acquires += n;
+  if (fresh && h->dirty_pages) offset_growth(h, (uint64_t)__builtin_popcountll(fresh));
   for (unsigned i = first; i < first + n; i++) {
     scr_page *pg = &seg->pages[i];
     pg->zero = (zero >> i) & 1;
@@ -488,19 +504,32 @@ void _scr_segment_purge(scr_heap *h, bool all) {
   heap_unlock(h);
 }
 
-/* The decay's pass (another thread's clock, under the lock): the purge
- * pass's two generations, but with the decay's own counters, without
- * unmapping (the holder owns the segment list), and marking what went back
- * so that taking it again soon counts as a refault.  Returns the bytes
- * given back; *left: dirty pages remain. */
-size_t _scr_segment_decay(scr_heap *h, uint64_t window_ms, bool *left) {
+/* The decay's pass, when due (every delay / 2: purge_at_ms), by the
+ * holder at its ticks or by the process's helper thread, under the lock:
+ * the purge pass's two generations, but with the decay's own counters,
+ * without unmapping (the holder owns the segment list), and marking what
+ * went back so that taking it again within twice the delay counts as a
+ * refault.  Returns the bytes given back; *left: dirty pages remain. */
+size_t _scr_segment_decay(scr_heap *h, uint64_t delay_ms, bool *left) {
   purge_batch batch;
   batch.n = 0;
   uint64_t now_ms = _scr_os_now_ms(); /* the clock take_run reads */
   heap_lock(h);
   uint64_t before = h->bytes;
-  h->refault_window_ms = window_ms;
-  if (h->dirty_pages || h->over_pages) h->purge_passes++;
+  h->refault_window_ms = 2 * delay_ms;
+  if (h->dirty_pages == 0 && h->over_pages == 0) {
+    h->purge_at_ms = 0; /* the first dirty page starts the clock again */
+    heap_unlock(h);
+    *left = false;
+    return 0;
+  }
+  if (now_ms < h->purge_at_ms) {
+    heap_unlock(h);
+    *left = true;
+    return 0;
+  }
+  h->purge_at_ms = now_ms + (delay_ms > 1 ? delay_ms / 2 : 1);
+  h->purge_passes++;
   for (scr_segment *seg = h->segments; seg && (h->dirty_pages || h->over_pages); seg = seg->next) {
     if (seg->kind != SCR_SEG_NORMAL) continue;
     uint64_t old = seg->dirty_old | over_take(h, seg);
@@ -524,10 +553,9 @@ size_t _scr_segment_decay(scr_heap *h, uint64_t window_ms, bool *left) {
 /* Dirty pages go back, those freed before the last pass first, until
  * no more than keep stay (a smaller retain_bytes: heap.c).  A partial
  * pass: what the cap still allows stays for the next request. */
-void _scr_segment_purge_down(scr_heap *h, uint64_t keep) {
+static void purge_down(scr_heap *h, uint64_t keep) {
   purge_batch batch;
   batch.n = 0;
-  heap_lock(h);
   for (int old = 1; old >= 0 && h->dirty_pages > keep; old--) {
     for (scr_segment *seg = h->segments; seg && h->dirty_pages > keep; seg = seg->next) {
       if (seg->kind != SCR_SEG_NORMAL) continue;
@@ -547,6 +575,11 @@ void _scr_segment_purge_down(scr_heap *h, uint64_t keep) {
     }
   }
   if (batch.n) purge_flush(h, &batch, &h->os);
+}
+
+void _scr_segment_purge_down(scr_heap *h, uint64_t keep) {
+  heap_lock(h);
+  purge_down(h, keep);
   heap_unlock(h);
 }
 

@@ -40,6 +40,9 @@ SCR_INTERNAL uint64_t _scr_huge_cache_refaults(void); /* bytes of requests misse
 /* The helper's pass when it is due (every arena's heap and the huge
  * cache); returns when the next is due (UINT64_MAX: when woken). */
 SCR_INTERNAL uint64_t _scr_decay_step(uint64_t now_ns);
+/* a's heap's pass when it is due (its holder's tick, the helper); true
+ * while dirty pages remain */
+SCR_INTERNAL bool _scr_decay_arena(scr_arena *a);
 SCR_INTERNAL void _scr_decay_keep_update(scr_arena *a); /* a held arena's share of retain_max (claim, ticks) */
 SCR_INTERNAL void _scr_huge_cache_counts(uint64_t *blocks, uint64_t *bytes, uint64_t *munmaps, uint64_t *failures);
 SCR_INTERNAL void _scr_huge_cache_lock(void);   /* fork: held across it */

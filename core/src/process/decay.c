@@ -11,7 +11,10 @@
  *   - Pages: each heap keeps its dirty pages in two generations
  *     (segment.c); a pass every delay / 2 gives back the older one and
  *     ages the newer, so a page goes back between delay / 2 and delay
- *     after it was last freed, unless it is taken again first.
+ *     after it was last freed, unless it is taken again first.  The pass
+ *     of a heap is run by whichever comes first once it is due: its
+ *     holder at a tick (a busy program's helper thread may wait long for
+ *     a core) or the helper (a holder that makes no calls).
  *   - Huge blocks: each cached block goes back once it has waited the
  *     delay (huge_cache.c).
  *   - Refaults: memory that went back and is taken again within twice
@@ -72,32 +75,35 @@ static void decay_backoff(uint64_t refaulted, uint64_t returned) {
   atomic_store_explicit(&P->decay_delay_ms, d, memory_order_relaxed);
 }
 
+bool _scr_decay_arena(scr_arena *a) {
+  bool left = false;
+  size_t n = _scr_heap_decay(a->heap, _scr_decay_delay_ms(), &left);
+  if (n) SCR_PC_ADD(decay_bytes, n);
+  return left;
+}
+
 uint64_t _scr_decay_step(uint64_t now_ns) {
   scr_proc *P = &_scr_proc;
-  uint64_t delay = _scr_decay_delay_ms(), next = UINT64_MAX;
   uint64_t huge_back = 0, huge_next = _scr_huge_cache_decay(now_ns, false, &huge_back);
+  if (huge_back) SCR_PC_ADD(decay_bytes, huge_back);
   /* due, or none was due: the helper was woken (a heap's first dirty
    * page, a park, a cached huge block) */
   if (now_ns >= P->decay_next_ns || P->decay_next_ns == UINT64_MAX) {
-    uint64_t returned = huge_back, refaults = _scr_huge_cache_refaults();
+    uint64_t refaults = _scr_huge_cache_refaults();
     bool left_any = false;
     for (scr_arena *a = atomic_load_explicit(&P->all, memory_order_acquire); a; a = a->next_all) {
-      bool left = false;
-      returned += _scr_heap_decay(a->heap, 2 * delay, &left);
+      left_any |= _scr_decay_arena(a);
       refaults += _scr_heap_refault_bytes(a->heap);
-      left_any |= left;
     }
-    SCR_PC_ADD(decay_bytes, returned);
     SCR_PC_ADD(decay_passes, 1);
-    /* what went back in the last delay: this pass and the one before */
-    decay_backoff(refaults - P->decay_refaults_seen, returned + P->decay_returned_last);
+    /* what went back in the last delay: since the pass before the last */
+    uint64_t returned = atomic_load_explicit(&_scr_pc.decay_bytes, memory_order_relaxed);
+    decay_backoff(refaults - P->decay_refaults_seen, returned - P->decay_returned_last);
     P->decay_refaults_seen = refaults;
-    P->decay_returned_last = returned;
-    uint64_t half_ms = (_scr_decay_delay_ms() + 1) / 2;
+    P->decay_returned_last = P->decay_returned_now;
+    P->decay_returned_now = returned;
+    uint64_t half_ms = _scr_decay_delay_ms() / 2;
     P->decay_next_ns = left_any ? now_ns + (half_ms ? half_ms : 1) * 1000000u : UINT64_MAX;
-  } else if (huge_back) {
-    SCR_PC_ADD(decay_bytes, huge_back);
   }
-  next = P->decay_next_ns;
-  return huge_next < next ? huge_next : next;
+  return huge_next < P->decay_next_ns ? huge_next : P->decay_next_ns;
 }

@@ -83,5 +83,8 @@ void _scr_holder_tick_slow(scr_arena *a) {
   _scr_remote_poll(a);
   if (_scr_huge_cache_tick() | _scr_decay_tick()) _scr_helper_post();
   _scr_decay_keep_update(a);
+  /* its heap's decay pass when due: one clock read per tick while it
+   * keeps dirty pages */
+  if (atomic_load_explicit(&a->heap->dirty_pages, memory_order_relaxed) != 0) _scr_decay_arena(a);
   if (a->ops - a->ops_published >= SCR_ARENA_PUBLISH_EVERY) _scr_holder_publish(a);
 }

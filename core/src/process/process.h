@@ -196,7 +196,8 @@ typedef struct scr_proc {
   _Atomic int decay_wake;
   uint64_t decay_next_ns;           /* the next pass (UINT64_MAX: none due until woken) */
   uint64_t decay_refaults_seen;     /* refaulted bytes as of the last pass */
-  uint64_t decay_returned_last;     /* bytes the last pass gave back */
+  uint64_t decay_returned_now;      /* decay_bytes as of the last pass */
+  uint64_t decay_returned_last;     /* and as of the pass before */
   unsigned decay_quiet;             /* passes without a refault since the delay last moved */
   _Alignas(64) _Atomic uint64_t parked_room; /* most bytes not in live blocks of a parked arena, as last
                                        seen under lock (may be stale high: a lend then finds none) */

@@ -108,6 +108,9 @@ def programs(bindir, tmpdir):
                                  f"{threads} thread{'s' if threads > 1 else ''}",
                                  [b("proc_reuse"), str(threads), str(live), str(lo), str(hi), str(ops)],
                                  [b("proc_reuse"), str(threads), str(live), str(lo), str(hi), "2000"]))
+    progs.append(Program("frees 90% of 256 MiB of 64 B-512 KiB blocks, then sleeps 2 s (allocation and frees' time)",
+                         [b("proc_idle"), "256", "10", "2000"], [b("proc_idle"), "8", "10", "250"],
+                         time_key="idle.work_ms"))
     progs.append(Program("runs of 1,000 blocks of 64 KiB allocated, then freed",
                          [b("proc_reuse"), "runs", "500", "1000", "65536"],
                          [b("proc_reuse"), "runs", "5", "1000", "65536"]))
@@ -354,6 +357,23 @@ def issue29_table(progs, names, results):
                      else "-" for a in names]
             back = med("scralloc", "reuse.given_back_mib_s") if res.get("scralloc") else None
             out.append(f"| {p.name} | " + " | ".join(cells) + f" | {'-' if back is None else f'{back:.1f}'} |")
+        out.append("")
+    idle = next((p for p in progs if p.argv[0].endswith("proc_idle")), None)
+    if idle and any(results[idle.name].values()):
+        res = results[idle.name]
+        wait = idle.argv[-1]
+
+        def med_of(a, key):
+            vals = [m[key] for m in res[a] if key in m]
+            return statistics.median(vals) / 1024 if vals else None
+        out.append(f"A program that frees most of its memory and sleeps ({' '.join(os.path.basename(x) for x in idle.argv)}): "
+                   "RSS in MiB, medians, beside the bytes it keeps live.\n")
+        out.append("| figure | " + " | ".join(names) + " |")
+        out.append("|---|" + "---:|" * len(names))
+        for label, key in (("live blocks", "idle.live_kib"), ("RSS right after the frees", "idle.rss_freed_kib"),
+                           ("RSS 1 s later", "idle.rss_1000ms_kib"), (f"RSS {int(wait) / 1000:g} s later", f"idle.rss_{wait}ms_kib")):
+            out.append(f"| {label} | " + " | ".join(
+                f"{med_of(a, key):.1f}" if res[a] and med_of(a, key) is not None else "-" for a in names) + " |")
         out.append("")
     large = [p for p in progs if p.argv[0].endswith("proc_large_reuse")]
     if large:

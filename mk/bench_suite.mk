@@ -7,7 +7,7 @@
 # arithmetic on made-up runs; `make bench-process` runs the whole suite.
 
 SUITE_PROGS := proc_rfc_churn proc_large_reuse proc_prodcons proc_handoff proc_phases proc_thread_swap \
-  proc_random_small proc_runs proc_interp proc_mixed_queue proc_reuse
+  proc_random_small proc_runs proc_interp proc_mixed_queue proc_reuse proc_idle
 # proc_bench.py's programs and the launcher named here too: mk/process.mk
 # (which lists them) is read after this file.
 SUITE_BIN := $(addprefix $(B)/release/bench/,$(SUITE_PROGS) proc_launch proc_xthread proc_churn)

@@ -334,7 +334,7 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(interior_lazy_bytes, "of those, bytes given back with MADV_FREE, which the kernel reclaims only under memory pressure (cumulative)") \
   X(huge_cache_puts, "freed huge blocks put in the process's cache for any thread (cumulative)") \
   X(huge_cache_hits, "huge blocks served from the process's cache, resized (cumulative)") \
-  X(huge_cache_evicted, "bytes of cached huge blocks unmapped to stay within retain_max (cumulative)") \
+  X(huge_cache_evicted, "bytes of cached huge blocks unmapped when the process grew while it cached them, or to stay within retain_max (cumulative)") \
   X(huge_cache_decayed, "bytes of cached huge blocks unmapped after the decay delay by the helper (cumulative)") \
   X(huge_cache_blocks, "huge blocks the process's cache holds") \
   X(huge_cache_bytes, "bytes of huge blocks the process's cache holds") \

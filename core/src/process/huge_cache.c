@@ -9,9 +9,11 @@
  * took 2.3x glibc's time).
  *
  * Bounds: a block cached longer than the decay delay goes back, by the
- * helper thread (decay.c), without a call from the program; at most
- * SCR_HUGE_CACHE_MAX blocks, and no more bytes than retain_max when that
- * is set (oldest first); a block taken for a smaller request leaves its
+ * helper thread (decay.c), without a call from the program; a request
+ * that grows what the process holds (a block grown, or a new mapping)
+ * evicts as many bytes of the oldest blocks; at most SCR_HUGE_CACHE_MAX
+ * blocks, and no more bytes than retain_max when that is set (oldest
+ * first); a block taken for a smaller request leaves its
  * tail here as a block of its own where the tail spans a segment boundary
  * and a huge block (segment.c: _scr_segment_attach); scr_trim gives back
  * every one.  A request the cache cannot serve soon after a return is a
@@ -138,15 +140,28 @@ static scr_segment *hc_take(scr_heap *h, size_t size, size_t offset, void *arg) 
     bool fits = s->size >= size, best_fits = b >= size;
     if (fits ? (!best_fits || s->size < b) : (!best_fits && s->size > b)) best = (int)i;
   }
-  scr_segment *seg = NULL;
+  scr_segment *seg = NULL, *out[SCR_HUGE_CACHE_MAX];
+  unsigned nout = 0;
   if (best >= 0) {
     seg = hc.e[best].seg;
     hc_remove_at((unsigned)best);
   } else if (hc_back_bytes) {
     hc_miss(size);
   }
+  /* The process faults in new memory (a fresh mapping, or the block's
+   * growth) while it caches blocks that did not fit: as many bytes of the
+   * oldest go back, so that what it holds does not grow while it keeps
+   * free memory (decay.c: growth). */
+  uint64_t grow = seg == NULL ? size : seg->size < size ? size - seg->size : 0;
+  while (grow > 0 && hc.n > 0) {
+    uint64_t b = hc.e[0].seg->size;
+    out[nout++] = hc.e[0].seg;
+    hc_remove_at(0);
+    grow = grow > b ? grow - b : 0;
+  }
   pthread_mutex_unlock(&hc.lock);
   if (seg) SCR_PC_ADD(huge_cache_hits, 1);
+  if (nout) SCR_PC_ADD(huge_cache_evicted, hc_unmap(out, nout));
   return seg;
 }
 

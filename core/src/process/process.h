@@ -244,7 +244,7 @@ SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("
   X(interior_lazy_bytes, "of those, bytes given back with MADV_FREE (not yet reclaimed, maybe)") \
   X(huge_cache_puts, "freed huge blocks put in the process's cache")          \
   X(huge_cache_hits, "huge blocks served from the process's cache (resized)") \
-  X(huge_cache_evicted, "bytes of cached huge blocks unmapped to stay within retain_max") \
+  X(huge_cache_evicted, "bytes of cached huge blocks unmapped when the process grew (or past retain_max)") \
   X(huge_cache_decayed, "bytes of cached huge blocks unmapped after the decay delay") \
   X(decay_bytes, "bytes the decay gave back: pages and huge blocks unused past the delay") \
   X(decay_passes, "passes the decay made over every arena") \

@@ -256,8 +256,8 @@ void _scr_proc_report(int fd, bool per_arena) {
            "%.2f MiB of it refaulted after return\n",
            pid, U(ps.decay_delay_ms), U(ps.decay_backoffs), proc_mib(ps.decay_bytes), proc_mib(ps.refault_bytes));
   proc_write_line(&o, fd);
-  _scr_out_put(&o, "scralloc[%d]: huge cache %llu blocks, %.2f MiB (%llu put, %llu reused, %.2f MiB unmapped over "
-           "retain_max, %.2f MiB after the decay); %llu trims by threads asked by another's (%.2f MiB); %.2f MiB given back inside free blocks of pages in use (%.2f MiB of it with MADV_FREE)\n",
+  _scr_out_put(&o, "scralloc[%d]: huge cache %llu blocks, %.2f MiB (%llu put, %llu reused, %.2f MiB unmapped as the "
+           "process grew, %.2f MiB after the decay); %llu trims by threads asked by another's (%.2f MiB); %.2f MiB given back inside free blocks of pages in use (%.2f MiB of it with MADV_FREE)\n",
            pid, U(ps.huge_cache_blocks), proc_mib(ps.huge_cache_bytes),
            U(ps.huge_cache_puts), U(ps.huge_cache_hits), proc_mib(ps.huge_cache_evicted),
            proc_mib(ps.huge_cache_decayed), U(ps.trim_answers), proc_mib(ps.trim_answer_bytes),

@@ -38,24 +38,78 @@ static const char *lscr_code_name(int err) {
 
 /* "what(0x1234): text (SCR_ECODE)"; the name in parentheses is stable,
  * the text comes from scr_strerror. */
-static int lscr_error(lua_State *L, const char *what, const void *p, int err,
-                      const char *extra) {
+static int lscr_error(lua_State *L, const char *what, const void *p, int err) {
   char addr[32];
   snprintf(addr, sizeof addr, "0x%" PRIxPTR, (uintptr_t)p);
-  return luaL_error(L, "%s(%s): %s (%s%s)", what, addr, scr_strerror(err),
-                    lscr_code_name(err), extra ? extra : "");
-}
-
-static int lscr_size_error(lua_State *L, const char *what, lua_Integer n, int err,
-                           const char *extra) {
-  return luaL_error(L, "%s(%I): %s (%s%s)", what, n, scr_strerror(err),
-                    lscr_code_name(err), extra ? extra : "");
+  return luaL_error(L, "%s(%s): %s (%s)", what, addr, scr_strerror(err), lscr_code_name(err));
 }
 
 /* ---- arguments ----------------------------------------------------- */
 
+/* "bad argument #arg to 'name' (msg)", as luaL_argerror says it, with
+ * the name every method closure carries as its upvalue 1: Lua knows no
+ * name for a method called as pcall(a.free, a, p).  Elsewhere (module
+ * functions, metamethods) luaL_argerror finds the name. */
+static int lscr_argerror(lua_State *L, int arg, const char *msg) {
+  if (lua_type(L, lua_upvalueindex(1)) != LUA_TSTRING)
+    return luaL_argerror(L, arg, msg);
+  const char *name = lua_tostring(L, lua_upvalueindex(1));
+  lua_Debug ar;
+  if (lua_getstack(L, 0, &ar) && lua_getinfo(L, "n", &ar) && ar.namewhat != NULL &&
+      strcmp(ar.namewhat, "method") == 0 && --arg == 0)  /* a:name(...): self is not counted */
+    return luaL_error(L, "calling '%s' on bad self (%s)", name, msg);
+  return luaL_error(L, "bad argument #%d to '%s' (%s)", arg, name, msg);
+}
+
+/* The one conversion of a Lua value to an integer: what math.tointeger
+ * accepts (an integer, a float with an integral value, a string that
+ * reads as one). */
+static int lscr_toint(lua_State *L, int idx, lua_Integer *v) {
+  int ok;
+  *v = lua_tointegerx(L, idx, &ok);
+  return ok;
+}
+
+/* The argument at idx, named argname, is missing or not what expected says. */
+static int lscr_typeerror(lua_State *L, int idx, const char *argname, const char *expected) {
+  if (lua_isnone(L, idx))
+    return lscr_argerror(L, idx, lua_pushfstring(L, "%s is missing", argname));
+  return lscr_argerror(L, idx, lua_pushfstring(L, "%s: %s expected, got %s", argname, expected,
+                                               luaL_typename(L, idx)));
+}
+
+static int lscr_badint(lua_State *L, int idx, const char *argname) {
+  if (!lua_isnone(L, idx) && lua_isnumber(L, idx))
+    return lscr_argerror(L, idx, lua_pushfstring(L, "%s: number has no integer representation",
+                                                 argname));
+  return lscr_typeerror(L, idx, argname, "number");
+}
+
+static lua_Integer lscr_checkint(lua_State *L, int idx, const char *argname) {
+  lua_Integer v;
+  if (!lscr_toint(L, idx, &v))
+    lscr_badint(L, idx, argname);
+  return v;
+}
+
+static lua_Integer lscr_optint(lua_State *L, int idx, const char *argname, lua_Integer def) {
+  return lua_isnoneornil(L, idx) ? def : lscr_checkint(L, idx, argname);
+}
+
+static const char *lscr_checkstring(lua_State *L, int idx, const char *argname, size_t *len) {
+  const char *s = lua_type(L, idx) == LUA_TSTRING || lua_type(L, idx) == LUA_TNUMBER
+                      ? lua_tolstring(L, idx, len) : NULL;
+  if (s == NULL)
+    lscr_typeerror(L, idx, argname, "string");
+  return s;
+}
+
 static lscr_alloc *lscr_checkobj(lua_State *L) {
-  return (lscr_alloc *)luaL_checkudata(L, 1, LSCR_ALLOCATOR);
+  lscr_alloc *A = (lscr_alloc *)luaL_testudata(L, 1, LSCR_ALLOCATOR);
+  if (A == NULL)
+    lscr_argerror(L, 1, lua_pushfstring(L, LSCR_ALLOCATOR " expected, got %s",
+                                        luaL_typename(L, 1)));
+  return A;
 }
 
 static lscr_alloc *lscr_checkopen(lua_State *L) {
@@ -66,22 +120,73 @@ static lscr_alloc *lscr_checkopen(lua_State *L) {
 }
 
 static void *lscr_checkaddr(lua_State *L, int idx) {
-  return (void *)(uintptr_t)(lua_Unsigned)luaL_checkinteger(L, idx);
+  return (void *)(uintptr_t)(lua_Unsigned)lscr_checkint(L, idx, "address");
 }
 
 static void lscr_pushaddr(lua_State *L, const void *p) {
   lua_pushinteger(L, (lua_Integer)(uintptr_t)p);
 }
 
-/* A size argument: negative sizes are SCR_EINVAL errors. */
-static size_t lscr_checksize(lua_State *L, int idx, const char *what) {
-  lua_Integer n = luaL_checkinteger(L, idx);
-  if (n < 0)
-    lscr_size_error(L, what, n, SCR_EINVAL, NULL);
+/* A call is described as "name(arg2, arg3, ...)" (argument 1 is the
+ * allocator).  The name of argument idx, into buf. */
+static const char *lscr_argname(const char *call, int idx, char *buf, size_t cap) {
+  const char *s = strchr(call, '(') + 1;
+  for (int i = 2; i < idx && s[strcspn(s, ",)")] == ','; i++)
+    s += strcspn(s, ",)") + 2;
+  snprintf(buf, cap, "%.*s", (int)strcspn(s, ",)"), s);
+  return buf;
+}
+
+/* Raise "name(arguments): text (SCR_ECODE[, extra])" with the arguments
+ * the call was given: integers, the one named "address" in hex. */
+static int lscr_callerror(lua_State *L, const char *call, int err, const char *extra) {
+  int top = lua_gettop(L);
+  const char *s = strchr(call, '(') + 1;
+  luaL_Buffer b;
+  luaL_buffinit(L, &b);
+  luaL_addlstring(&b, call, (size_t)(s - call));
+  for (int i = 2; i <= top; i++) {
+    size_t len = strcspn(s, ",)");
+    char text[32];
+    lua_Integer v;
+    if (!lscr_toint(L, i, &v))
+      snprintf(text, sizeof text, "%s", luaL_typename(L, i));
+    else if (len == 7 && memcmp(s, "address", 7) == 0)
+      snprintf(text, sizeof text, "0x%" PRIxPTR, (uintptr_t)(lua_Unsigned)v);
+    else
+      snprintf(text, sizeof text, LUA_INTEGER_FMT, v);
+    luaL_addstring(&b, text);
+    if (s[len] != ',' || i == top)
+      break;
+    luaL_addstring(&b, ", ");
+    s += len + 2;
+  }
+  luaL_addstring(&b, "): ");
+  luaL_addstring(&b, scr_strerror(err));
+  luaL_addstring(&b, " (");
+  luaL_addstring(&b, lscr_code_name(err));
+  if (extra != NULL) {
+    luaL_addstring(&b, ", ");
+    luaL_addstring(&b, extra);
+  }
+  luaL_addchar(&b, ')');
+  luaL_pushresult(&b);
+  return lua_error(L);
+}
+
+/* A size argument of the call: an integer; negative is SCR_EINVAL. */
+static size_t lscr_checksize(lua_State *L, int idx, const char *call) {
+  lua_Integer n;
+  char name[32], extra[48];
+  if (!lscr_toint(L, idx, &n))
+    lscr_badint(L, idx, lscr_argname(call, idx, name, sizeof name));
+  if (n < 0) {
+    snprintf(extra, sizeof extra, "%s is negative", lscr_argname(call, idx, name, sizeof name));
+    lscr_callerror(L, call, SCR_EINVAL, extra);
+  }
   return (size_t)n;
 }
 
-/* The usable size of a live block at p, or a Lua error naming what. */
 /* The usable size of the live block at p, or an error naming what the
  * call did.  A free block is a double free only for free and realloc;
  * for read, write and usable_size it is the use of a freed block. */
@@ -95,70 +200,55 @@ static size_t lscr_checkblock(lua_State *L, lscr_alloc *A, void *p, const char *
                "before this call)", what, addr);
   }
   if (err != SCR_OK)
-    lscr_error(L, what, p, err, NULL);
+    lscr_error(L, what, p, err);
   return us;
 }
 
-/* Push a new block or raise the error its NULL stands for. */
-static int lscr_pushblock(lua_State *L, lscr_alloc *A, void *p, const char *what,
-                          lua_Integer n) {
-  if (p == NULL)
-    return lscr_size_error(L, what, n, errno == EINVAL ? SCR_EINVAL : SCR_ENOMEM, NULL);
-  scrl_account(&A->acct, 0, scr_heap_usable_size(A->acct.heap, p));
+static void lscr_admit(lua_State *L, lscr_alloc *A, size_t n, const char *call) {
+  if (!scrl_admit(&A->acct, n))
+    lscr_callerror(L, call, SCR_ENOMEM, "refused by the allocator's limit");
+}
+
+/* Push the heap's new block, or raise the refusal its NULL stands for. */
+static int lscr_pushblock(lua_State *L, lscr_alloc *A, void *p, const char *call) {
+  if (scrl_grant(&A->acct, 0, p) == NULL)
+    return lscr_callerror(L, call, SCR_ENOMEM, NULL);
   lscr_pushaddr(L, p);
   return 1;
 }
 
-static void lscr_admit(lua_State *L, lscr_alloc *A, size_t n, const char *what,
-                       lua_Integer shown) {
-  if (!scrl_admit(&A->acct, n))
-    lscr_size_error(L, what, shown, SCR_ENOMEM, ", refused by the allocator's limit");
-}
-
 /* ---- allocation ---------------------------------------------------- */
 
+#define LSCR_MALLOC "malloc(size)"
 static int lscr_malloc(lua_State *L) {
   lscr_alloc *A = lscr_checkopen(L);
-  size_t n = lscr_checksize(L, 2, "malloc");
-  lscr_admit(L, A, n, "malloc", (lua_Integer)n);
-  errno = 0;
-  return lscr_pushblock(L, A, scr_heap_malloc(A->acct.heap, n), "malloc", (lua_Integer)n);
+  size_t n = lscr_checksize(L, 2, LSCR_MALLOC);
+  lscr_admit(L, A, n, LSCR_MALLOC);
+  return lscr_pushblock(L, A, scr_heap_malloc(A->acct.heap, n), LSCR_MALLOC);
 }
 
+/* An overflowing count * size is a bad request, not a refusal: it is
+ * neither admitted nor counted as a failure. */
+#define LSCR_CALLOC "calloc(count, size)"
 static int lscr_calloc(lua_State *L) {
   lscr_alloc *A = lscr_checkopen(L);
-  size_t count = lscr_checksize(L, 2, "calloc");
-  size_t size = lscr_checksize(L, 3, "calloc");
-  size_t total = size != 0 && count > SIZE_MAX / size ? SIZE_MAX : count * size;
-  if (!scrl_admit(&A->acct, total))
-    return luaL_error(L, "calloc(%I, %I): %s (SCR_ENOMEM, refused by the allocator's limit)",
-                      (lua_Integer)count, (lua_Integer)size, scr_strerror(SCR_ENOMEM));
-  errno = 0;
-  void *p = scr_heap_calloc(A->acct.heap, count, size);
-  if (p == NULL) {
-    int err = errno == EINVAL ? SCR_EINVAL : SCR_ENOMEM;
-    return luaL_error(L, "calloc(%I, %I): %s (%s)", (lua_Integer)count, (lua_Integer)size,
-                      scr_strerror(err), lscr_code_name(err));
-  }
-  return lscr_pushblock(L, A, p, "calloc", (lua_Integer)total);
+  size_t count = lscr_checksize(L, 2, LSCR_CALLOC);
+  size_t size = lscr_checksize(L, 3, LSCR_CALLOC);
+  if (size != 0 && count > SIZE_MAX / size)
+    return lscr_callerror(L, LSCR_CALLOC, SCR_ENOMEM, "count * size overflows");
+  lscr_admit(L, A, count * size, LSCR_CALLOC);
+  return lscr_pushblock(L, A, scr_heap_calloc(A->acct.heap, count, size), LSCR_CALLOC);
 }
 
+#define LSCR_ALIGNED "aligned_alloc(alignment, size)"
 static int lscr_aligned_alloc(lua_State *L) {
   lscr_alloc *A = lscr_checkopen(L);
-  lua_Integer al = luaL_checkinteger(L, 2);
-  size_t n = lscr_checksize(L, 3, "aligned_alloc");
-  if (al <= 0)
-    return luaL_error(L, "aligned_alloc(%I, %I): %s (SCR_EINVAL)", al, (lua_Integer)n,
-                      scr_strerror(SCR_EINVAL));
-  lscr_admit(L, A, n, "aligned_alloc", (lua_Integer)n);
-  errno = 0;
-  void *p = scr_heap_aligned_alloc(A->acct.heap, (size_t)al, n);
-  if (p == NULL) {
-    int err = errno == EINVAL ? SCR_EINVAL : SCR_ENOMEM;
-    return luaL_error(L, "aligned_alloc(%I, %I): %s (%s)", al, (lua_Integer)n,
-                      scr_strerror(err), lscr_code_name(err));
-  }
-  return lscr_pushblock(L, A, p, "aligned_alloc", (lua_Integer)n);
+  lua_Integer al = lscr_checkint(L, 2, "alignment");
+  size_t n = lscr_checksize(L, 3, LSCR_ALIGNED);
+  if (al <= 0 || (al & (al - 1)) != 0)
+    return lscr_callerror(L, LSCR_ALIGNED, SCR_EINVAL, "alignment is not a power of two");
+  lscr_admit(L, A, n, LSCR_ALIGNED);
+  return lscr_pushblock(L, A, scr_heap_aligned_alloc(A->acct.heap, (size_t)al, n), LSCR_ALIGNED);
 }
 
 static int lscr_free(lua_State *L) {
@@ -169,40 +259,43 @@ static int lscr_free(lua_State *L) {
   size_t us = lscr_checkblock(L, A, p, "free");
   int err = scr_heap_free_checked(A->acct.heap, p);
   if (err != SCR_OK)
-    return lscr_error(L, "free", p, err, NULL);
+    return lscr_error(L, "free", p, err);
   scrl_account(&A->acct, us, 0);
   return 0;
 }
 
 /* realloc(0, n) = malloc(n); realloc(p, 0) frees p and returns nil; on
  * an error the block is untouched. */
+#define LSCR_REALLOC "realloc(address, size)"
 static int lscr_realloc(lua_State *L) {
   lscr_alloc *A = lscr_checkopen(L);
   void *p = lscr_checkaddr(L, 2);
-  size_t n = lscr_checksize(L, 3, "realloc");
+  size_t n = lscr_checksize(L, 3, LSCR_REALLOC);
   if (p == NULL) {
-    lscr_admit(L, A, n, "realloc", (lua_Integer)n);
-    errno = 0;
-    return lscr_pushblock(L, A, scr_heap_malloc(A->acct.heap, n), "realloc", (lua_Integer)n);
+    lscr_admit(L, A, n, LSCR_REALLOC);
+    return lscr_pushblock(L, A, scr_heap_malloc(A->acct.heap, n), LSCR_REALLOC);
   }
   size_t old = lscr_checkblock(L, A, p, "realloc");
   if (n == 0) {
     int err = scr_heap_free_checked(A->acct.heap, p);
     if (err != SCR_OK)
-      return lscr_error(L, "realloc", p, err, NULL);
+      return lscr_error(L, "realloc", p, err);
     scrl_account(&A->acct, old, 0);
     lua_pushnil(L);
     return 1;
   }
-  if (n > old && !scrl_admit(&A->acct, n - old))
-    return lscr_error(L, "realloc", p, SCR_ENOMEM, ", refused by the allocator's limit");
+  if (n > old)
+    lscr_admit(L, A, n - old, LSCR_REALLOC);
   void *q = NULL;
   int err = scr_heap_realloc_checked(A->acct.heap, p, n, &q);
   if (err == SCR_OK && q == NULL)
     err = SCR_ENOMEM;
+  if (n > old)
+    scrl_grant(&A->acct, old, q);  /* a growth: an allocation, or a failure */
+  else if (q != NULL)
+    scrl_account(&A->acct, old, scr_heap_usable_size(A->acct.heap, q));
   if (err != SCR_OK)
-    return lscr_error(L, "realloc", p, err, NULL);
-  scrl_account(&A->acct, old, scr_heap_usable_size(A->acct.heap, q));
+    return lscr_callerror(L, LSCR_REALLOC, err, NULL);
   lscr_pushaddr(L, q);
   return 1;
 }
@@ -248,8 +341,8 @@ static int lscr_write(lua_State *L) {
   lscr_alloc *A = lscr_checkopen(L);
   void *p = lscr_checkaddr(L, 2);
   size_t len;
-  const char *s = luaL_checklstring(L, 3, &len);
-  lua_Integer off = luaL_optinteger(L, 4, 0);
+  const char *s = lscr_checkstring(L, 3, "data", &len);
+  lua_Integer off = lscr_optint(L, 4, "offset", 0);
   memcpy(lscr_range(L, A, p, off, len, "write"), s, len);
   return 0;
 }
@@ -258,12 +351,10 @@ static int lscr_write(lua_State *L) {
 static int lscr_read(lua_State *L) {
   lscr_alloc *A = lscr_checkopen(L);
   void *p = lscr_checkaddr(L, 2);
-  lua_Integer n = luaL_checkinteger(L, 3);
-  lua_Integer off = luaL_optinteger(L, 4, 0);
-  if (n < 0)
-    return lscr_size_error(L, "read", n, SCR_EINVAL, NULL);
-  const char *src = lscr_range(L, A, p, off, (size_t)n, "read");
-  lua_pushlstring(L, src, (size_t)n);
+  size_t n = lscr_checksize(L, 3, "read(address, size, offset)");
+  lua_Integer off = lscr_optint(L, 4, "offset", 0);
+  const char *src = lscr_range(L, A, p, off, n, "read");
+  lua_pushlstring(L, src, n);
   return 1;
 }
 
@@ -382,18 +473,27 @@ static int lscr_limit(lua_State *L) {
   uint64_t count = UINT64_MAX;
   size_t bytes = SIZE_MAX;
   if (!lua_isnoneornil(L, 2)) {
-    luaL_checktype(L, 2, LUA_TTABLE);
+    if (!lua_istable(L, 2))
+      return lscr_typeerror(L, 2, "limits", "table");
     lua_pushnil(L);
     while (lua_next(L, 2) != 0) {
-      const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : "";
+      if (lua_type(L, -2) == LUA_TNUMBER)
+        return luaL_error(L, "limit: a positional value is not accepted; "
+                          "name it: limit{count = n, bytes = b}");
+      if (lua_type(L, -2) != LUA_TSTRING)
+        return luaL_error(L, "limit: a key must be the string 'count' or 'bytes', not a %s",
+                          luaL_typename(L, -2));
+      const char *k = lua_tostring(L, -2);
       if (strcmp(k, "count") != 0 && strcmp(k, "bytes") != 0)
         return luaL_error(L, "limit: unknown key '%s' (expected 'count' or 'bytes')", k);
-      if (!lua_isinteger(L, -1) || lua_tointeger(L, -1) < 0)
-        return luaL_error(L, "limit: '%s' must be a non-negative integer", k);
+      lua_Integer v;
+      if (!lscr_toint(L, -1, &v) || v < 0)
+        return luaL_error(L, "limit: '%s' must be a non-negative integer, not %s", k,
+                          luaL_tolstring(L, -1, NULL));
       if (k[0] == 'c')
-        count = (uint64_t)lua_tointeger(L, -1);
+        count = (uint64_t)v;
       else
-        bytes = (size_t)lua_tointeger(L, -1);
+        bytes = (size_t)v;
       lua_pop(L, 1);
     }
   }
@@ -481,11 +581,11 @@ static int lscr_run_main(lua_State *C) {
 static int lscr_runchunk(lua_State *L) {
   lscr_alloc *A = lscr_checkopen(L);
   size_t len;
-  const char *code = luaL_checklstring(L, 2, &len);
+  const char *code = lscr_checkstring(L, 2, "code", &len);
   int top = lua_gettop(L);
   for (int i = 3; i <= top; i++)
     if (!lscr_scalar(lua_type(L, i)))
-      return luaL_argerror(L, i, "only nil, booleans, numbers and strings go to run()");
+      return lscr_argerror(L, i, "only nil, booleans, numbers and strings go to run()");
   if (lscr_run_depth >= LSCR_RUN_DEPTH)
     return luaL_error(L, "run: nested more than %d deep", LSCR_RUN_DEPTH);
   lscr_run *r = (lscr_run *)lua_newuserdatauv(L, sizeof *r, 0);
@@ -588,8 +688,12 @@ static int lscr_index(lua_State *L) {
 /* new{retain = 1, ...}: keys are the core's options (integers, or text
  * such as "4M"); env = true first applies the SCRALLOC_<NAME> variables. */
 static int lscr_setopt(lua_State *L, scr_options *o, const char *key, int vidx) {
-  if (lua_isinteger(L, vidx)) {
-    lua_Integer v = lua_tointeger(L, vidx);
+  lua_Integer v = 0;
+  int number = lua_type(L, vidx) == LUA_TNUMBER;
+  if (number && !lscr_toint(L, vidx, &v))
+    return luaL_error(L, "new: option '%s' must be a whole number, not %f", key,
+                      lua_tonumber(L, vidx));
+  if (number) {
 #define LSCR_SETOPT_(type, name, def, lo, hi, doc)                                       \
   if (strcmp(key, #name) == 0) {                                                          \
     uint64_t lo_ = (uint64_t)(lo), hi_ = (uint64_t)(hi);                                  \
@@ -661,7 +765,7 @@ static int lscr_heap_stats(lua_State *L) {
 }
 
 static int lscr_class_size(lua_State *L) {
-  lua_Integer i = luaL_checkinteger(L, 1);
+  lua_Integer i = lscr_checkint(L, 1, "index");
   if (i < 1 || i > SCR_CLASS_COUNT)
     return 0;
   lua_pushinteger(L, (lua_Integer)scr_class_size((unsigned)(i - 1)));
@@ -670,7 +774,7 @@ static int lscr_class_size(lua_State *L) {
 
 /* size_class(n) -> index into stats().classes, or nil above small_max */
 static int lscr_size_class(lua_State *L) {
-  lua_Integer n = luaL_checkinteger(L, 1);
+  lua_Integer n = lscr_checkint(L, 1, "size");
   int c = n < 0 ? -1 : scr_size_class((size_t)n);
   if (c < 0)
     return 0;
@@ -679,14 +783,14 @@ static int lscr_size_class(lua_State *L) {
 }
 
 static int lscr_strerror(lua_State *L) {
-  int err = (int)luaL_checkinteger(L, 1);
+  int err = (int)lscr_checkint(L, 1, "code");
   lua_pushstring(L, scr_strerror(err));
   lua_pushstring(L, lscr_code_name(err));
   return 2;
 }
 
 static int lscr_fail_os_call(lua_State *L) {
-  lua_Integer n = luaL_checkinteger(L, 1);
+  lua_Integer n = lscr_checkint(L, 1, "n");
   scr_debug_fail_os_call(n < 0 ? 0 : (unsigned long)n);
   return 0;
 }
@@ -697,7 +801,7 @@ static int lscr_os_calls(lua_State *L) {
 }
 
 static int lscr_advance_clock(lua_State *L) {
-  lua_Integer ms = luaL_checkinteger(L, 1);
+  lua_Integer ms = lscr_checkint(L, 1, "ms");
   scr_debug_advance_clock(ms < 0 ? 0 : (unsigned long)ms);
   return 0;
 }
@@ -799,7 +903,12 @@ SCRL_EXPORT int luaopen_scralloc(lua_State *L) {
   luaL_checkversion(L);
   if (luaL_newmetatable(L, LSCR_ALLOCATOR)) {
     luaL_setfuncs(L, lscr_meta, 0);
-    luaL_newlib(L, lscr_methods);
+    lua_createtable(L, 0, sizeof lscr_methods / sizeof lscr_methods[0] - 1);
+    for (const luaL_Reg *m = lscr_methods; m->name != NULL; m++) {
+      lua_pushstring(L, m->name);  /* the name for lscr_argerror */
+      lua_pushcclosure(L, m->func, 1);
+      lua_setfield(L, -2, m->name);
+    }
     lua_pushcclosure(L, lscr_index, 1);
     lua_setfield(L, -2, "__index");
     lua_pushliteral(L, "scralloc.allocator");

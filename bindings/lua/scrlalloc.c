@@ -23,14 +23,24 @@ void scrl_acct_init(scrl_acct *a, scr_heap *h) {
 }
 
 int scrl_admit(scrl_acct *a, size_t n) {
-  if (a->limit_count == 0 || n > a->limit_bytes || a->live > a->limit_bytes - n) {
+  if (a->limit_count == 0 ||
+      (a->limit_bytes != SIZE_MAX && (n > a->limit_bytes || a->live > a->limit_bytes - n))) {
     a->failures++;
     return 0;
   }
   if (a->limit_count != UINT64_MAX)
     a->limit_count--;
-  a->allocs++;
   return 1;
+}
+
+void *scrl_grant(scrl_acct *a, size_t old_usable, void *q) {
+  if (q == NULL) {
+    a->failures++;
+    return NULL;
+  }
+  a->allocs++;
+  scrl_account(a, old_usable, scr_heap_usable_size(a->heap, q));
+  return q;
 }
 
 void scrl_account(scrl_acct *a, size_t old_usable, size_t new_usable) {
@@ -42,8 +52,6 @@ void scrl_account(scrl_acct *a, size_t old_usable, size_t new_usable) {
 void *scrl_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
   scrl_acct *a = (scrl_acct *)ud;
   scr_heap *h = a->heap;
-  size_t old_us, new_us;
-  void *q;
   (void)osize;  /* the heap knows the block's size better than Lua */
   if (nsize == 0) {
     if (ptr != NULL) {
@@ -52,22 +60,16 @@ void *scrl_alloc(void *ud, void *ptr, size_t osize, size_t nsize) {
     }
     return NULL;
   }
-  if (ptr == NULL) {
-    if (!scrl_admit(a, nsize))
-      return NULL;
-    q = scr_heap_malloc(h, nsize);
-    if (q != NULL)
-      scrl_account(a, 0, scr_heap_usable_size(h, q));
-    return q;
-  }
-  old_us = scr_heap_usable_size(h, ptr);
-  if (nsize > old_us && !scrl_admit(a, nsize - old_us))
-    return NULL;
-  q = scr_heap_realloc(h, ptr, nsize);
-  if (q == NULL)  /* the heap refused: a shrink keeps its old block */
-    return nsize <= old_us ? ptr : NULL;
-  new_us = scr_heap_usable_size(h, q);
-  scrl_account(a, old_us, new_us);
+  if (ptr == NULL)
+    return scrl_admit(a, nsize) ? scrl_grant(a, 0, scr_heap_malloc(h, nsize)) : NULL;
+  size_t old_us = scr_heap_usable_size(h, ptr);
+  if (nsize > old_us)
+    return scrl_admit(a, nsize - old_us) ? scrl_grant(a, old_us, scr_heap_realloc(h, ptr, nsize))
+                                         : NULL;
+  void *q = scr_heap_realloc(h, ptr, nsize);
+  if (q == NULL)  /* the heap could not move it: a shrink keeps its old block */
+    return ptr;
+  scrl_account(a, old_us, scr_heap_usable_size(h, q));
   return q;
 }
 

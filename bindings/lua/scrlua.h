@@ -24,22 +24,29 @@
  *   limit_count: allocations still admitted (UINT64_MAX: no limit)
  *   limit_bytes: an allocation of n bytes is refused when live + n > limit_bytes
  *                (SIZE_MAX: no limit); growth counts only the bytes added
+ *   allocs + failures == allocations and growths asked for, each counted
+ *                once its outcome is known
  *
  * Frees and shrinks are never refused. */
 typedef struct scrl_acct {
   scr_heap *heap;          /* the heap every block comes from */
   size_t live;             /* usable bytes of live blocks */
   size_t peak;             /* highest value of live */
-  uint64_t allocs;         /* allocations and growths admitted (cumulative) */
-  uint64_t failures;       /* allocations refused by the limits below (cumulative) */
+  uint64_t allocs;         /* allocations and growths that got their block (cumulative) */
+  uint64_t failures;       /* allocations and growths refused, by the limits below or by
+                              the heap (its limit_bytes, the OS) (cumulative) */
   uint64_t limit_count;    /* allocations still admitted; UINT64_MAX = no limit */
   size_t limit_bytes;      /* cap on live + request; SIZE_MAX = no limit */
 } scrl_acct;
 
 void scrl_acct_init(scrl_acct *a, scr_heap *h);
-/* 1 if an allocation adding n bytes is admitted (and counts it), 0 if the
- * limits refuse it (and counts a failure). */
+/* 1 if the limits admit an allocation adding n bytes (an admission spends
+ * one of limit_count), 0 if they refuse it (counted as a failure). */
 int scrl_admit(scrl_acct *a, size_t n);
+/* The outcome of an admitted allocation or growth from a block of
+ * old_usable bytes: q, the heap's new block, counted as an allocation, or
+ * NULL, the heap's refusal, counted as a failure.  Returns q. */
+void *scrl_grant(scrl_acct *a, size_t old_usable, void *q);
 void scrl_account(scrl_acct *a, size_t old_usable, size_t new_usable);
 
 /* The lua_Alloc adapter: ud is a scrl_acct*.  Shrinking never fails: when

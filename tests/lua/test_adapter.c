@@ -81,6 +81,27 @@ static void test_limits(void) {
   scr_heap_destroy(h);
 }
 
+/* The heap's own refusals (its limit_bytes) count as failures, and only
+ * the allocations that got a block count as allocations. */
+static void test_heap_refusals(void) {
+  scr_options o;
+  scr_options_init(&o);
+  o.limit_bytes = (size_t)1 << 20;
+  scr_heap *h = scr_heap_new(&o);
+  CHECK(h != NULL);
+  scrl_acct a;
+  scrl_acct_init(&a, h);
+  CHECK(scrl_alloc(&a, NULL, 0, (size_t)2 << 20) == NULL);
+  char *p = scrl_alloc(&a, NULL, 0, 100);
+  CHECK(p != NULL);
+  CHECK(scrl_alloc(&a, p, 100, (size_t)2 << 20) == NULL);  /* growth refused: p untouched */
+  CHECK(scr_heap_check(h, p) == SCR_OK);
+  CHECK(a.failures == 2 && a.allocs == 1);
+  scrl_alloc(&a, p, 100, 0);
+  CHECK(a.live == 0 && live_blocks(h) == 0);
+  scr_heap_destroy(h);
+}
+
 /* Shrinks with every OS call in turn failing: the adapter returns a block
  * (the old one when the heap cannot shrink) with the prefix intact. */
 static void test_shrink_never_fails(void) {
@@ -172,6 +193,7 @@ int main(void) {
   scr_set_error_handler(quiet, NULL);  /* failed munmaps are expected here */
   test_contract();
   test_limits();
+  test_heap_refusals();
   test_shrink_never_fails();
   test_state();
   scr_set_error_handler(NULL, NULL);

@@ -27,13 +27,16 @@ if [ -n "$left" ]; then
 fi
 echo "ok    luarocks make leaves the checkout as it was"
 so="$work/rocks/lib/lua/5.4/scralloc.so"
-out=$(cd / && LUA_CPATH="$work/rocks/lib/lua/5.4/?.so" "$LUA" -e '
+# as docs/lua.md says to use a tree of one's own: `luarocks path` sets
+# LUA_PATH and LUA_CPATH (and PATH) for it
+out=$(cd / && unset LUA_PATH LUA_CPATH LUA_PATH_5_4 LUA_CPATH_5_4 &&
+  eval "$(luarocks --lua-version 5.4 --tree "$work/rocks" path)" && "$LUA" -e '
   local s = require "scralloc"
   local a <close> = s.new { retain = 0 }
   local p = a:malloc(100); a:write(p, "rock"); local r = a:read(p, 4); a:free(p)
-  print(r, a.allocs)')
-[ "$out" = "rock	0" ] || { echo "FAIL: require from the tree printed '$out'"; exit 1; }
-echo "ok    require \"scralloc\" from the rock tree works"
+  print(r, a.allocs, package.searchpath("scralloc", package.cpath))')
+[ "$out" = "rock	0	$so" ] || { echo "FAIL: require from the tree printed '$out'"; exit 1; }
+echo "ok    require \"scralloc\" from the rock tree works, with the paths of luarocks path"
 exported=$(nm -D --defined-only "$so" | awk '{print $3}' | sort | tr '\n' ' ')
 [ "$exported" = "luaopen_scralloc " ] ||
   { echo "FAIL: the rock exports: $exported"; exit 1; }

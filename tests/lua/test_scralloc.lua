@@ -403,8 +403,123 @@ test("limit: fail after n allocations, or above a byte limit", function()
   a:limit { count = 0 }
   raises(a.malloc, "SCR_ENOMEM")(a, 1)
   a:limit(nil)
-  raises(a.limit, "unknown key")(a, { counts = 1 })
+  raises(a.limit, "unknown key 'counts'")(a, { counts = 1 })
   raises(a.limit, "non-negative integer")(a, { count = -1 })
+  assert_empty(a)
+end)
+
+-- Whole-number floats (2^20, 64 * 2^20, 1e6) are integers wherever an
+-- integer is wanted: what math.tointeger accepts, and nothing else.
+test("whole-number floats are integers everywhere", function()
+  local a <close> = scralloc.new { limit_bytes = 64 * 2^20, retain = 2.0, retain_bytes = "4M" }
+  eq(math.type(a:options().limit_bytes), "integer", "limit_bytes is an integer")
+  eq(a:options().limit_bytes, 64 << 20, "new{limit_bytes = 64 * 2^20}")
+  eq(a:options().retain, 2, "new{retain = 2.0}")
+  eq(a:limit { bytes = 2^20, count = 1e3 }.limit_bytes, 1 << 20, "limit{bytes = 2^20}")
+  eq(a:usage().limit_count, 1000, "limit{count = 1e3}")
+  eq(a:limit { bytes = "4096" }.limit_bytes, 4096, "a string math.tointeger reads")
+  a:limit()
+  local p = a:malloc(2^10)
+  assert(a:usable_size(p) >= 1024)
+  p = a:realloc(p, 4096.0)
+  a:write(p, "abc", 8.0)
+  eq(a:read(p, 3.0, 8.0), "abc", "read and write with float sizes and offsets")
+  eq(a:usable_size(p + 0.0), a:usable_size(p), "an address as a float")
+  a:free(p + 0.0)
+  local q = a:calloc(2.0, 8.0)
+  local r = a:aligned_alloc(2^12, 1.0)
+  eq(r % 4096, 0, "aligned_alloc(2^12, 1.0)")
+  a:free(q)
+  a:free(r)
+  eq(scralloc.size_class(16.0), scralloc.size_class(16), "size_class(16.0)")
+  eq(scralloc.class_size(1.0), scralloc.class_size(1), "class_size(1.0)")
+  -- and what math.tointeger refuses stays an error
+  for _, bad in ipairs { 1.5, 2^63, 0 / 0, math.huge } do
+    assert(math.tointeger(bad) == nil)
+    raises(scralloc.new, "new: option 'limit_bytes' must be a whole number")({ limit_bytes = bad })
+    raises(a.limit, "limit: 'bytes' must be a non-negative integer, not")(a, { bytes = bad })
+    raises(a.malloc, "bad argument #2 to 'malloc' (size: number has no integer representation)")(a, bad)
+  end
+  raises(a.limit, "limit: 'count' must be a non-negative integer, not -1.0")(a, { count = -1.0 })
+  raises(scralloc.new, "out of range")({ retain = -1.0 })
+  raises(scralloc.size_class, "number has no integer representation")(0.5)
+  assert_empty(a)
+end)
+
+test("calloc: an overflowing count * size says so and is not a failure", function()
+  local a <close> = scralloc.new()
+  local p = a:malloc(100) -- live bytes: a limit check on SIZE_MAX would refuse
+  for _, c in ipairs { { 1 << 40, 1 << 40 }, { math.maxinteger, 3 }, { 3, math.maxinteger } } do
+    local err = raises(a.calloc, "count * size overflows", "SCR_ENOMEM")(a, c[1], c[2])
+    assert(not err:find("limit", 1, true), err)
+    assert(err:find(("calloc(%d, %d)"):format(c[1], c[2]), 1, true), err)
+  end
+  eq(a:usage().failures, 0, "no failure counted")
+  -- a product that fits but no heap can give: the heap refuses, no limit does
+  for _, c in ipairs { { math.maxinteger, 2 }, { 1, math.maxinteger } } do
+    local err = raises(a.calloc, "SCR_ENOMEM")(a, c[1], c[2])
+    assert(not err:find("limit", 1, true) and not err:find("overflow", 1, true), err)
+  end
+  assert(not raises(a.malloc, "SCR_ENOMEM")(a, math.maxinteger):find("limit", 1, true))
+  eq(a:usage().failures, 3, "the heap's refusals")
+  a:limit { bytes = 1 << 20 }
+  raises(a.calloc, "count * size overflows")(a, 1 << 40, 1 << 40)
+  eq(a:usage().failures, 3, "not a limit failure under a limit either")
+  raises(a.calloc, "refused by the allocator's limit")(a, 1 << 20, 2)
+  eq(a:usage().failures, 4, "a real refusal is one")
+  a:limit()
+  a:free(a:calloc(1 << 10, 1 << 10))
+  a:free(p)
+  assert_empty(a)
+end)
+
+test("failures count the heap's refusals too; allocations only what succeeded", function()
+  local a <close> = scralloc.new { limit_bytes = "1M" }
+  local before = a:usage()
+  raises(a.malloc, "malloc(2097152): out of memory (SCR_ENOMEM)")(a, 2 << 20)
+  raises(a.realloc, "realloc(0x0, 2097152): out of memory (SCR_ENOMEM)")(a, 0, 2 << 20)
+  local p = a:malloc(100)
+  raises(a.realloc, "SCR_ENOMEM")(a, p, 2 << 20) -- a growth the heap refuses
+  raises(a.malloc, "SCR_ENOMEM")(a, 1 << 62)
+  local u = a:usage()
+  eq(u.failures - before.failures, 4, "refused by the heap")
+  eq(u.allocations - before.allocations, 1, "allocations that got their block")
+  a:free(p)
+  -- in a state on the heap: every refusal Lua saw is counted
+  raises(a.run, "not enough memory")(a, "local t = {} for i = 1, 1e6 do t[i] = i end")
+  assert(a:usage().failures > u.failures, "the run's refusals are counted")
+  assert_empty(a)
+end)
+
+test("messages name the call and the argument", function()
+  local a <close> = scralloc.new()
+  local p = a:malloc(10)
+  local hex = ("0x%x"):format(p)
+  raises(a.realloc, "realloc(" .. hex .. ", -1): invalid size or alignment (SCR_EINVAL, size is negative)")(a, p, -1)
+  raises(a.calloc, "calloc(-1, 8): ", "count is negative")(a, -1, 8)
+  raises(a.calloc, "calloc(8, -1): ", "size is negative")(a, 8, -1)
+  raises(a.malloc, "malloc(-1): ", "size is negative")(a, -1)
+  raises(a.read, "read(" .. hex .. ", -2): ", "size is negative")(a, p, -2)
+  raises(a.aligned_alloc, "aligned_alloc(24, 8): ", "alignment is not a power of two")(a, 24, 8)
+  raises(a.aligned_alloc, "bad argument #3 to 'aligned_alloc' (size is missing)")(a, 16)
+  raises(a.aligned_alloc, "bad argument #2 to 'aligned_alloc' (alignment is missing)")(a)
+  -- a method call does not count self, as Lua's own messages
+  raises(function() return a:aligned_alloc(16) end, "bad argument #2 to 'aligned_alloc' (size is missing)")()
+  raises(function() return a:free("x") end, "bad argument #1 to 'free' (address: number expected, got string)")()
+  raises(function() return a.free(nil, 1) end, "bad argument #1 to 'free' (scralloc.allocator expected, got nil)")()
+  raises(function() return a:write(p) end, "bad argument #2 to 'write' (data is missing)")()
+  raises(a.free, "bad argument #2 to 'free' (address: number expected, got string)")(a, "x")
+  raises(a.free, "bad argument #1 to 'free' (scralloc.allocator expected, got table)")({}, 0)
+  raises(a.write, "bad argument #4 to 'write' (offset: number has no integer representation)")(a, p, "x", 0.5)
+  raises(a.limit, "limit: a positional value is not accepted; name it: limit{count = n, bytes = b}")(a, { 5 })
+  raises(a.limit, "limit: a key must be the string 'count' or 'bytes', not a boolean")(a, { [true] = 1 })
+  raises(a.limit, "bad argument #2 to 'limit' (limits: table expected, got number)")(a, 5)
+  for name, f in pairs { malloc = a.malloc, usable_size = a.usable_size, check = a.check, read = a.read } do
+    local err = raises(f, "bad argument #2 to '" .. name .. "'")(a, {})
+    assert(not err:find("'?'", 1, true), err)
+  end
+  eq(a:usage().failures, 0, "bad arguments are not failures")
+  a:free(p)
   assert_empty(a)
 end)
 
@@ -475,7 +590,9 @@ test("run: results and arguments cross as scalars", function()
   raises(a.run, "result #2 is a table")(a, "return 1, {}")
   raises(a.run, "only nil, booleans, numbers and strings")(a, "return ...", {})
   raises(a.run, "attempt to load a binary chunk")(a, string.dump(function() end))
-  raises(a.run, "string expected")(a)
+  raises(a.run, "bad argument #2 to 'run' (code is missing)")(a)
+  raises(a.run, "bad argument #2 to 'run' (code: string expected, got table)")(a, {})
+  raises(a.run, "bad argument #3 to 'run' (only nil")(a, "", {})
   eq(a.allocs, 0, "every state closed")
   -- run() inside run(), each level on an allocator of its own
   local nest = "local src, n = ...; if n == 0 then return 'bottom' end; " ..
@@ -737,6 +854,13 @@ test("scralua: heap figures at exit", function()
   assert(out:find("after lua_close: allocs=0", 1, true), out)
   out = run(sh_quote(SCRALUA) .. " -e 'print(1)'")
   eq(out, "1\n[rc=0]\n", "no figures without -S")
+  -- the heap's own limit refuses Lua's allocations: the report counts them
+  out = run("SCRALLOC_LIMIT_BYTES=1M SCRALLOC_STATS=1 " .. sh_quote(SCRALUA) ..
+    " -e 'local t = {} for i = 1, 2e6 do t[i] = i end'")
+  assert(out:find("not enough memory", 1, true), out)
+  local refused = tonumber(out:match("scralua: lua peak %d+ bytes in live blocks, %d+ allocations, (%d+) refused"))
+  assert(refused and refused > 0, out)
+  assert(out:find("[rc=1]", 1, true), out)
   -- the report is the process's own: a child scralua started through
   -- io.popen does not inherit SCRALLOC_STATS, so what the script reads
   -- from it is the child's output only; the parent still reports

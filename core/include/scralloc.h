@@ -113,7 +113,11 @@ typedef struct scr_options {
 
 SCR_API void scr_options_init(scr_options *opt);     /* defaults; NULL: no-op */
 /* Override from SCRALLOC_<NAME>; a value that is not one, or out of the
- * option's range, is ignored with a warning naming the range.  NULL: no-op. */
+ * option's range, is ignored with a warning naming the range, and a
+ * SCRALLOC_ variable that names no option (misspelt, or not in upper
+ * case) is warned about with the closest name; each warning once per
+ * variable and process, to the error handler when one is set, else on
+ * stderr.  NULL: no-op. */
 SCR_API void scr_options_from_env(scr_options *opt);
 /* Set one option by name from text ("4M", "0"); returns SCR_OK, or
  * SCR_EINVAL for a NULL argument, an unknown name, bad text or a value

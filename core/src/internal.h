@@ -46,9 +46,9 @@ SCR_INTERNAL void _scr_report(int err, const char *fmt, ...) __attribute__((form
  * build, once per name.  lo <= hi: the value was out of that range (said
  * in the message); lo > hi: not a value at all. */
 SCR_INTERNAL void _scr_report_env(const char *name, const char *value, uint64_t lo, uint64_t hi);
-/* A SCRALLOC_<NAME> that names no option: on stderr, once, with the
- * closest option's name. */
-SCR_INTERNAL void _scr_report_unknown_env(const char *name, const char *closest);
+/* A SCRALLOC_<NAME> (name: len characters, not NUL-terminated) that names
+ * no option: on stderr, once, with the closest option's name. */
+SCR_INTERNAL void _scr_report_unknown_env(const char *name, size_t len, const char *closest);
 
 /* prim/os.c: every OS call of the core.  Each counts into `c` (may be NULL)
  * and honours the failure injection. */
@@ -68,6 +68,11 @@ SCR_INTERNAL uint64_t _scr_os_random_u64(void);
 SCR_INTERNAL void _scr_options_clamp(scr_options *opt);
 SCR_INTERNAL int _scr_parse_size(const char *s, uint64_t *out);
 SCR_INTERNAL const char *_scr_env_option(const char *name, char *env, size_t len);
+/* process/options.c, which knows the names of both tables: each
+ * SCRALLOC_<NAME> of the environment that names no option (nor a tool's
+ * variable) gets a warning (_scr_report_unknown_env).  scr_options_from_env
+ * and the process allocator's first call run it. */
+SCR_INTERNAL void _scr_env_unknown_names(void);
 
 /* size_class.c */
 SCR_INTERNAL extern const uint32_t _scr_class_sizes[SCR_CLASS_COUNT];

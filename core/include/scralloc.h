@@ -152,7 +152,8 @@ SCR_API int scr_options_set(scr_options *opt, const char *name, const char *valu
   X(page_releases, "pages given back to segments or the OS (cumulative)")      \
   X(dontneed_bytes, "bytes given back with MADV_DONTNEED, which read as zero afterwards (cumulative)") \
   X(lazy_free_bytes, "bytes given back with MADV_FREE, which the kernel takes only under memory pressure (cumulative)") \
-  X(purge_passes, "timed passes that gave back pages freed more than purge_delay_ms before (cumulative)")
+  X(purge_passes, "timed passes that gave back pages freed more than purge_delay_ms before (cumulative)") \
+  X(madvise_hints, "of madvise_calls, advice that gives no memory back: MADV_DONTDUMP, MADV_NOHUGEPAGE (cumulative)")
 
 #define SCR_CLASS_STATS_FIELDS(X)                                               \
   X(block_size, "bytes per block")                                              \
@@ -328,7 +329,7 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(discard_delay_ms, "current discard delay")                                  \
   X(delay_doublings, "times the discard delay doubled")                         \
   X(dontdump_segments, "segments advised MADV_DONTDUMP")                        \
-  X(thp_mode, "transparent huge pages: 0 never/absent, 1 madvise, 2 always")   \
+  X(thp_mode, "transparent huge pages: 0 never/absent, 1 madvise, 2 always (the JSON has the name)") \
   X(parked_drains, "parked arenas a freeing thread freed a batch of blocks into")\
   X(forks, "forks survived")                                                   \
   X(trim_answers, "trims threads holding arenas made at their next call that reached their heap, asked by another thread's scr_trim or malloc_trim (cumulative)") \
@@ -341,10 +342,14 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(huge_cache_decayed, "bytes of cached huge blocks unmapped after huge_decay_ms by the helper (cumulative)") \
   X(huge_cache_blocks, "huge blocks the process's cache holds") \
   X(huge_cache_bytes, "bytes of huge blocks the process's cache holds") \
-  X(budget, "bytes of free memory the process may keep committed now (retain_budget + retain_ratio of the busy bytes)") \
+  X(budget, "bytes of free memory the arenas threads hold may keep committed now (retain_budget + retain_ratio of the busy bytes; at least their retain_bytes each); the huge cache has budget_huge, waiting arenas keep theirs until their discard") \
   X(busy_bytes, "bytes the pages of live blocks take, as the arenas last published them") \
   X(budget_held, "free bytes the arenas and the huge cache keep committed now, which the budget bounds: retained and dirty pages, cached large and huge blocks") \
   X(decay_passes, "timed passes that gave back memory unused past its delay: the arenas' purge passes (purge_delay_ms) and the discards of waiting arenas (cumulative)") \
+  X(committed, "bytes the arenas and the huge cache hold committed now (heap_total's figure), current to the byte for every thread: kept where memory is committed or given back") \
+  X(committed_peak, "the most committed has been since the process started") \
+  X(rss_peak, "the kernel's peak resident set of the process (getrusage's ru_maxrss, VmHWM), in bytes") \
+  X(budget_huge, "the huge cache's own bound, apart from budget: retain_budget plus a quarter of budget's proportional part") \
   X(lazy_free_pending, "bytes given back with MADV_FREE that the kernel has not reclaimed yet: its LazyFree for the process, read at most once a second, 0 while nothing went back that way")
 
 struct scr_process_stats {

@@ -236,6 +236,25 @@ SCR_INTERNAL uint64_t _scr_heap_unused_bytes(const scr_heap *h);
  * live blocks (their free slots included). */
 SCR_INTERNAL uint64_t _scr_heap_busy_bytes(const scr_heap *h);
 SCR_INTERNAL void _scr_heap_set_owner(scr_heap *h, void *owner, uintptr_t map_mark); /* before its first segment */
+/* stats.c: the committed bytes of every heap with an owner (the process
+ * allocator's arenas) and of the huge segments detached from them (its
+ * huge cache), and the most they were, kept where a heap's bytes change:
+ * pages committed or given back, segments mapped or unmapped, never on
+ * a block's malloc or free.
+ *   _scr_owned_bytes == sum(h->bytes of owned heaps) + bytes of detached
+ *   segments, _scr_owned_peak >= every value it took */
+SCR_INTERNAL extern _Atomic uint64_t _scr_owned_bytes, _scr_owned_peak;
+SCR_INTERNAL void _scr_owned_grow(uint64_t n);
+static inline void _scr_owned_shrink(uint64_t n) { atomic_fetch_sub_explicit(&_scr_owned_bytes, n, memory_order_relaxed); }
+/* h->bytes changes through these. */
+static inline void _scr_heap_bytes_add(scr_heap *h, uint64_t n) {
+  h->bytes += n;
+  if (h->owner && n) _scr_owned_grow(n);
+}
+static inline void _scr_heap_bytes_sub(scr_heap *h, uint64_t n) {
+  h->bytes -= n;
+  if (h->owner && n) _scr_owned_shrink(n);
+}
 SCR_INTERNAL void *_scr_heap_owner(const scr_heap *h);
 SCR_INTERNAL void _scr_heap_set_hooks(scr_heap *h, const struct _scr_heap_hooks *hooks);
 

@@ -10,6 +10,16 @@ uint64_t _scr_heap_used_bytes(const scr_heap *h) {
   return used;
 }
 
+_Atomic uint64_t _scr_owned_bytes, _scr_owned_peak;
+
+void _scr_owned_grow(uint64_t n) {
+  uint64_t now = atomic_fetch_add_explicit(&_scr_owned_bytes, n, memory_order_relaxed) + n;
+  uint64_t peak = atomic_load_explicit(&_scr_owned_peak, memory_order_relaxed);
+  while (now > peak && !atomic_compare_exchange_weak_explicit(&_scr_owned_peak, &peak, now, memory_order_relaxed,
+                                                              memory_order_relaxed)) {
+  }
+}
+
 void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
   if (st == NULL) return;
   memset(st, 0, sizeof *st);
@@ -51,6 +61,7 @@ void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
   st->dontneed_bytes = h->os.dontneed_bytes;
   st->lazy_free_bytes = h->os.lazy_free_bytes;
   st->purge_passes = h->purge_passes;
+  st->madvise_hints = h->os.madvise_hints;
 }
 
 #include <stdarg.h>

@@ -214,8 +214,13 @@ static inline bool _scr_slot_in_hole(const scr_page *pg, uintptr_t off) {
 
 /* classify.c: what an address is for a heap */
 SCR_INTERNAL int _scr_classify(const scr_heap *h, const void *p);
+/* _scr_classify, and a block of the runs the heap gave back last is a
+ * double free (the checked calls' and the unchecked calls' one answer) */
+SCR_INTERNAL int _scr_classify_checked(const scr_heap *h, const void *p);
 SCR_INTERNAL void _scr_gone_note(scr_heap *h, const void *start, uint32_t block, uint32_t count);
 
+/* heap.c: a call on a NULL or destroyed heap, reported (SCR_EINVAL) */
+SCR_INTERNAL void _scr_heap_bad(const char *call, const scr_heap *h);
 /* heap.c: the entry points without the checks of the public ones (the
  * heap is live, p was classified or comes from the allocator's own
  * lists) */

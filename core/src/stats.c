@@ -24,7 +24,7 @@ void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
   if (st == NULL) return;
   memset(st, 0, sizeof *st);
   if (!_scr_heap_live(h)) {
-    _scr_report(SCR_EINVAL, "scr_heap_stats(%p): %s heap", (const void *)h, h ? "destroyed" : "NULL");
+    _scr_heap_bad("scr_heap_stats", h);
     return;
   }
   uint64_t small_live = 0;

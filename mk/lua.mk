@@ -74,6 +74,8 @@ test-lua: lua $(LUA_ASAN)/scralua $(LUA_DBG)/test_adapter $(LUA_ASAN)/test_adapt
 	tests/lua/test_rock.sh $(LUA)
 	@echo "== lua: scralua beside lua5.4: the same command lines, inputs and interactive runs on a terminal"
 	$(PYTHON) tests/lua/test_scralua_cli.py $(LUA_DBG)/scralua $(LUA)
+	@echo "== lua: the environment's warnings in scralua and scralloc.new{env = true}"
+	$(PYTHON) tests/lua/test_env_warnings.py $(LUA_DBG)/scralua $(LUA_DBG) $(LUA)
 	@echo "== lua: fuzz (lua5.4 + debug module)"
 	$(LUA_ENV) $(LUA) tests/lua/fuzz.lua $(FUZZ_STEPS) 1
 	@echo "== lua: fuzz inside scralua (debug)"

@@ -538,12 +538,26 @@ static int sr_main(lua_State *L) {
   return 1;
 }
 
+/* SCRALLOC_STATS as the preload library reads it: 0 (or off, no, false)
+ * none, json the JSON, 1 or 2 (or on, yes, true) the report; any other
+ * value is said and ignored. */
+static int sr_stats_value(const char *v) {
+  static const char *const off[] = {"0", "off", "no", "false"}, *const on[] = {"1", "2", "on", "yes", "true"};
+  for (size_t i = 0; i < sizeof off / sizeof off[0]; i++)
+    if (strcmp(v, off[i]) == 0) return 0;
+  for (size_t i = 0; i < sizeof on / sizeof on[0]; i++)
+    if (strcmp(v, on[i]) == 0) return 1;
+  if (strcmp(v, "json") == 0) return 2;
+  fprintf(stderr, "scralua: ignoring SCRALLOC_STATS=%s (not a valid value: 0, 1, 2, on, off or json)\n", v);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argv[0] != NULL && argv[0][0] != '\0')
     sr_progname = argv[0];
   const char *env = getenv("SCRALLOC_STATS");
-  if (env != NULL && env[0] != '\0' && strcmp(env, "0") != 0)
-    sr_stats = strcmp(env, "json") == 0 ? 2 : 1;
+  if (env != NULL && env[0] != '\0')
+    sr_stats = sr_stats_value(env);
   env = getenv("SCRALLOC_STATS_FILE");
   if (env != NULL && env[0] != '\0')
     sr_stats_file = strdup(env);

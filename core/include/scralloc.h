@@ -113,7 +113,11 @@ typedef struct scr_options {
 
 SCR_API void scr_options_init(scr_options *opt);     /* defaults; NULL: no-op */
 /* Override from SCRALLOC_<NAME>; a value that is not one, or out of the
- * option's range, is ignored with a warning naming the range.  NULL: no-op. */
+ * option's range, is ignored with a warning naming the range, and a
+ * SCRALLOC_ variable that names no option (misspelt, or not in upper
+ * case) is warned about with the closest name; each warning once per
+ * variable and process, to the error handler when one is set, else on
+ * stderr.  NULL: no-op. */
 SCR_API void scr_options_from_env(scr_options *opt);
 /* Set one option by name from text ("4M", "0"); returns SCR_OK, or
  * SCR_EINVAL for a NULL argument, an unknown name, bad text or a value
@@ -149,7 +153,8 @@ SCR_API int scr_options_set(scr_options *opt, const char *name, const char *valu
   X(dontneed_bytes, "bytes given back with MADV_DONTNEED, which read as zero afterwards (cumulative)") \
   X(lazy_free_bytes, "bytes given back with MADV_FREE, which the kernel takes only under memory pressure (cumulative)") \
   X(purge_passes, "timed passes that gave back pages freed more than purge_delay_ms before (cumulative)") \
-  X(refault_bytes, "bytes given back by the process allocator's decay and taken again within its window: refaulted after return (cumulative)")
+  X(refault_bytes, "bytes given back by the process allocator's decay and taken again within twice its delay: refaulted after return (cumulative)") \
+  X(madvise_hints, "of madvise_calls, advice that gives no memory back: MADV_DONTDUMP, MADV_NOHUGEPAGE (cumulative)")
 
 #define SCR_CLASS_STATS_FIELDS(X)                                               \
   X(block_size, "bytes per block")                                              \
@@ -325,7 +330,7 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(discard_delay_ms, "current discard delay")                                  \
   X(delay_doublings, "times the discard delay doubled")                         \
   X(dontdump_segments, "segments advised MADV_DONTDUMP")                        \
-  X(thp_mode, "transparent huge pages: 0 never/absent, 1 madvise, 2 always")   \
+  X(thp_mode, "transparent huge pages: 0 never/absent, 1 madvise, 2 always (the JSON has the name)") \
   X(parked_drains, "parked arenas a freeing thread freed a batch of blocks into")\
   X(forks, "forks survived")                                                   \
   X(trim_answers, "trims threads holding arenas made at their next call that reached their heap, asked by another thread's scr_trim or malloc_trim (cumulative)") \
@@ -344,6 +349,9 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(decay_bytes, "bytes the decay gave back: free pages and cached huge blocks unused past the delay (cumulative)") \
   X(decay_backoffs, "times refaults doubled the decay delay (cumulative)") \
   X(refault_bytes, "bytes the decay gave back that the program faulted in again within the delay: refaulted after return (cumulative)") \
+  X(committed, "bytes the arenas and the huge cache hold committed now (heap_total's figure), current to the byte for every thread: kept where memory is committed or given back") \
+  X(committed_peak, "the most committed has been since the process started") \
+  X(rss_peak, "the kernel's peak resident set of the process (getrusage's ru_maxrss, VmHWM), in bytes") \
   X(lazy_free_pending, "bytes given back with MADV_FREE that the kernel has not reclaimed yet: its LazyFree for the process, read at most once a second, 0 while nothing went back that way")
 
 struct scr_process_stats {

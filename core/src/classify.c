@@ -72,7 +72,7 @@ static bool gone_block(const scr_heap *h, const void *p) {
 /* _scr_classify, and a block of a run given back is a double free where
  * the segment map alone says foreign or never allocated (retain=0 gives
  * a page back as its last block is freed, and its segment with it). */
-static int classify_checked(const scr_heap *h, const void *p) {
+int _scr_classify_checked(const scr_heap *h, const void *p) {
   int r = _scr_classify(h, p);
   if ((r == SCR_EFOREIGN || r == SCR_ENOTALLOC) && gone_block(h, p)) return SCR_EDOUBLEFREE;
   return r;
@@ -81,13 +81,13 @@ static int classify_checked(const scr_heap *h, const void *p) {
 int scr_heap_check(const scr_heap *h, const void *p) {
   if (!_scr_heap_live(h)) return SCR_EINVAL;
   if (p == NULL) return SCR_EFOREIGN;
-  return classify_checked(h, p);
+  return _scr_classify_checked(h, p);
 }
 
 int scr_heap_free_checked(scr_heap *h, void *p) {
   if (!_scr_heap_live(h)) return SCR_EINVAL;
   if (p == NULL) return SCR_OK;
-  int r = classify_checked(h, p);
+  int r = _scr_classify_checked(h, p);
   if (r == SCR_OK) _scr_heap_free_block(h, p);
   return r;
 }
@@ -102,7 +102,7 @@ int scr_heap_realloc_checked(scr_heap *h, void *p, size_t n, void **out) {
   if (out == NULL || !_scr_heap_live(h)) return SCR_EINVAL;
   *out = NULL;
   if (p != NULL) {
-    int r = classify_checked(h, p);
+    int r = _scr_classify_checked(h, p);
     if (r != SCR_OK) return r;
   }
   if (p != NULL && n == 0) {

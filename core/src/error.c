@@ -1,7 +1,9 @@
 /* Errors: codes, messages, and the one handler a user can register. */
 #include "internal.h"
 #include <stdarg.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 /* Atomic: a thread may report (the discard helper's failed munmap, a
@@ -42,16 +44,26 @@ void _scr_report(int err, const char *fmt, ...) {
   }
 }
 
-/* Each warning about the environment once per name and process: the
- * core and the process allocator may both read a name, and a library
- * may read the environment again (a heap made from it).  A bit per hash
- * of the name; a collision only silences a second warning. */
-static _Atomic uint64_t env_warned;
+/* Each warning about the environment once per variable and process: the
+ * core and the process allocator may both read a name, and a library may
+ * read the environment again (a heap made from it).  The names warned
+ * about, compared whole; a name too long for an entry, or one past a full
+ * table, is warned about every time rather than silenced.  A mutex (no
+ * malloc in pthread_mutex_lock): it runs inside the first malloc. */
+#define ENV_WARNED_MAX 64
+#define ENV_WARNED_LEN 128
+static pthread_mutex_t env_warned_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned env_warned_n;
+static char env_warned[ENV_WARNED_MAX][ENV_WARNED_LEN];
 static bool env_first_warning(const char *name) {
-  uint64_t h = 1469598103934665603ull;
-  for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
-  uint64_t bit = (uint64_t)1 << (h % 64);
-  return (atomic_fetch_or(&env_warned, bit) & bit) == 0;
+  size_t len = strlen(name);
+  if (len >= ENV_WARNED_LEN) return true;
+  bool first = true;
+  pthread_mutex_lock(&env_warned_lock);
+  for (unsigned i = 0; i < env_warned_n && first; i++) first = strcmp(env_warned[i], name) != 0;
+  if (first && env_warned_n < ENV_WARNED_MAX) memcpy(env_warned[env_warned_n++], name, len + 1);
+  pthread_mutex_unlock(&env_warned_lock);
+  return first;
 }
 
 /* A warning on stderr with write(2), not stdio: it runs inside the first
@@ -83,11 +95,15 @@ void _scr_report_env(const char *name, const char *value, uint64_t lo, uint64_t 
   env_say(msg);
 }
 
-void _scr_report_unknown_env(const char *name, const char *closest) {
-  if (!env_first_warning(name)) return;
-  char msg[256];
-  snprintf(msg, sizeof msg, "ignoring SCRALLOC_%s (no such option; the closest is SCRALLOC_%s)", name, closest);
-  env_say(msg);
+void _scr_report_unknown_env(const char *name, size_t len, const char *closest) {
+  char env[ENV_WARNED_LEN];
+  if (len + 9 < sizeof env) snprintf(env, sizeof env, "SCRALLOC_%.*s", (int)len, name);
+  if (len + 9 >= sizeof env || env_first_warning(env)) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "ignoring SCRALLOC_%.*s (no such option; the closest is SCRALLOC_%s)", (int)len, name,
+             closest);
+    env_say(msg);
+  }
 }
 
 void _scr_assert_fail(const char *expr, const char *file, int line) {

@@ -35,13 +35,13 @@ bool _scr_heap_live(const scr_heap *h) { return h != NULL && h->magic == SCR_HEA
 
 /* A call on a NULL or destroyed heap: reported, and the caller returns
  * its documented error. */
-static __attribute__((noinline)) void heap_bad(const char *call, const scr_heap *h) {
+__attribute__((noinline)) void _scr_heap_bad(const char *call, const scr_heap *h) {
   _scr_report(SCR_EINVAL, "%s(%p): %s heap", call, (const void *)h, h == NULL ? "NULL" : "destroyed");
 }
 #define HEAP_OR_RETURN(call, h, ...)         \
   do {                                       \
     if (SCR_UNLIKELY(!_scr_heap_live(h))) {  \
-      heap_bad(call, h);                     \
+      _scr_heap_bad(call, h);                     \
       return __VA_ARGS__;                    \
     }                                        \
   } while (0)
@@ -243,7 +243,7 @@ void *_scr_heap_malloc(scr_heap *h, size_t n) {
 
 void *scr_heap_malloc(scr_heap *h, size_t n) {
   if (SCR_UNLIKELY(!_scr_heap_live(h))) {
-    heap_bad("scr_heap_malloc", h);
+    _scr_heap_bad("scr_heap_malloc", h);
     errno = EINVAL;
     return NULL;
   }
@@ -252,7 +252,7 @@ void *scr_heap_malloc(scr_heap *h, size_t n) {
 
 void *scr_heap_calloc(scr_heap *h, size_t count, size_t size) {
   if (SCR_UNLIKELY(!_scr_heap_live(h))) {
-    heap_bad("scr_heap_calloc", h);
+    _scr_heap_bad("scr_heap_calloc", h);
     errno = EINVAL;
     return NULL;
   }
@@ -270,7 +270,7 @@ void *scr_heap_calloc(scr_heap *h, size_t count, size_t size) {
 
 void *scr_heap_aligned_alloc(scr_heap *h, size_t align, size_t n) {
   if (SCR_UNLIKELY(!_scr_heap_live(h))) {
-    heap_bad("scr_heap_aligned_alloc", h);
+    _scr_heap_bad("scr_heap_aligned_alloc", h);
     errno = EINVAL;
     return NULL;
   }
@@ -376,7 +376,7 @@ static inline bool heap_block_suspect(const scr_segment *seg, const void *p) {
  * entry point): SCR_OK, or the misuse, reported through the error
  * handler.  The caller then ignores the call. */
 static __attribute__((noinline)) int heap_misuse(const scr_heap *h, const void *p, const char *call) {
-  int r = _scr_classify(h, p);
+  int r = _scr_classify_checked(h, p);
   if (r != SCR_OK) _scr_report(r, "%s(%p): %s (ignored)", call, p, _scr_misuse_what(r, call));
   return r;
 }
@@ -465,7 +465,7 @@ void *_scr_heap_realloc(scr_heap *h, void *p, size_t n) {
 
 void *scr_heap_realloc(scr_heap *h, void *p, size_t n) {
   if (SCR_UNLIKELY(!_scr_heap_live(h))) {
-    heap_bad("scr_heap_realloc", h);
+    _scr_heap_bad("scr_heap_realloc", h);
     errno = EINVAL;
     return NULL;
   }
@@ -502,7 +502,7 @@ size_t scr_heap_trim(scr_heap *h) {
 }
 
 /* A new cap on the empty pages kept committed (the process allocator
- * shares one budget among its arenas); what the heap keeps above a
+ * sets a held arena's share of retain_max, and a parked one's retain_bytes); what the heap keeps above a
  * smaller cap goes back now: the retained pages (to their segments, dirty
  * where the cap allows), then dirty pages, oldest first, down to the cap.
  * (Everything went back before: an arena parked with a few MiB over its

@@ -46,9 +46,9 @@ SCR_INTERNAL void _scr_report(int err, const char *fmt, ...) __attribute__((form
  * build, once per name.  lo <= hi: the value was out of that range (said
  * in the message); lo > hi: not a value at all. */
 SCR_INTERNAL void _scr_report_env(const char *name, const char *value, uint64_t lo, uint64_t hi);
-/* A SCRALLOC_<NAME> that names no option: on stderr, once, with the
- * closest option's name. */
-SCR_INTERNAL void _scr_report_unknown_env(const char *name, const char *closest);
+/* A SCRALLOC_<NAME> (name: len characters, not NUL-terminated) that names
+ * no option: on stderr, once, with the closest option's name. */
+SCR_INTERNAL void _scr_report_unknown_env(const char *name, size_t len, const char *closest);
 
 /* prim/os.c: every OS call of the core.  Each counts into `c` (may be NULL)
  * and honours the failure injection. */
@@ -68,6 +68,11 @@ SCR_INTERNAL uint64_t _scr_os_random_u64(void);
 SCR_INTERNAL void _scr_options_clamp(scr_options *opt);
 SCR_INTERNAL int _scr_parse_size(const char *s, uint64_t *out);
 SCR_INTERNAL const char *_scr_env_option(const char *name, char *env, size_t len);
+/* process/options.c, which knows the names of both tables: each
+ * SCRALLOC_<NAME> of the environment that names no option (nor a tool's
+ * variable) gets a warning (_scr_report_unknown_env).  scr_options_from_env
+ * and the process allocator's first call run it. */
+SCR_INTERNAL void _scr_env_unknown_names(void);
 
 /* size_class.c */
 SCR_INTERNAL extern const uint32_t _scr_class_sizes[SCR_CLASS_COUNT];
@@ -210,8 +215,13 @@ static inline bool _scr_slot_in_hole(const scr_page *pg, uintptr_t off) {
 
 /* classify.c: what an address is for a heap */
 SCR_INTERNAL int _scr_classify(const scr_heap *h, const void *p);
+/* _scr_classify, and a block of the runs the heap gave back last is a
+ * double free (the checked calls' and the unchecked calls' one answer) */
+SCR_INTERNAL int _scr_classify_checked(const scr_heap *h, const void *p);
 SCR_INTERNAL void _scr_gone_note(scr_heap *h, const void *start, uint32_t block, uint32_t count);
 
+/* heap.c: a call on a NULL or destroyed heap, reported (SCR_EINVAL) */
+SCR_INTERNAL void _scr_heap_bad(const char *call, const scr_heap *h);
 /* heap.c: the entry points without the checks of the public ones (the
  * heap is live, p was classified or comes from the allocator's own
  * lists) */
@@ -235,6 +245,25 @@ SCR_INTERNAL uint64_t _scr_heap_unused_bytes(const scr_heap *h);
 SCR_INTERNAL size_t _scr_heap_decay(scr_heap *h, uint64_t delay_ms, bool *left);
 SCR_INTERNAL uint64_t _scr_heap_refault_bytes(scr_heap *h);
 SCR_INTERNAL void _scr_heap_set_owner(scr_heap *h, void *owner, uintptr_t map_mark); /* before its first segment */
+/* stats.c: the committed bytes of every heap with an owner (the process
+ * allocator's arenas) and of the huge segments detached from them (its
+ * huge cache), and the most they were, kept where a heap's bytes change:
+ * pages committed or given back, segments mapped or unmapped, never on
+ * a block's malloc or free.
+ *   _scr_owned_bytes == sum(h->bytes of owned heaps) + bytes of detached
+ *   segments, _scr_owned_peak >= every value it took */
+SCR_INTERNAL extern _Atomic uint64_t _scr_owned_bytes, _scr_owned_peak;
+SCR_INTERNAL void _scr_owned_grow(uint64_t n);
+static inline void _scr_owned_shrink(uint64_t n) { atomic_fetch_sub_explicit(&_scr_owned_bytes, n, memory_order_relaxed); }
+/* h->bytes changes through these. */
+static inline void _scr_heap_bytes_add(scr_heap *h, uint64_t n) {
+  h->bytes += n;
+  if (h->owner && n) _scr_owned_grow(n);
+}
+static inline void _scr_heap_bytes_sub(scr_heap *h, uint64_t n) {
+  h->bytes -= n;
+  if (h->owner && n) _scr_owned_shrink(n);
+}
 SCR_INTERNAL void *_scr_heap_owner(const scr_heap *h);
 SCR_INTERNAL void _scr_heap_set_hooks(scr_heap *h, const struct _scr_heap_hooks *hooks);
 

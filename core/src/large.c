@@ -139,7 +139,7 @@ static void *huge_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
   seg->huge_offset = offset;
   seg->huge_size = size - offset;
   seg->huge_live = 1;
-  h->bytes += size;
+  _scr_heap_bytes_add(h, size);
   h->large_live++;
   h->large_bytes += seg->huge_size;
   *zero = true;
@@ -286,7 +286,7 @@ void *_scr_large_realloc_inplace(scr_heap *h, scr_segment *seg, void *p, size_t 
   _scr_segmap_set((uintptr_t)moved, new_size, moved, h->map_mark); /* leaves exist for both ranges */
   moved->size = new_size;
   moved->huge_size = new_size - moved->huge_offset;
-  h->bytes += grow;
+  _scr_heap_bytes_add(h, grow);
   h->reserved += grow;
   h->large_bytes += grow;
   scr_validate_heap(h);

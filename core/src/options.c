@@ -12,6 +12,7 @@ void scr_options_init(scr_options *opt) {
 #define X(type, name, def, lo, hi, doc) opt->name = (type)(def);
   SCR_OPTIONS(X)
 #undef X
+  _scr_env_unknown_names();
 }
 
 /* Out-of-line comparisons keep the compiler from warning that a bound of
@@ -87,4 +88,5 @@ void scr_options_from_env(scr_options *opt) {
   }
   SCR_OPTIONS(X)
 #undef X
+  _scr_env_unknown_names();
 }

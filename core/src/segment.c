@@ -103,7 +103,7 @@ static bool segment_unmap(scr_heap *h, scr_segment *seg) {
   }
   h->mmaps--;
   h->reserved -= size;
-  h->bytes -= committed;
+  _scr_heap_bytes_sub(h, committed);
   h->dirty_pages -= (uint64_t)__builtin_popcountll(dirty);
   h->over_pages -= (uint64_t)__builtin_popcountll(over);
   return true;
@@ -123,7 +123,7 @@ void _scr_segment_detach(scr_heap *h, scr_segment *seg) {
   heap_unlock(h);
   h->mmaps--;
   h->reserved -= seg->size;
-  h->bytes -= seg->size;
+  h->bytes -= seg->size; /* still committed: the process's huge cache's (_scr_owned_bytes) */
 }
 
 void _scr_segment_unmap_detached(scr_segment *seg, scr_os_counters *c) {
@@ -131,6 +131,7 @@ void _scr_segment_unmap_detached(scr_segment *seg, scr_os_counters *c) {
   _scr_segmap_clear((uintptr_t)seg, size);
   seg->magic = 0;
   if (_scr_os_unmap(seg, size, c) != 0) _scr_report(SCR_ENOMEM, "munmap of a cached huge block failed: %zu bytes stay mapped", size);
+  else _scr_owned_shrink(size);
 }
 
 /* The segment map's chunks of [base + from, base + to) that no byte below
@@ -203,6 +204,10 @@ scr_segment *_scr_segment_attach(scr_heap *h, scr_segment *seg, size_t new_size)
   h->mmaps++;
   h->reserved += new_size;
   h->bytes += new_size;
+  /* counted in _scr_owned_bytes since it was detached: the change only */
+  uint64_t now = new_size + (split ? split->size : 0);
+  if (now > old_size) _scr_owned_grow(now - old_size);
+  else _scr_owned_shrink(old_size - now);
   if (split) h->hooks.huge_put(h, split, h->hooks.arg); /* detached from birth */
   return seg;
 }
@@ -261,7 +266,7 @@ static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigne
   h->over_pages -= (uint64_t)__builtin_popcountll(seg->dirty_over & bits);
   seg->dirty_over &= ~bits;
   seg->used_pages += n;
-  h->bytes += PAGE_BYTES * (uint64_t)__builtin_popcountll(fresh);
+  _scr_heap_bytes_add(h, PAGE_BYTES * (uint64_t)__builtin_popcountll(fresh));
   h->page_acquires += n;
   if (fresh && h->dirty_pages) offset_growth(h, (uint64_t)__builtin_popcountll(fresh));
   for (unsigned i = first; i < first + n; i++) {
@@ -332,7 +337,7 @@ static void decommitted(scr_heap *h, scr_segment *seg, unsigned first, unsigned 
   uint64_t bits = _scr_run_mask(first, n);
   seg->committed_free_mask &= ~bits;
   if (lazy) seg->lazy_free_mask |= bits;
-  h->bytes -= (uint64_t)n << SCR_PAGE_SHIFT;
+  _scr_heap_bytes_sub(h, (uint64_t)n << SCR_PAGE_SHIFT);
   h->decommits++;
 }
 

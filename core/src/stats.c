@@ -10,11 +10,21 @@ uint64_t _scr_heap_used_bytes(const scr_heap *h) {
   return used;
 }
 
+_Atomic uint64_t _scr_owned_bytes, _scr_owned_peak;
+
+void _scr_owned_grow(uint64_t n) {
+  uint64_t now = atomic_fetch_add_explicit(&_scr_owned_bytes, n, memory_order_relaxed) + n;
+  uint64_t peak = atomic_load_explicit(&_scr_owned_peak, memory_order_relaxed);
+  while (now > peak && !atomic_compare_exchange_weak_explicit(&_scr_owned_peak, &peak, now, memory_order_relaxed,
+                                                              memory_order_relaxed)) {
+  }
+}
+
 void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
   if (st == NULL) return;
   memset(st, 0, sizeof *st);
   if (!_scr_heap_live(h)) {
-    _scr_report(SCR_EINVAL, "scr_heap_stats(%p): %s heap", (const void *)h, h ? "destroyed" : "NULL");
+    _scr_heap_bad("scr_heap_stats", h);
     return;
   }
   pthread_mutex_t *lock = (pthread_mutex_t *)&h->lock; /* the decay's fields (types.h) */
@@ -54,6 +64,7 @@ void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
   st->lazy_free_bytes = h->os.lazy_free_bytes + h->decay_os.lazy_free_bytes;
   st->purge_passes = h->purge_passes;
   st->refault_bytes = h->refault_bytes;
+  st->madvise_hints = h->os.madvise_hints + h->decay_os.madvise_hints;
   pthread_mutex_unlock(lock);
 }
 

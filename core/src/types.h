@@ -167,6 +167,7 @@ _Static_assert(sizeof(scr_segment) <= SCR_PAGE_SIZE, "segment header must fit pa
 /* Syscall counters (prim/) of one heap (or of the decay's calls on it). */
 typedef struct scr_os_counters {
   uint64_t mmap_calls, munmap_calls, madvise_calls, mremap_calls, failures;
+  uint64_t madvise_hints; /* of madvise_calls, advice that gives no memory back */
   /* bytes given back by advice (decommits that succeeded) */
   uint64_t dontneed_bytes, lazy_free_bytes;
 } scr_os_counters;

@@ -103,7 +103,10 @@ static bool validate_locked(const scr_heap *h) {
 }
 
 int scr_heap_validate(const scr_heap *h) {
-  if (!_scr_heap_live(h)) return SCR_EINVAL;
+  if (!_scr_heap_live(h)) {
+    _scr_heap_bad("scr_heap_validate", h);
+    return SCR_EINVAL;
+  }
   return validate_locked(h) ? SCR_OK : SCR_EINVAL;
 }
 

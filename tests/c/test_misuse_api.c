@@ -50,7 +50,7 @@ static void null_heap(void) {
   char buf[64] = "x";
   CHECK_EQ(scr_heap_stats_json(NULL, buf, sizeof buf), 0);
   CHECK_EQ(buf[0], '\0');
-  CHECK_EQ(scr_heap_validate(NULL), SCR_EINVAL);
+  EXPECT_REPORT(CHECK_EQ(scr_heap_validate(NULL), SCR_EINVAL), SCR_EINVAL); /* docs/misuse.md: reported */
   CHECK_EQ(scr_heap_check(NULL, &x), SCR_EINVAL);
   CHECK_EQ(scr_heap_free_checked(NULL, &x), SCR_EINVAL);
   void *out = &x;
@@ -116,7 +116,7 @@ static void destroyed_heap(void) {
   CHECK_EQ(errno, EINVAL);
   EXPECT_REPORT(scr_heap_free(h, p), SCR_EINVAL);
   CHECK_EQ(scr_heap_check(h, p), SCR_EINVAL);
-  CHECK_EQ(scr_heap_validate(h), SCR_EINVAL);
+  EXPECT_REPORT(CHECK_EQ(scr_heap_validate(h), SCR_EINVAL), SCR_EINVAL);
   struct scr_stats st;
   scr_heap_stats(h, &st);
   CHECK_EQ(st.allocs, 0);
@@ -163,6 +163,31 @@ static void unchecked_heap_misuse(void) {
   scr_heap_stats(h, &st);
   CHECK_EQ(st.allocs, 0);
   scr_heap_destroy(h);
+}
+
+/* With retain=0 a page goes back as its last block is freed (and its
+ * segment with it): a second free of that block is a double free for
+ * the unchecked calls as for scr_heap_check, one answer, while the run
+ * is among those the heap gave back last. */
+static void retain0_double_free_one_answer(void) {
+  scr_options o;
+  scr_options_init(&o);
+  o.retain = 0;
+  size_t sizes[] = {64, 40000, 200 << 10};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    scr_heap *h = scr_heap_new(&o);
+    void *p = scr_heap_malloc(h, sizes[i]);
+    scr_heap_free(h, p);
+    CHECK_EQ(scr_heap_check(h, p), SCR_EDOUBLEFREE);
+    EXPECT_REPORT(scr_heap_free(h, p), SCR_EDOUBLEFREE);
+    errno = 0;
+    EXPECT_REPORT(CHECK(scr_heap_realloc(h, p, 10) == NULL), SCR_EDOUBLEFREE);
+    CHECK_EQ(errno, EINVAL);
+    EXPECT_REPORT(CHECK_EQ(scr_heap_usable_size(h, p), 0), SCR_EDOUBLEFREE);
+    CHECK_EQ(scr_heap_free_checked(h, p), SCR_EDOUBLEFREE);
+    CHECK_EQ(scr_heap_validate(h), SCR_OK);
+    scr_heap_destroy(h);
+  }
 }
 
 static uint64_t misuse_count(const struct scr_process_stats *s) {
@@ -254,6 +279,7 @@ int main(void) {
   TEST(low_addresses);
   TEST(destroyed_heap);
   TEST(unchecked_heap_misuse);
+  TEST(retain0_double_free_one_answer);
   TEST(process_misuse_counted);
   TEST(realloc_down_from_reused_pages);
   TEST(process_options_out_of_range);

@@ -84,6 +84,16 @@ int main(void) {
   void *m = memalign(48, 10); /* not a power of two: rounded up */
   CHECK(m && aligned(m, 64));
   free(m);
+  /* as glibc's memalign: 0, or an alignment below 16 that is no power of
+   * two, gives a block (docs/misuse.md); beyond 2^62, EINVAL */
+  size_t odd[] = {0, 3};
+  for (size_t i = 0; i < 2; i++) {
+    m = memalign(odd[i], 10);
+    CHECK(m && aligned(m, 16) && malloc_usable_size(m) >= 10);
+    free(m);
+  }
+  errno = 0;
+  CHECK(memalign(SIZE_MAX, 10) == NULL && errno == EINVAL);
   long ps = sysconf(_SC_PAGESIZE);
   void *v = valloc(10);
   CHECK(v && aligned(v, (size_t)ps));
@@ -167,7 +177,8 @@ int main(void) {
   rewind(tmp);
   size_t got = fread(report, 1, sizeof report - 1, tmp);
   fclose(tmp);
-  CHECK(got > 0 && strstr(report, "scralloc[") != NULL && strstr(report, "arena 0:") != NULL);
+  CHECK(got > 0 && strstr(report, "scralloc[") != NULL && strstr(report, "]: arena   total MiB") != NULL &&
+        strstr(report, "]:     0 ") != NULL); /* a row per arena */
   /* malloc_info writes scralloc's figures as XML; options must be 0 */
   char *held = malloc(5000); /* a live block of class 5120 in arena 0 */
   memset(held, 1, 5000);

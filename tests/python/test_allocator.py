@@ -531,11 +531,12 @@ def test_process_stats():
         assert len(s["classes"]) == scralloc.CLASS_COUNT
         if "process" in s:
             assert {"arenas", "remote_frees", "discards"} <= set(s["process"])
-            # retention (issue #29): the budget, the huge-block cache, interior return, trims asked
-            assert {"budget", "busy_bytes", "huge_cache_bytes", "huge_cache_hits", "interior_bytes",
-                    "interior_lazy_bytes", "trim_answers", "budget_held", "decay_passes",
-                    "lazy_free_pending"} <= set(s["process"])
-            assert {"dontneed_bytes", "lazy_free_bytes", "purge_passes"} <= set(s)
+            # retention: the decay, the huge-block cache, interior return, trims asked
+            assert {"decay_delay_ms", "decay_bytes", "refault_bytes", "decay_backoffs", "huge_cache_bytes",
+                    "huge_cache_hits", "interior_bytes", "interior_lazy_bytes", "trim_answers",
+                    "free_committed", "decay_passes", "lazy_free_pending", "committed",
+                    "committed_peak"} <= set(s["process"])
+            assert {"dontneed_bytes", "lazy_free_bytes", "purge_passes", "refault_bytes"} <= set(s)
         # memory_usage() counts the process allocator too
         m = scralloc.memory_usage()
         assert m["heapTotal"] >= s["heap_total"] and m["heapUsed"] >= s["heap_used"]

@@ -148,8 +148,17 @@ int _scr_os_unmap(void *p, size_t size, scr_os_counters *c) {
   return 0;
 }
 
+/* The advice gives memory back (the rest, MADV_DONTDUMP and
+ * MADV_NOHUGEPAGE, only mark a range). */
+static bool os_advice_returns(int advice) {
+#ifdef MADV_FREE
+  if (advice == MADV_FREE) return true;
+#endif
+  return advice == MADV_DONTNEED;
+}
+
 int _scr_os_advise(void *p, size_t size, int advice, scr_os_counters *c) {
-  if (c) c->madvise_calls++;
+  if (c) c->madvise_calls++, c->madvise_hints += !os_advice_returns(advice);
   if (_scr_os_inject_failure() || madvise(p, size, advice) != 0) {
     if (c) c->failures++;
     return -1;

@@ -171,7 +171,7 @@ static inline scr_arena *_scr_holder_get(void) {
  * 2-3 ns of its 16-22: bench/proc_pairs.c).  Every SCR_ARENA_POLL_EVERY heap
  * calls the slow side frees what other threads pushed (reading the remote
  * stack's cache line, which pushers keep writing, on every call would
- * cost a miss each time), applies the budget's share and now and then
+ * cost a miss each time), applies retain_max's share and now and then
  * publishes a stats snapshot. */
 SCR_INTERNAL void _scr_holder_tick_slow(scr_arena *a);
 

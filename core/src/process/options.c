@@ -85,9 +85,10 @@ static const char *const proc_tool_names[] = {
     "ROOT", "NOTEBOOK_SIZE", "FIGURES",                                                /* the notebooks */
 };
 
-/* Edit distance of a and b (names up to 63 characters), no malloc. */
-static unsigned proc_distance(const char *a, const char *b) {
-  unsigned row[64], la = (unsigned)strnlen(a, 63), lb = (unsigned)strnlen(b, 63);
+/* Edit distance of a and b, letters in any case, on their first 63
+ * characters; no malloc. */
+static unsigned proc_distance(const char *a, size_t a_len, const char *b) {
+  unsigned row[64], la = (unsigned)(a_len < 63 ? a_len : 63), lb = (unsigned)strnlen(b, 63);
   for (unsigned j = 0; j <= lb; j++) row[j] = j;
   for (unsigned i = 1; i <= la; i++) {
     unsigned diag = row[0];
@@ -104,39 +105,48 @@ static unsigned proc_distance(const char *a, const char *b) {
   return row[lb];
 }
 
-static void proc_closer(const char *name, const char *option, const char **best, unsigned *best_d) {
-  unsigned d = proc_distance(name, option);
+/* The variable's name is the option's, in upper case, exactly. */
+static bool proc_env_is(const char *name, size_t len, const char *option) {
+  size_t i = 0;
+  for (; i < len && option[i]; i++)
+    if (name[i] != toupper((unsigned char)option[i])) return false;
+  return i == len && option[i] == '\0';
+}
+
+static void proc_closer(const char *name, size_t len, const char *option, const char **best, unsigned *best_d,
+                        bool *known) {
+  if (proc_env_is(name, len, option)) *known = true;
+  unsigned d = proc_distance(name, len, option);
   if (d < *best_d) *best_d = d, *best = option;
 }
 
 /* Every SCRALLOC_<NAME> in the environment that names no option is said
  * on stderr with the closest option's name (a misspelt option would
- * otherwise be ignored without a word). */
-void _scr_proc_unknown_env_names(void) {
+ * otherwise be ignored without a word); the names are upper case, so
+ * SCRALLOC_retain is one of them. */
+void _scr_env_unknown_names(void) {
   extern char **environ;
   for (char **e = environ; e && *e; e++) {
     if (strncmp(*e, "SCRALLOC_", 9) != 0) continue;
     const char *name = *e + 9, *eq = strchr(name, '=');
-    char n[64];
     size_t len = eq ? (size_t)(eq - name) : strlen(name);
-    if (len == 0 || len >= sizeof n) continue;
-    memcpy(n, name, len);
-    n[len] = '\0';
+    if (len == 0) continue;
     const char *best = NULL;
     unsigned best_d = ~0u;
-#define SCR_PROC_OPT_NAME_(o, ...) proc_closer(n, #o, &best, &best_d);
+    bool known = false;
+#define SCR_PROC_OPT_NAME_(o, ...) proc_closer(name, len, #o, &best, &best_d, &known);
     SCR_PROC_OPTIONS(SCR_PROC_OPT_NAME_)
 #undef SCR_PROC_OPT_NAME_
-#define SCR_HEAP_OPT_NAME_(type, o, ...) proc_closer(n, #o, &best, &best_d);
+#define SCR_HEAP_OPT_NAME_(type, o, ...) proc_closer(name, len, #o, &best, &best_d, &known);
     SCR_OPTIONS(SCR_HEAP_OPT_NAME_)
 #undef SCR_HEAP_OPT_NAME_
     for (unsigned i = 0; i < sizeof proc_tool_names / sizeof proc_tool_names[0]; i++)
-      if (strcmp(n, proc_tool_names[i]) == 0) best_d = 0;
-    if (best_d == 0) continue; /* known */
+      if (strlen(proc_tool_names[i]) == len && strncmp(name, proc_tool_names[i], len) == 0) known = true;
+    if (known) continue;
     char up[64];
     size_t i = 0;
     for (; best[i] && i + 1 < sizeof up; i++) up[i] = (char)toupper((unsigned char)best[i]);
     up[i] = '\0';
-    _scr_report_unknown_env(n, up);
+    _scr_report_unknown_env(name, len, up);
   }
 }

@@ -264,7 +264,6 @@ SCR_INTERNAL extern scr_proc_counters _scr_pc;
 SCR_INTERNAL void _scr_proc_options_init(scr_proc_options *o);
 SCR_INTERNAL void _scr_proc_options_from_env(scr_proc_options *o);
 SCR_INTERNAL int _scr_proc_option_set(scr_proc_options *o, const char *name, const char *value);
-SCR_INTERNAL void _scr_proc_unknown_env_names(void);
 
 /* os_linux.c: the OS calls of the process layer */
 SCR_INTERNAL int _scr_proc_thp_mode(void);

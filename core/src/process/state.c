@@ -45,10 +45,9 @@ void _scr_proc_init_slow(void) {
     P->heap_opt.decommit_batch = (size_t)256 << 10;
     P->heap_opt.large_cache = 8;
     P->heap_opt.large_cache_bytes = (size_t)4 << 20;
-    scr_options_from_env(&P->heap_opt);
+    scr_options_from_env(&P->heap_opt); /* and warns of unknown names */
     P->heap_opt.purge_delay_ms = (unsigned)P->opt.decay_ms;
     P->decay_next_ns = UINT64_MAX;
-    _scr_proc_unknown_env_names();
     atomic_store(&_scr_verbose, P->opt.verbose != 0);
     P->thp_mode = _scr_proc_thp_mode();
     P->core_dumps = _scr_proc_core_dumps();

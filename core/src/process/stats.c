@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static void proc_stats_add(struct scr_stats *sum, const struct scr_stats *st) {
@@ -83,6 +84,17 @@ int scr_arena_stats(unsigned i, struct scr_stats *out) {
   return SCR_EINVAL;
 }
 
+/* The start of a /proc file in buf (len bytes, NUL-terminated); false
+ * when it cannot be opened. */
+static bool proc_read_file(const char *path, char *buf, size_t len) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  ssize_t n = read(fd, buf, len - 1);
+  close(fd);
+  buf[n > 0 ? n : 0] = '\0';
+  return true;
+}
+
 /* The kernel's LazyFree for the process (/proc/self/smaps_rollup), the
  * bytes advised MADV_FREE that it has not reclaimed: only the kernel
  * knows when it takes a page, and a read walks the page tables (2.3 ms at
@@ -96,11 +108,7 @@ static uint64_t proc_lazy_free_pending(uint64_t lazy_advised) {
   if (at != 0 && now - at < 1000) return atomic_load_explicit(&value, memory_order_relaxed);
   atomic_store_explicit(&read_at_ms, now, memory_order_relaxed);
   char buf[2048];
-  int fd = open("/proc/self/smaps_rollup", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  buf[n > 0 ? n : 0] = '\0';
+  if (!proc_read_file("/proc/self/smaps_rollup", buf, sizeof buf)) return 0;
   const char *line = strstr(buf, "LazyFree:");
   uint64_t kib = line ? strtoull(line + 9, NULL, 10) : 0;
   atomic_store_explicit(&value, kib << 10, memory_order_relaxed);
@@ -169,8 +177,23 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->decay_backoffs = SCR_PLOAD_(decay_backoffs);
 #undef SCR_PLOAD_
   o->refault_bytes += _scr_huge_cache_refaults();
+  o->committed = atomic_load_explicit(&_scr_owned_bytes, memory_order_relaxed);
+  o->committed_peak = atomic_load_explicit(&_scr_owned_peak, memory_order_relaxed);
+  struct rusage ru;
+  if (getrusage(RUSAGE_SELF, &ru) == 0) o->rss_peak = (uint64_t)ru.ru_maxrss << 10;
 }
 
+
+static const char *proc_thp_name(uint64_t mode) {
+  static const char *const names[] = {"never", "madvise", "always"};
+  return names[mode < 3 ? mode : 0];
+}
+
+/* A field of the JSON: a number, but the THP mode by its name. */
+static void proc_json_field(_scr_out *o, const char *sep, const char *name, uint64_t v) {
+  if (strcmp(name, "thp_mode") == 0) _scr_out_put(o, "%s\"%s\":\"%s\"", sep, name, proc_thp_name(v));
+  else _scr_out_put(o, "%s\"%s\":%llu", sep, name, (unsigned long long)v);
+}
 
 size_t scr_process_stats_json(char *buf, size_t len) {
   if (buf == NULL) len = 0; /* the length it needs */
@@ -185,7 +208,7 @@ size_t scr_process_stats_json(char *buf, size_t len) {
   o.pos += scr_stats_json(&st, room ? buf + o.pos : NULL, room);
   _scr_out_put(&o, ",\"process\":{");
   const char *sep = "";
-#define SCR_PJSON_(name, doc) _scr_out_put(&o, "%s\"%s\":%llu", sep, #name, (unsigned long long)ps.name), sep = ",";
+#define SCR_PJSON_(name, doc) proc_json_field(&o, sep, #name, ps.name), sep = ",";
   SCR_PROCESS_STATS_FIELDS(SCR_PJSON_)
 #undef SCR_PJSON_
   _scr_out_put(&o, "}}");
@@ -194,92 +217,145 @@ size_t scr_process_stats_json(char *buf, size_t len) {
 
 /* ---- SCRALLOC_STATS=1: a report on stderr at exit ---- */
 
-static void proc_write_line(_scr_out *o, int fd) {
-  size_t n = o->pos < o->len ? o->pos : o->len - 1;
-  ssize_t w = write(fd, o->buf, n);
+/* The report's lines: each "scralloc[PID]: " and one group of figures,
+ * under 100 characters, written as it is made. */
+typedef struct proc_report {
+  int fd, pid;
+} proc_report;
+
+static void proc_line(const proc_report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void proc_line(const proc_report *r, const char *fmt, ...) {
+  char line[256];
+  int n = snprintf(line, sizeof line, "scralloc[%d]: ", r->pid);
+  va_list ap;
+  va_start(ap, fmt);
+  int m = vsnprintf(line + n, sizeof line - (size_t)n - 1, fmt, ap);
+  va_end(ap);
+  size_t len = (size_t)n + (m > 0 ? (size_t)m : 0);
+  if (len > sizeof line - 2) len = sizeof line - 2;
+  line[len++] = '\n';
+  ssize_t w = write(r->fd, line, len);
   (void)w;
-  o->pos = 0;
 }
 
 static double proc_mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 
-/* The report, on fd; per_arena: a line for each arena too.  The exit
+/* The process's resident set now (/proc/self/statm), 0 when unknown. */
+static uint64_t proc_rss_now(void) {
+  char buf[128];
+  if (!proc_read_file("/proc/self/statm", buf, sizeof buf)) return 0;
+  const char *sp = strchr(buf, ' ');
+  return sp ? strtoull(sp + 1, NULL, 10) * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
+/* Memory: committed and resident, now and at their peak, then what the
+ * committed bytes hold (a table whose rows add up to heap_total). */
+static void proc_report_memory(const proc_report *r, const struct scr_stats *st, const struct scr_process_stats *ps) {
+  uint64_t large = st->cached_bytes > ps->huge_cache_bytes ? st->cached_bytes - ps->huge_cache_bytes : 0;
+  uint64_t parts = st->heap_used + st->retained_bytes + st->dirty_bytes + st->cached_bytes;
+  uint64_t busy_free = st->heap_total > parts ? st->heap_total - parts : 0;
+  proc_line(r, "memory (MiB)             now      peak");
+  proc_line(r, "  committed         %9.2f %9.2f   held from the OS for blocks", proc_mib(ps->committed),
+            proc_mib(ps->committed_peak));
+  uint64_t rss = proc_rss_now(); /* the kernel updates its peak lazily: never below now */
+  proc_line(r, "  resident (RSS)    %9.2f %9.2f   the kernel's, whole process", proc_mib(rss),
+            proc_mib(rss > ps->rss_peak ? rss : ps->rss_peak));
+  proc_line(r, "heap_total by use (MiB; other threads' arenas as last published)");
+  proc_line(r, "  in live blocks    %9.2f   heap_used: %llu blocks, %llu large", proc_mib(st->heap_used),
+            (unsigned long long)st->allocs, (unsigned long long)st->large_allocs);
+  proc_line(r, "  free in busy pages%9.2f   free slots of pages that hold live blocks", proc_mib(busy_free));
+  proc_line(r, "  empty pages kept  %9.2f   retained for their size class", proc_mib(st->retained_bytes));
+  proc_line(r, "  freed, waiting    %9.2f   to go back after the decay delay", proc_mib(st->dirty_bytes));
+  proc_line(r, "  cached large      %9.2f   freed large blocks an arena keeps", proc_mib(large));
+  proc_line(r, "  cached huge       %9.2f   the huge cache, for any thread", proc_mib(ps->huge_cache_bytes));
+  proc_line(r, "  heap_total        %9.2f   in %llu mappings; %.2f MiB of address space", proc_mib(st->heap_total),
+            (unsigned long long)st->mmaps, proc_mib(st->reserved_bytes));
+}
+
+/* The decay (what went back after the delay, what came back too soon),
+ * and the huge cache. */
+static void proc_report_decay(const proc_report *r, const struct scr_process_stats *ps) {
+#define U(x) (unsigned long long)(x)
+  proc_line(r, "decay: free memory unused %llu ms goes back (backed off %llu times)", U(ps->decay_delay_ms),
+            U(ps->decay_backoffs));
+  proc_line(r, "  given back by the decay %.2f MiB; refaulted after return %.2f MiB",
+            proc_mib(ps->decay_bytes), proc_mib(ps->refault_bytes));
+  if (_scr_proc.opt.retain_max)
+    proc_line(r, "  hard cap on free memory kept (retain_max): %.2f MiB", proc_mib(_scr_proc.opt.retain_max));
+  proc_line(r, "huge cache %.2f MiB in %llu blocks: %llu put, %llu reused", proc_mib(ps->huge_cache_bytes),
+            U(ps->huge_cache_blocks), U(ps->huge_cache_puts), U(ps->huge_cache_hits));
+  proc_line(r, "  unmapped %.2f MiB as the process grew, %.2f MiB after the decay",
+            proc_mib(ps->huge_cache_evicted), proc_mib(ps->huge_cache_decayed));
+#undef U
+}
+
+/* The system calls, and the memory that went back and how. */
+static void proc_report_returns(const proc_report *r, const struct scr_stats *st, const struct scr_process_stats *ps) {
+#define U(x) (unsigned long long)(x)
+  proc_line(r, "syscalls: %llu mmap, %llu munmap, %llu madvise, %llu mremap, %llu failed", U(st->mmap_calls),
+            U(st->munmap_calls), U(st->madvise_calls), U(st->mremap_calls), U(st->os_failures));
+  proc_line(r, "madvise: %llu gave memory back, %llu only marked memory (MADV_DONTDUMP, NOHUGEPAGE)",
+            U(st->madvise_calls - st->madvise_hints), U(st->madvise_hints));
+  proc_line(r, "given back: %.2f MiB with MADV_DONTNEED, %.2f MiB with MADV_FREE",
+            proc_mib(st->dontneed_bytes), proc_mib(st->lazy_free_bytes));
+  proc_line(r, "  of MADV_FREE, not yet reclaimed by the kernel: %.2f MiB", proc_mib(ps->lazy_free_pending));
+  proc_line(r, "  inside pages in use: %.2f MiB (%.2f MiB of it with MADV_FREE)", proc_mib(ps->interior_bytes),
+            proc_mib(ps->interior_lazy_bytes));
+  proc_line(r, "  unasked: %llu decay passes, %llu discards of waiting arenas (%.2f MiB)",
+            U(ps->decay_passes), U(ps->discards), proc_mib(ps->discard_bytes));
+  proc_line(r, "  by trims another thread asked for: %llu (%.2f MiB)", U(ps->trim_answers),
+            proc_mib(ps->trim_answer_bytes));
+#undef U
+}
+
+/* Threads and their arenas, and the bad pointers. */
+static void proc_report_threads(const proc_report *r, const struct scr_process_stats *ps) {
+  static const char *const on_error[] = {"abort", "warn", "ignore"};
+  uint64_t mode = _scr_proc.opt.on_error;
+#define U(x) (unsigned long long)(x)
+  proc_line(r, "%llu arenas (%llu held by threads, %llu waiting for a thread), %llu claims, %llu parks",
+            U(ps->arenas), U(ps->arenas_owned), U(ps->arenas_parked), U(ps->claims), U(ps->parks));
+  proc_line(r, "discards of waiting arenas: delay %llu ms, doubled %llu times", U(ps->discard_delay_ms),
+            U(ps->delay_doublings));
+  proc_line(r, "remote frees: %llu (%llu not yet taken back by their arena); %llu realloc moves",
+            U(ps->remote_frees), U(ps->remote_pending), U(ps->realloc_moves));
+  proc_line(r, "thread caches: %llu pool batches given (%llu taken), %llu lends, %llu cache grows",
+            U(ps->pool_puts), U(ps->pool_takes), U(ps->lends), U(ps->cache_grows));
+  proc_line(r, "bad pointers: %llu double frees, %llu interior, %llu never allocated, %llu foreign",
+            U(ps->double_frees), U(ps->interior_frees), U(ps->unallocated_frees), U(ps->foreign_frees));
+  proc_line(r, "  SCRALLOC_ON_ERROR=%s", on_error[mode < 3 ? mode : 0]);
+  proc_line(r, "THP %s; segments left out of core dumps: %llu", proc_thp_name(ps->thp_mode),
+            U(ps->dontdump_segments));
+#undef U
+}
+
+/* A row for each arena (malloc_stats, SCRALLOC_STATS=2). */
+static void proc_report_arenas(const proc_report *r, unsigned n) {
+  proc_line(r, "arena   total MiB    used MiB   blocks  mappings  kept pages  waiting MiB");
+  for (unsigned i = 0; i < n; i++) {
+    struct scr_stats as;
+    if (scr_arena_stats(i, &as) != SCR_OK) continue;
+    proc_line(r, "%5u %11.2f %11.2f %8llu %9llu %11llu %12.2f", i, proc_mib(as.heap_total),
+              proc_mib(as.heap_used), (unsigned long long)as.allocs, (unsigned long long)as.mmaps,
+              (unsigned long long)as.retained_pages, proc_mib(as.dirty_bytes));
+  }
+}
+
+/* The report, on fd; per_arena: a row for each arena too.  The exit
  * report's (SCRALLOC_STATS) and malloc_stats()'s (override.c).  Every
- * figure is named by what it counts (docs/misuse.md, "The exit report",
- * has a line on each); the words in parentheses are the fields of
- * scr_process_stats and of the JSON. */
+ * figure is named by what it counts (docs/process.md, "The exit report",
+ * has a line on each).  A topic is a function of a few lines. */
 void _scr_proc_report(int fd, bool per_arena) {
-  char buf[1024];
-  _scr_out o = {buf, sizeof buf, 0};
   struct scr_stats st;
   struct scr_process_stats ps;
   scr_stats(&st);
   scr_process_stats(&ps);
-  static const char *const thp[] = {"never", "madvise", "always"};
-  static const char *const on_error[] = {"abort", "warn", "ignore"};
-  int pid = (int)getpid();
-#define U(x) (unsigned long long)(x)
-  _scr_out_put(&o, "scralloc[%d]: %llu arenas (%llu held by threads, %llu waiting for a thread); %llu claims "
-           "(a thread took an arena), %llu parks (an exiting thread left its arena)\n",
-           pid, U(ps.arenas), U(ps.arenas_owned), U(ps.arenas_parked), U(ps.claims), U(ps.parks));
-  proc_write_line(&o, fd);
-  _scr_out_put(&o, "scralloc[%d]: %llu remote frees (blocks freed by another thread than their arena's; %llu "
-           "not yet taken back), %llu realloc moves (blocks moved into the reallocating thread's arena); "
-           "%llu pool batches (other threads' freed blocks a full cache passed on; %llu taken by threads "
-           "with an empty cache), %llu lends (caches filled with a waiting arena's free blocks), %llu cache grows (blocks by "
-           "which caches of 4 KiB and larger blocks grew)\n",
-           pid, U(ps.remote_frees), U(ps.remote_pending), U(ps.realloc_moves), U(ps.pool_puts), U(ps.pool_takes),
-           U(ps.lends), U(ps.cache_grows));
-  proc_write_line(&o, fd);
-  uint64_t mode = _scr_proc.opt.on_error;
-  _scr_out_put(&o, "scralloc[%d]: bad pointers given to free, realloc or malloc_usable_size: %llu double frees, "
-           "%llu interior (inside a block), %llu never allocated, %llu foreign (not scralloc's) "
-           "(SCRALLOC_ON_ERROR=%s)\n",
-           pid, U(ps.double_frees), U(ps.interior_frees), U(ps.unallocated_frees), U(ps.foreign_frees),
-           on_error[mode < 3 ? mode : 0]);
-  proc_write_line(&o, fd);
-  _scr_out_put(&o, "scralloc[%d]: heap_total %.2f MiB (held for blocks; %.2f MiB of it freed pages not yet "
-           "returned), heap_used %.2f MiB (in live blocks), %llu live blocks (%llu large), %llu mappings, "
-           "reserved %.2f MiB (address space); syscalls: %llu mmap, %llu munmap, %llu madvise, %llu mremap, "
-           "%llu failed\n",
-           pid, proc_mib(st.heap_total), proc_mib(st.dirty_bytes), proc_mib(st.heap_used), U(st.allocs),
-           U(st.large_allocs), U(st.mmaps), proc_mib(st.reserved_bytes), U(st.mmap_calls), U(st.munmap_calls),
-           U(st.madvise_calls), U(st.mremap_calls), U(st.os_failures));
-  proc_write_line(&o, fd);
-  _scr_out_put(&o, "scralloc[%d]: %llu discards (waiting arenas whose free pages went back to the OS: %.2f MiB; "
-           "delay %llu ms, doubled %llu times); THP %s; %llu dontdump segments (left "
-           "out of core dumps)\n",
-           pid, U(ps.discards), proc_mib(ps.discard_bytes), U(ps.discard_delay_ms), U(ps.delay_doublings),
-           thp[ps.thp_mode < 3 ? ps.thp_mode : 0], U(ps.dontdump_segments));
-  proc_write_line(&o, fd);
-  _scr_out_put(&o, "scralloc[%d]: decay delay %llu ms (backed off %llu times); %.2f MiB given back by the decay, "
-           "%.2f MiB of it refaulted after return\n",
-           pid, U(ps.decay_delay_ms), U(ps.decay_backoffs), proc_mib(ps.decay_bytes), proc_mib(ps.refault_bytes));
-  proc_write_line(&o, fd);
-  _scr_out_put(&o, "scralloc[%d]: huge cache %llu blocks, %.2f MiB (%llu put, %llu reused, %.2f MiB unmapped as the "
-           "process grew, %.2f MiB after the decay); %llu trims by threads asked by another's (%.2f MiB); %.2f MiB given back inside free blocks of pages in use (%.2f MiB of it with MADV_FREE)\n",
-           pid, U(ps.huge_cache_blocks), proc_mib(ps.huge_cache_bytes),
-           U(ps.huge_cache_puts), U(ps.huge_cache_hits), proc_mib(ps.huge_cache_evicted),
-           proc_mib(ps.huge_cache_decayed), U(ps.trim_answers), proc_mib(ps.trim_answer_bytes),
-           proc_mib(ps.interior_bytes), proc_mib(ps.interior_lazy_bytes));
-  proc_write_line(&o, fd);
-  _scr_out_put(&o, "scralloc[%d]: given back: %.2f MiB with MADV_DONTNEED (read as zero after), %.2f MiB with "
-           "MADV_FREE (%.2f MiB of it not yet reclaimed by the kernel); %llu decay passes (memory unused past its "
-           "delay given back without a call from the program); %.2f MiB of free memory kept committed now\n",
-           pid, proc_mib(st.dontneed_bytes), proc_mib(st.lazy_free_bytes), proc_mib(ps.lazy_free_pending),
-           U(ps.decay_passes), proc_mib(ps.free_committed));
-#undef U
-  proc_write_line(&o, fd);
-  if (!per_arena) return;
-  for (unsigned i = 0; i < ps.arenas; i++) {
-    struct scr_stats as;
-    if (scr_arena_stats(i, &as) != SCR_OK) continue;
-    _scr_out_put(&o, "scralloc[%d]:   arena %u: heap_total %.2f MiB, heap_used %.2f MiB, %llu live blocks, "
-             "%llu mappings, %llu retained pages, %.2f MiB dirty\n",
-             pid, i, proc_mib(as.heap_total), proc_mib(as.heap_used), (unsigned long long)as.allocs,
-             (unsigned long long)as.mmaps, (unsigned long long)as.retained_pages, proc_mib(as.dirty_bytes));
-    proc_write_line(&o, fd);
-  }
+  proc_report r = {fd, (int)getpid()};
+  proc_report_memory(&r, &st, &ps);
+  proc_report_decay(&r, &ps);
+  proc_report_returns(&r, &st, &ps);
+  proc_report_threads(&r, &ps);
+  if (per_arena) proc_report_arenas(&r, (unsigned)ps.arenas);
 }
 
 /* SCRALLOC_STATS_FD, when it names a descriptor open for writing; else

@@ -11,11 +11,12 @@
  * the second call (CALL: free or realloc) comes from WHO: the second
  * thread again, a third one, or the owner (the main thread), while the
  * second thread still holds its arena.  race-SIZE: two threads released
- * by a barrier free one block at once, RACES times; exactly one of the two
- * frees is reported each time (under warn the program counts the reports
- * itself: misuse_check.py checks RACES lines), and each thread then
- * mallocs and keeps a block of the size, so that a block the race handed
- * out twice shows as an overlap.
+ * by a barrier free one block of the main thread at once, RACES times;
+ * exactly one of the two frees is reported each time (misuse_check.py
+ * checks RACES lines under warn), and each thread then mallocs and keeps
+ * a block of the size, so that a block the race handed out twice shows
+ * as an overlap.  race-SIZE-home: the racers hold no arena (the block
+ * goes home to the main thread's arena) and keep nothing.
  *
  * Before the misuse the program prints on stdout the exact stderr line
  * scralloc must write ("expect: scralloc: free(0x...): double free").
@@ -198,27 +199,33 @@ static struct {
 static void *kept[2][RACES];
 
 static void *racer(void *arg) {
-  void **mine = arg;
-  claim_arena();
+  void **mine = arg; /* NULL: hold no arena, keep nothing */
+  if (mine) claim_arena();
   for (int i = 0; i < RACES; i++) {
     pthread_barrier_wait(&race.go);
     do_free(race.p);
     pthread_barrier_wait(&race.freed);
-    mine[i] = do_malloc(race.size);
-    memset(mine[i], 0x5a, race.size);
+    if (mine) {
+      mine[i] = do_malloc(race.size);
+      memset(mine[i], 0x5a, race.size);
+    }
     pthread_barrier_wait(&race.done);
   }
   return NULL;
 }
 
 static size_t race_frees(const char *c) {
-  race.size = strcmp(c, "race-16") == 0 ? 16 : strcmp(c, "race-1k") == 0 ? 1 << 10 : 0;
-  if (race.size == 0) return 0;
+  char size[16], home[8] = "";
+  if (sscanf(c, "race-%15[0-9a-z]-%7s", size, home) < 1) return 0;
+  race.size = strcmp(size, "16") == 0 ? 16 : strcmp(size, "1k") == 0 ? 1 << 10 : strcmp(size, "200k") == 0 ? 200 << 10
+              : strcmp(size, "3m") == 0 ? 3 << 20 : 0;
+  bool keep = strcmp(home, "home") != 0;
+  if (race.size == 0 || (!keep && race.size > 4 << 20) || (keep && race.size > 1 << 10)) return 0;
   pthread_barrier_init(&race.go, NULL, 3);
   pthread_barrier_init(&race.freed, NULL, 2);
   pthread_barrier_init(&race.done, NULL, 3);
   pthread_t t[2];
-  for (int k = 0; k < 2; k++) pthread_create(&t[k], NULL, racer, kept[k]);
+  for (int k = 0; k < 2; k++) pthread_create(&t[k], NULL, racer, keep ? kept[k] : NULL);
   for (int i = 0; i < RACES; i++) {
     race.p = do_malloc(race.size);
     expect("free", race.p, "double free");
@@ -227,7 +234,7 @@ static size_t race_frees(const char *c) {
   }
   for (int k = 0; k < 2; k++) {
     pthread_join(t[k], NULL);
-    for (int i = 0; i < RACES; i++) hold(kept[k][i], race.size);
+    for (int i = 0; keep && i < RACES; i++) hold(kept[k][i], race.size);
   }
   return race.size;
 }

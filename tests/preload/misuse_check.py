@@ -25,7 +25,7 @@ CASES = ["interior-small", "interior-small-8", "interior-large", "double-small",
 # across threads (misuse_check.c: xthread-CALL-WHO-SIZE, race-SIZE)
 CASES += [f"xthread-{call}-{who}-{size}" for call in ("free", "realloc") for who in ("second", "third", "owner")
           for size in ("16", "1k", "200k", "3m", "64m")]
-CASES += ["race-16", "race-1k"]
+CASES += ["race-16", "race-1k", "race-16-home", "race-1k-home", "race-200k-home", "race-3m-home"]
 KIND = {"double": "double", "xthread": "double", "race": "double", "interior": "interior", "never": "never allocated", "stack": "foreign", "one": "foreign",
         "realloc": "double", "usable": "double"}
 

@@ -130,6 +130,7 @@ static inline scr_arena *proc_arena_of_heap(scr_heap *h) { return (scr_arena *)_
 static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, scr_arena *a) {
   if (p == NULL) return;
   if (SCR_UNLIKELY(_scr_proc_check("free", p) != SCR_OK)) return; /* reported (misuse.c) */
+  if (SCR_UNLIKELY(!_scr_proc_claim(p))) return _scr_proc_misuse("free", p, SCR_EDOUBLEFREE); /* lost a race */
   scr_segment *seg = _scr_segmap_seg(e);
   scr_heap *h = seg ? seg->heap : NULL;
   uintptr_t idx = 0;
@@ -177,11 +178,19 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
 static __attribute__((noinline)) void proc_free_refused(void *p, uintptr_t e, scr_arena *a) {
   uintptr_t idx;
   unsigned tag = _scr_block_tag(_scr_segmap_seg(e), p, &idx);
-  if (SCR_LIKELY(_scr_segmap_mark(e) == a->own_mark && tag < SCR_GROW_FIRST)) {
+  uintptr_t mark = _scr_segmap_mark(e);
+  if (SCR_LIKELY(mark == a->own_mark && tag < SCR_GROW_FIRST)) {
     /* a full list grows to the thread's runs (recycle.c), within its budget */
     if (_scr_recycle_grow(a, tag) && _scr_recycle_put(a, _scr_segmap_seg(e), idx, tag, p)) return;
     _scr_small_free(a->heap, _scr_class_page(_scr_segmap_seg(e), idx, tag), p);
     _scr_holder_tick(a);
+    return;
+  }
+  /* Another arena's block, which the list has room for: kept once this
+   * free claimed it (another thread may be freeing it too). */
+  if (mark != a->own_mark && _scr_recycle_may_keep(a, mark) && a->rc[tag].room != 0) {
+    if (SCR_UNLIKELY(!_scr_proc_claim(p))) return _scr_proc_misuse("free", p, SCR_EDOUBLEFREE);
+    _scr_recycle_put(a, _scr_segmap_seg(e), idx, tag, p);
     return;
   }
   proc_free_general(p, e, a);
@@ -207,7 +216,9 @@ __attribute__((aligned(64))) void scr_free(void *p) {
     scr_recycled *r = (scr_recycled *)((char *)a->rc + at);
     uint64_t key = _scr_misuse.key;
     if (SCR_UNLIKELY(_scr_proc_block_suspect_r(seg, p, idx, r, key))) return proc_free_general(p, e, a);
-    if (SCR_LIKELY(_scr_recycle_may_keep(a, _scr_segmap_mark(e)) && r->room != 0)) {
+    /* the thread's own block: no other thread frees it but by a misuse
+     * (another arena's block is claimed first, proc_free_refused) */
+    if (SCR_LIKELY(_scr_segmap_mark(e) == a->own_mark && r->room != 0)) {
 #if SCR_DEBUG > 0
       if (_scr_recycle_refused(r, seg, idx, tag, p)) return;
 #endif
@@ -254,6 +265,12 @@ void *scr_realloc(void *p, size_t n) {
   void *q = scr_malloc(_scr_realloc_size(old, n));
   if (q == NULL) return NULL;
   memcpy(q, p, old < n ? old : n);
+  if (SCR_UNLIKELY(!_scr_proc_claim(p))) { /* another thread freed p meanwhile */
+    scr_free(q);
+    _scr_proc_misuse("realloc", p, SCR_EDOUBLEFREE);
+    errno = EINVAL;
+    return NULL;
+  }
   _scr_remote_push(proc_arena_of_heap(h), p);
   SCR_PC_ADD(realloc_moves, 1);
   return q;

@@ -10,8 +10,10 @@
  * a block, not its start), SCR_ENOTALLOC (a slot or page never handed
  * out, the page tail, a segment header), SCR_EDOUBLEFREE (a block already
  * free: a small one holds the key wherever it waits, a thread's cache,
- * the pool, a remote stack or its page; a large one is cached or its
- * pages went back; a huge one is cached).
+ * the pool, a remote stack or its page; a large or huge one holds it on
+ * its way home, from the claim of the thread that freed it
+ * (_scr_proc_claim) to its owner's drain, and then is cached or its
+ * pages went back).
  *
  * Layer: base: it reads the segment map, the core heap's descriptors and
  * the options; it owns nothing but the counters of misuse it bumps. */
@@ -32,6 +34,10 @@ int _scr_proc_classify(const void *p, uintptr_t e) {
   unsigned tag = seg->kind == SCR_SEG_NORMAL ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
   if (tag >= SCR_CLASS_COUNT) { /* large, huge, free page, header */
     int r = _scr_classify(h, p);
+    /* A large or huge block that another thread freed is live in its
+     * heap until its owner drains its remote stack: the freeing thread's
+     * claim (_scr_proc_claim) marked it with the key. */
+    if (r == SCR_OK && _scr_block_word1(p) == _scr_misuse.key) r = SCR_EDOUBLEFREE;
     /* A small block freed before its page went back (free, not yet
      * decommitted) still holds the key; not in pages a discard made
      * inaccessible (discard=poison). */

@@ -321,6 +321,18 @@ static inline bool _scr_proc_block_suspect_r(const scr_segment *seg, const void 
   uint64_t off = (uintptr_t)p & r->mask;
   return _scr_slot_beyond(seg, idx, off * r->magic) || _scr_block_word1(p) == key;
 }
+/* Marks p, a block the caller frees, free (the key in its second word,
+ * core/src/misuse.c): true when this call did, false when it was free
+ * already.  One atomic exchange: of two frees of one block, racing or not,
+ * exactly one gets true.  Every free takes it before the block leaves the
+ * freeing thread (a cache list, the pool, a remote stack, the heap), but
+ * the holder's own small blocks on its fast paths (scr_free's list push,
+ * proc_free_refused), which store the key plainly: an exchange there
+ * costs every malloc/free pair (docs/misuse.md). */
+SCR_NO_ASAN static inline bool _scr_proc_claim(void *p) {
+  uint64_t key = _scr_misuse.key;
+  return __atomic_exchange_n(&((uint64_t *)p)[1], key, __ATOMIC_RELAXED) != key;
+}
 /* The same by the page's tag, for callers that have no list at hand. */
 static inline bool _scr_proc_block_suspect(const scr_segment *seg, const void *p, unsigned tag) {
   const _scr_slot_geom *g = &_scr_misuse.geom[tag];

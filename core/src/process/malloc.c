@@ -152,10 +152,11 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
   if (a != NULL && o != NULL && o != a && tag < SCR_CLASS_COUNT && a->rc[tag].room == 0 &&
       !_scr_arena_parked(o) && _scr_pool_overflow(a, tag) && _scr_recycle_put(a, seg, idx, tag, p))
     return;
-  /* (The thread's cache refused p on the fast path already: a full list
-   * of a class whose list may grow, or a block not marked as the
-   * thread's own (proc_free_refused took the rest); another arena's block
-   * while the caller is alone; no size class.) */
+  /* (The thread's cache refused p on the fast path already: the thread's
+   * own block and a full list of a class whose list may grow
+   * (proc_free_refused took the rest); another arena's block and a full
+   * list, or while the caller is alone (proc_free_foreign took the rest);
+   * no size class.) */
   if (SCR_LIKELY(a != NULL && a->heap == h)) {
     if (tag < SCR_CLASS_COUNT) _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
     else proc_heap_free(h, p);
@@ -186,11 +187,24 @@ static __attribute__((noinline)) void proc_free_refused(void *p, uintptr_t e, sc
     _scr_holder_tick(a);
     return;
   }
-  /* Another arena's block, which the list has room for: kept once this
-   * free claimed it (another thread may be freeing it too). */
-  if (mark != a->own_mark && _scr_recycle_may_keep(a, mark) && a->rc[tag].room != 0) {
+  proc_free_general(p, e, a);
+}
+
+/* The slow side of a free of another arena's block p (a slot its page
+ * carved, without the key: the fast path's tests), whose class has list r
+ * in the caller's arena a: kept there once this free claimed it (another
+ * thread may be freeing it too) when the list has room and a may keep it,
+ * else proc_free_general. */
+static __attribute__((noinline)) void proc_free_foreign(void *p, uintptr_t e, scr_arena *a, scr_recycled *r) {
+  unsigned c = (unsigned)(r - a->rc);
+  if (SCR_LIKELY(r->room != 0 && _scr_recycle_may_keep(a, _scr_segmap_mark(e)))) {
+#if SCR_DEBUG > 0
+    uintptr_t idx;
+    (void)_scr_block_tag(_scr_segmap_seg(e), p, &idx);
+    if (_scr_recycle_refused(r, _scr_segmap_seg(e), idx, c, p)) return;
+#endif
     if (SCR_UNLIKELY(!_scr_proc_claim(p))) return _scr_proc_misuse("free", p, SCR_EDOUBLEFREE);
-    _scr_recycle_put(a, _scr_segmap_seg(e), idx, tag, p);
+    _scr_recycle_push(r, c, p);
     return;
   }
   proc_free_general(p, e, a);
@@ -217,8 +231,9 @@ __attribute__((aligned(64))) void scr_free(void *p) {
     uint64_t key = _scr_misuse.key;
     if (SCR_UNLIKELY(_scr_proc_block_suspect_r(seg, p, idx, r, key))) return proc_free_general(p, e, a);
     /* the thread's own block: no other thread frees it but by a misuse
-     * (another arena's block is claimed first, proc_free_refused) */
-    if (SCR_LIKELY(_scr_segmap_mark(e) == a->own_mark && r->room != 0)) {
+     * (another arena's block is claimed first, proc_free_foreign) */
+    if (SCR_UNLIKELY(_scr_segmap_mark(e) != a->own_mark)) return proc_free_foreign(p, e, a, r);
+    if (SCR_LIKELY(r->room != 0)) {
 #if SCR_DEBUG > 0
       if (_scr_recycle_refused(r, seg, idx, tag, p)) return;
 #endif

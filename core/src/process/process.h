@@ -328,7 +328,8 @@ static inline bool _scr_proc_block_suspect_r(const scr_segment *seg, const void 
  * freeing thread (a cache list, the pool, a remote stack, the heap), but
  * the holder's own small blocks on its fast paths (scr_free's list push,
  * proc_free_refused), which store the key plainly: an exchange there
- * costs every malloc/free pair (docs/misuse.md). */
+ * costs every malloc/free pair (docs/misuse.md).  So a free by the owner
+ * racing another thread's free of the same block can let both through. */
 SCR_NO_ASAN static inline bool _scr_proc_claim(void *p) {
   uint64_t key = _scr_misuse.key;
   return __atomic_exchange_n(&((uint64_t *)p)[1], key, __ATOMIC_RELAXED) != key;

@@ -350,33 +350,19 @@ void _scr_heap_free_block(scr_heap *h, void *p) {
   _scr_large_free(h, seg, p);
 }
 
-/* p, on page idx of the NORMAL segment seg, whose tag is `tag`, is not
- * plainly a live block of size class: not a slot the page carved (the
- * slot test against the page's slot_limit, misuse.c: 0 for a page of no
- * size class and for a page with holes, interior.c), or it holds the
- * freed-block key.  False for every live small block (but one holding the
- * key by chance).  || : the key is read only at a carved slot, memory
- * that is mapped and readable. */
-static inline bool heap_slot_suspect(const scr_segment *seg, uintptr_t idx, const void *p, unsigned tag) {
-  const _scr_slot_geom *g = &_scr_misuse.geom[tag];
-  uint64_t off = (uintptr_t)p & g->mask;
-  return off * g->magic >= __atomic_load_n(&seg->slot_limit[idx], __ATOMIC_RELAXED) ||
-         _scr_block_word1(p) == _scr_misuse.key;
-}
-
 /* p, an address in seg (a segment of h), is not plainly a live block of
- * size class (heap_slot_suspect); true for every large one (classified). */
+ * size class (_scr_block_suspect); true for every large one (classified). */
 static inline bool heap_block_suspect(const scr_segment *seg, const void *p) {
   if (seg->kind != SCR_SEG_NORMAL) return true;
   uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
-  return heap_slot_suspect(seg, idx, p, seg->page_tag[idx]);
+  return _scr_block_suspect(seg, idx, p, seg->page_tag[idx]);
 }
 
 /* The exact verdict on p for h's unchecked entry points (call names the
  * entry point): SCR_OK, or the misuse, reported through the error
  * handler.  The caller then ignores the call. */
 static __attribute__((noinline)) int heap_misuse(const scr_heap *h, const void *p, const char *call) {
-  int r = _scr_classify_checked(h, p);
+  int r = _scr_classify(h, p);
   if (r != SCR_OK) _scr_report(r, "%s(%p): %s (ignored)", call, p, _scr_misuse_what(r, call));
   return r;
 }
@@ -396,7 +382,7 @@ void scr_heap_free(scr_heap *h, void *p) {
   if (SCR_LIKELY(seg == h->last_free_seg && seg != NULL)) {
     uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
     unsigned tag = seg->page_tag[idx];
-    if (SCR_LIKELY(tag < SCR_CLASS_COUNT && !heap_slot_suspect(seg, idx, p, tag))) {
+    if (SCR_LIKELY(tag < SCR_CLASS_COUNT && !_scr_block_suspect(seg, idx, p, tag))) {
       _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
       return;
     }

@@ -15,6 +15,36 @@ static inline void _scr_page_carved(const scr_page *pg) {
   for (unsigned i = first; i < first + pg->span; i++) __atomic_store_n(&seg->slot_limit[i], v, __ATOMIC_RELAXED);
 }
 
+/* y >= seg->slot_limit[idx] (the slot test, _scr_block_suspect), the limit read as a
+ * relaxed atomic (its holder may be carving a slot): one compare with the
+ * limit in memory.  GCC treats an atomic (or volatile) operand as
+ * volatile: it loads it apart, into a register, at an address computed
+ * apart, two instructions more on the free fast path.  An aligned 64-bit
+ * access is atomic on x86-64 (volatile: the compiler may not move the
+ * access above the tests that seg is a segment); ThreadSanitizer builds
+ * and other targets take the builtin, which TSan sees. */
+static inline bool _scr_slot_beyond(const scr_segment *seg, uintptr_t idx, uint64_t y) {
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+  bool beyond;
+  __asm__ volatile("cmpq %2, %1" : "=@ccae"(beyond) : "r"(y), "m"(seg->slot_limit[idx]));
+  return beyond;
+#else
+  return y >= __atomic_load_n(&seg->slot_limit[idx], __ATOMIC_RELAXED);
+#endif
+}
+/* p, on page idx of the NORMAL segment seg, whose tag is `tag`, is not
+ * plainly a live block of a size class: not a slot the page carved (the
+ * slot test against the page's slot_limit, misuse.c: 0 for a page of no
+ * size class and for a page with holes, interior.c), or it holds the
+ * freed-block key.  False for every live small block (but one holding the
+ * key by chance).  || : the key is read only at a carved slot, memory
+ * that is mapped and readable.  The exact verdict is classify.c's. */
+static inline bool _scr_block_suspect(const scr_segment *seg, uintptr_t idx, const void *p, unsigned tag) {
+  const _scr_slot_geom *g = &_scr_misuse.geom[tag];
+  uint64_t off = (uintptr_t)p & g->mask;
+  return _scr_slot_beyond(seg, idx, off * g->magic) || _scr_block_word1(p) == _scr_misuse.key;
+}
+
 /* Take a block from a page that has one (free list first, then bump). */
 static inline void *_scr_page_alloc(scr_heap *h, scr_page *pg) {
   scr_block *b = pg->free;

@@ -215,9 +215,6 @@ static inline bool _scr_slot_in_hole(const scr_page *pg, uintptr_t off) {
 
 /* classify.c: what an address is for a heap */
 SCR_INTERNAL int _scr_classify(const scr_heap *h, const void *p);
-/* _scr_classify, and a block of the runs the heap gave back last is a
- * double free (the checked calls' and the unchecked calls' one answer) */
-SCR_INTERNAL int _scr_classify_checked(const scr_heap *h, const void *p);
 SCR_INTERNAL void _scr_gone_note(scr_heap *h, const void *start, uint32_t block, uint32_t count);
 
 /* heap.c: a call on a NULL or destroyed heap, reported (SCR_EINVAL) */
@@ -284,9 +281,19 @@ SCR_INTERNAL void _scr_misuse_init(void);
  * ("free", "realloc", ...): a freed block is a "double free" to a free,
  * "freed already" to the others. */
 SCR_INTERNAL const char *_scr_misuse_what(int kind, const char *call);
-/* The second word of block p (ASan builds: a free block is poisoned). */
+/* The second word of block p (ASan builds: a free block is poisoned).
+ * Two threads that free one block at once both read it, and the process
+ * allocator's claim exchanges it atomically (process.h): ThreadSanitizer
+ * builds access it as a relaxed atomic everywhere, the others plainly (a
+ * compare with the word in memory; an aligned 64-bit access is atomic on
+ * the targets built for). */
+#ifdef __SANITIZE_THREAD__
+static inline uint64_t _scr_block_word1(const void *p) { return __atomic_load_n(&((const uint64_t *)p)[1], __ATOMIC_RELAXED); }
+static inline void _scr_block_set_word1(void *p, uint64_t v) { __atomic_store_n(&((uint64_t *)p)[1], v, __ATOMIC_RELAXED); }
+#else
 SCR_NO_ASAN static inline uint64_t _scr_block_word1(const void *p) { return ((const uint64_t *)p)[1]; }
 static inline void _scr_block_set_word1(void *p, uint64_t v) { ((uint64_t *)p)[1] = v; }
+#endif
 /* The bump index of small page pg, read by a thread that does not hold
  * its heap (the slot test of another arena's block): relaxed atomics on
  * both sides. */

@@ -6,6 +6,18 @@
  *
  *   misuse_check CASE
  *
+ * Cross-thread cases (xthread-CALL-WHO-SIZE): the main thread mallocs a
+ * block of SIZE (16, 1k, 200k, 3m, 64m), a second thread frees it, and
+ * the second call (CALL: free or realloc) comes from WHO: the second
+ * thread again, a third one, or the owner (the main thread), while the
+ * second thread still holds its arena.  race-SIZE: two threads released
+ * by a barrier free one block of the main thread at once, RACES times;
+ * exactly one of the two frees is reported each time (misuse_check.py
+ * checks RACES lines under warn), and each thread then mallocs and keeps
+ * a block of the size, so that a block the race handed out twice shows
+ * as an overlap.  race-SIZE-home: the racers hold no arena (the block
+ * goes home to the main thread's arena) and keep nothing.
+ *
  * Before the misuse the program prints on stdout the exact stderr line
  * scralloc must write ("expect: scralloc: free(0x...): double free").
  * After it (warn mode), it allocates 10,000 blocks of the misused size
@@ -17,6 +29,7 @@
 #include <dlfcn.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +40,9 @@
 
 typedef struct { uintptr_t start, end; } span;
 
-static span live[2 * AFTER + 16];
+#define RACES 1000
+
+static span live[2 * AFTER + 3 * RACES + 16];
 static size_t nlive;
 
 static void hold(void *p, size_t n) {
@@ -51,7 +66,7 @@ static int nothing_handed_out_twice(size_t size) {
   size_t held = nlive;
   for (int i = 0; i < 2 * AFTER; i++) {
     size_t n = i < AFTER ? size : (size_t)16 << (i % 13);
-    if (i < AFTER && size > ((size_t)64 << 10) && i >= 64) n = 16;
+    if (i < AFTER && size > ((size_t)64 << 10) && i >= (size > ((size_t)4 << 20) ? 4 : 64)) n = 16;
     blocks[i] = malloc(n);
     if (blocks[i] == NULL) {
       fprintf(stderr, "malloc(%zu) failed\n", n);
@@ -101,6 +116,128 @@ static void *(*volatile do_malloc)(size_t) = malloc;
 static void (*volatile do_free)(void *) = free;
 static void *(*volatile do_realloc)(void *, size_t) = realloc;
 static size_t (*volatile do_usable_size)(void *) = malloc_usable_size;
+
+/* The cross-thread cases: a block of `size` the main thread malloced,
+ * freed by thread 2, then freed or realloced by `who`. */
+typedef struct xthread_case {
+  void *p;
+  const char *call;         /* "free" or "realloc" */
+  const char *who;          /* "second", "third" or "owner" */
+  pthread_barrier_t freed;  /* thread 2 freed p */
+  pthread_barrier_t done;   /* the second call was made */
+} xthread_case;
+
+static void second_call(xthread_case *x) {
+  if (strcmp(x->call, "free") == 0) {
+    expect("free", x->p, "double free");
+    do_free(x->p);
+    return;
+  }
+  expect("realloc", x->p, "freed already");
+  void *q = do_realloc(x->p, 100);
+  if (q != NULL) {
+    fprintf(stderr, "realloc of a freed block returned %p\n", q);
+    exit(3);
+  }
+}
+
+/* A thread that holds an arena (its first malloc claims one). */
+static void claim_arena(void) { do_free(do_malloc(64)); }
+
+static void *xthread_second(void *arg) {
+  xthread_case *x = arg;
+  claim_arena();
+  do_free(x->p);
+  if (strcmp(x->who, "second") == 0) second_call(x);
+  pthread_barrier_wait(&x->freed);
+  pthread_barrier_wait(&x->done); /* holds its arena (and its cache) until then */
+  return NULL;
+}
+
+static void *xthread_third(void *arg) {
+  xthread_case *x = arg;
+  claim_arena();
+  pthread_barrier_wait(&x->freed);
+  second_call(x);
+  pthread_barrier_wait(&x->done);
+  return NULL;
+}
+
+static size_t xthread(const char *c) {
+  static const struct { const char *name; size_t size; } sizes[] = {
+      {"16", 16}, {"1k", 1 << 10}, {"200k", 200 << 10}, {"3m", 3 << 20}, {"64m", 64 << 20}};
+  char call[16], who[16], size[16];
+  if (sscanf(c, "xthread-%15[a-z]-%15[a-z]-%15s", call, who, size) != 3) return 0;
+  for (unsigned i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    if (strcmp(size, sizes[i].name) != 0) continue;
+    xthread_case x = {.p = do_malloc(sizes[i].size), .call = call, .who = who};
+    bool third = strcmp(who, "third") == 0;
+    pthread_barrier_init(&x.freed, NULL, 2 + third);
+    pthread_barrier_init(&x.done, NULL, 2 + third);
+    pthread_t t2, t3;
+    pthread_create(&t2, NULL, xthread_second, &x);
+    if (third) pthread_create(&t3, NULL, xthread_third, &x);
+    pthread_barrier_wait(&x.freed);
+    if (strcmp(who, "owner") == 0) second_call(&x);
+    pthread_barrier_wait(&x.done);
+    pthread_join(t2, NULL);
+    if (third) pthread_join(t3, NULL);
+    return sizes[i].size;
+  }
+  return 0;
+}
+
+/* race-SIZE: RACES times, the main thread mallocs a block and two threads
+ * free it at once; each then mallocs a block of the size and keeps it. */
+static struct {
+  size_t size;
+  void *p;                  /* the block of this race */
+  pthread_barrier_t go;     /* the racers and the main thread: free it now */
+  pthread_barrier_t freed;  /* both freed it (the racers) */
+  pthread_barrier_t done;   /* both malloced their block */
+} race;
+static void *kept[2][RACES];
+
+static void *racer(void *arg) {
+  void **mine = arg; /* NULL: hold no arena, keep nothing */
+  if (mine) claim_arena();
+  for (int i = 0; i < RACES; i++) {
+    pthread_barrier_wait(&race.go);
+    do_free(race.p);
+    pthread_barrier_wait(&race.freed);
+    if (mine) {
+      mine[i] = do_malloc(race.size);
+      memset(mine[i], 0x5a, race.size);
+    }
+    pthread_barrier_wait(&race.done);
+  }
+  return NULL;
+}
+
+static size_t race_frees(const char *c) {
+  char size[16], home[8] = "";
+  if (sscanf(c, "race-%15[0-9a-z]-%7s", size, home) < 1) return 0;
+  race.size = strcmp(size, "16") == 0 ? 16 : strcmp(size, "1k") == 0 ? 1 << 10 : strcmp(size, "200k") == 0 ? 200 << 10
+              : strcmp(size, "3m") == 0 ? 3 << 20 : 0;
+  bool keep = strcmp(home, "home") != 0;
+  if (race.size == 0 || (!keep && race.size > 4 << 20) || (keep && race.size > 1 << 10)) return 0;
+  pthread_barrier_init(&race.go, NULL, 3);
+  pthread_barrier_init(&race.freed, NULL, 2);
+  pthread_barrier_init(&race.done, NULL, 3);
+  pthread_t t[2];
+  for (int k = 0; k < 2; k++) pthread_create(&t[k], NULL, racer, keep ? kept[k] : NULL);
+  for (int i = 0; i < RACES; i++) {
+    race.p = do_malloc(race.size);
+    expect("free", race.p, "double free");
+    pthread_barrier_wait(&race.go);
+    pthread_barrier_wait(&race.done);
+  }
+  for (int k = 0; k < 2; k++) {
+    pthread_join(t[k], NULL);
+    for (int i = 0; keep && i < RACES; i++) hold(kept[k][i], race.size);
+  }
+  return race.size;
+}
 
 static size_t misuse(const char *c) {
   if (strcmp(c, "interior-small") == 0) {
@@ -205,6 +342,8 @@ static size_t misuse(const char *c) {
     do_free((void *)1);
     return 112;
   }
+  size_t n = strncmp(c, "xthread-", 8) == 0 ? xthread(c) : strncmp(c, "race-", 5) == 0 ? race_frees(c) : 0;
+  if (n != 0) return n;
   if (strcmp(c, "clean") == 0) return 112; /* no misuse: the environment checks */
   if (strcmp(c, "big") == 0) { /* 200 MB held, then freed: the exit report's peak */
     char *volatile big = malloc(200 << 20);

@@ -79,23 +79,12 @@ SCR_INTERNAL bool _scr_recycle_refused(const scr_recycled *r, const scr_segment 
  * there, and kept a borrowed arena's blocks; home is right for them too.)
  * The marks tell arenas' blocks from others without reading the segment
  * or its heap, which for another thread's block are lines that thread
- * may have written since.  The threaded stress (a quarter of its frees
- * are other threads' blocks), paired rounds against the build before:
- * with these marks and the keeping of parked arenas' blocks, 0.95-0.99x
- * the wall over four runs of 150-200 rounds; the keeping alone
- * 0.97-1.00x (four runs); marks for the caller's own blocks only 1.00x.
- * It is computed without a branch on own or foreign: where threads hand
- * blocks to each other the two alternate at random, and the branch that
- * told them apart mispredicted on about every foreign free (the stress
- * with 2 threads on 2 CPUs: 0.92x the wall, 21 paired rounds). */
+ * may have written since.  (scr_free's fast path keeps the thread's own
+ * blocks only: another arena's block is claimed first, on the slow side,
+ * _scr_proc_claim.) */
 static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark) {
   unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
-  bool keep = (mark == a->own_mark) | ((mark != 0) & (held > 1));
-  /* The empty asm makes the compiler compute keep as written: left to
-   * itself, it turned the or into two branches again when the code
-   * around changed (when the list of tag OTHER came). */
-  __asm__("" : "+r"(keep));
-  return keep;
+  return mark == a->own_mark || (mark != 0 && held > 1);
 }
 /* Push block p of class c on list r (linked through its first word; ASan
  * builds poison the rest); key: _scr_misuse.key, as the caller read it. */

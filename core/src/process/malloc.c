@@ -130,6 +130,7 @@ static inline scr_arena *proc_arena_of_heap(scr_heap *h) { return (scr_arena *)_
 static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, scr_arena *a) {
   if (p == NULL) return;
   if (SCR_UNLIKELY(_scr_proc_check("free", p) != SCR_OK)) return; /* reported (misuse.c) */
+  if (SCR_UNLIKELY(!_scr_proc_claim(p))) return _scr_proc_misuse("free", p, SCR_EDOUBLEFREE); /* lost a race */
   scr_segment *seg = _scr_segmap_seg(e);
   scr_heap *h = seg ? seg->heap : NULL;
   uintptr_t idx = 0;
@@ -151,10 +152,11 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
   if (a != NULL && o != NULL && o != a && tag < SCR_CLASS_COUNT && a->rc[tag].room == 0 &&
       !_scr_arena_parked(o) && _scr_pool_overflow(a, tag) && _scr_recycle_put(a, seg, idx, tag, p))
     return;
-  /* (The thread's cache refused p on the fast path already: a full list
-   * of a class whose list may grow, or a block not marked as the
-   * thread's own (proc_free_refused took the rest); another arena's block
-   * while the caller is alone; no size class.) */
+  /* (The thread's cache refused p on the fast path already: the thread's
+   * own block and a full list of a class whose list may grow
+   * (proc_free_refused took the rest); another arena's block and a full
+   * list, or while the caller is alone (proc_free_foreign took the rest);
+   * no size class.) */
   if (SCR_LIKELY(a != NULL && a->heap == h)) {
     if (tag < SCR_CLASS_COUNT) _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
     else proc_heap_free(h, p);
@@ -177,11 +179,32 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
 static __attribute__((noinline)) void proc_free_refused(void *p, uintptr_t e, scr_arena *a) {
   uintptr_t idx;
   unsigned tag = _scr_block_tag(_scr_segmap_seg(e), p, &idx);
-  if (SCR_LIKELY(_scr_segmap_mark(e) == a->own_mark && tag < SCR_GROW_FIRST)) {
+  uintptr_t mark = _scr_segmap_mark(e);
+  if (SCR_LIKELY(mark == a->own_mark && tag < SCR_GROW_FIRST)) {
     /* a full list grows to the thread's runs (recycle.c), within its budget */
     if (_scr_recycle_grow(a, tag) && _scr_recycle_put(a, _scr_segmap_seg(e), idx, tag, p)) return;
     _scr_small_free(a->heap, _scr_class_page(_scr_segmap_seg(e), idx, tag), p);
     _scr_holder_tick(a);
+    return;
+  }
+  proc_free_general(p, e, a);
+}
+
+/* The slow side of a free of another arena's block p (a slot its page
+ * carved, without the key: the fast path's tests), whose class has list r
+ * in the caller's arena a: kept there once this free claimed it (another
+ * thread may be freeing it too) when the list has room and a may keep it,
+ * else proc_free_general. */
+static __attribute__((noinline)) void proc_free_foreign(void *p, uintptr_t e, scr_arena *a, scr_recycled *r) {
+  unsigned c = (unsigned)(r - a->rc);
+  if (SCR_LIKELY(r->room != 0 && _scr_recycle_may_keep(a, _scr_segmap_mark(e)))) {
+#if SCR_DEBUG > 0
+    uintptr_t idx;
+    (void)_scr_block_tag(_scr_segmap_seg(e), p, &idx);
+    if (_scr_recycle_refused(r, _scr_segmap_seg(e), idx, c, p)) return;
+#endif
+    if (SCR_UNLIKELY(!_scr_proc_claim(p))) return _scr_proc_misuse("free", p, SCR_EDOUBLEFREE);
+    _scr_recycle_push(r, c, p);
     return;
   }
   proc_free_general(p, e, a);
@@ -207,7 +230,10 @@ __attribute__((aligned(64))) void scr_free(void *p) {
     scr_recycled *r = (scr_recycled *)((char *)a->rc + at);
     uint64_t key = _scr_misuse.key;
     if (SCR_UNLIKELY(_scr_proc_block_suspect_r(seg, p, idx, r, key))) return proc_free_general(p, e, a);
-    if (SCR_LIKELY(_scr_recycle_may_keep(a, _scr_segmap_mark(e)) && r->room != 0)) {
+    /* the thread's own block: no other thread frees it but by a misuse
+     * (another arena's block is claimed first, proc_free_foreign) */
+    if (SCR_UNLIKELY(_scr_segmap_mark(e) != a->own_mark)) return proc_free_foreign(p, e, a, r);
+    if (SCR_LIKELY(r->room != 0)) {
 #if SCR_DEBUG > 0
       if (_scr_recycle_refused(r, seg, idx, tag, p)) return;
 #endif
@@ -254,6 +280,12 @@ void *scr_realloc(void *p, size_t n) {
   void *q = scr_malloc(_scr_realloc_size(old, n));
   if (q == NULL) return NULL;
   memcpy(q, p, old < n ? old : n);
+  if (SCR_UNLIKELY(!_scr_proc_claim(p))) { /* another thread freed p meanwhile */
+    scr_free(q);
+    _scr_proc_misuse("realloc", p, SCR_EDOUBLEFREE);
+    errno = EINVAL;
+    return NULL;
+  }
   _scr_remote_push(proc_arena_of_heap(h), p);
   SCR_PC_ADD(realloc_moves, 1);
   return q;

@@ -10,8 +10,10 @@
  * a block, not its start), SCR_ENOTALLOC (a slot or page never handed
  * out, the page tail, a segment header), SCR_EDOUBLEFREE (a block already
  * free: a small one holds the key wherever it waits, a thread's cache,
- * the pool, a remote stack or its page; a large one is cached or its
- * pages went back; a huge one is cached).
+ * the pool, a remote stack or its page; a large or huge one holds it on
+ * its way home, from the claim of the thread that freed it
+ * (_scr_proc_claim) to its owner's drain, and then is cached or its
+ * pages went back).
  *
  * Layer: base: it reads the segment map, the core heap's descriptors and
  * the options; it owns nothing but the counters of misuse it bumps. */
@@ -20,36 +22,25 @@
 #include <unistd.h>
 
 /* The verdict on p, whose segment map entry is e: SCR_OK for a live block
- * of an arena, else the kind.  Reads the descriptors of the page that
+ * of an arena, else the kind: the core's classifier (classify.c) for the
+ * arena that owns p's segment.  It reads the descriptors of the page that
  * holds p, which its arena's holder may be writing: only a racing misuse
  * sees them change. */
 int _scr_proc_classify(const void *p, uintptr_t e) {
   scr_segment *seg = _scr_segmap_seg(e);
   if (seg == NULL) return SCR_EFOREIGN;
   scr_heap *h = seg->heap;
-  if (_scr_heap_owner(h) == NULL) return SCR_EFOREIGN; /* a block of a heap the program made */
-  uintptr_t idx = 0;
-  unsigned tag = seg->kind == SCR_SEG_NORMAL ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
-  if (tag >= SCR_CLASS_COUNT) { /* large, huge, free page, header */
-    int r = _scr_classify(h, p);
-    /* A small block freed before its page went back (free, not yet
-     * decommitted) still holds the key; not in pages a discard made
-     * inaccessible (discard=poison). */
-    if (r == SCR_ENOTALLOC && seg->kind == SCR_SEG_NORMAL && idx != 0 && seg->pages[idx].kind == SCR_PAGE_FREE &&
-        ((uintptr_t)p & (SCR_MIN_ALIGN - 1)) == 0 && !((scr_arena *)_scr_heap_owner(h))->poisoned &&
-        _scr_block_word1(p) == _scr_misuse.key)
-      r = SCR_EDOUBLEFREE;
-    return r;
-  }
-  uintptr_t first = _scr_class_first(idx, tag);
-  const scr_page *pg = &seg->pages[first];
-  uintptr_t off = (uintptr_t)p - ((uintptr_t)seg + (first << SCR_PAGE_SHIFT));
-  uint32_t size = _scr_class_sizes[tag];
-  if (off % size != 0) return SCR_EINTERIOR;
-  if (off / size >= _scr_page_capacity(pg)) return SCR_ENOTALLOC; /* (the page tail too) */
-  if (_scr_slot_in_hole(pg, off)) return SCR_EDOUBLEFREE; /* free, its OS page given back (core/src/interior.c) */
-  if (_scr_block_word1(p) == _scr_misuse.key) return SCR_EDOUBLEFREE;
-  return SCR_OK;
+  scr_arena *o = _scr_heap_owner(h);
+  if (o == NULL) return SCR_EFOREIGN; /* a block of a heap the program made */
+  int r = _scr_classify(h, p);
+  /* A small block freed before its page went back (free, not yet
+   * decommitted) still holds the key; not in pages a discard made
+   * inaccessible (discard=poison), which the core cannot know. */
+  uintptr_t idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
+  if (r == SCR_ENOTALLOC && seg->kind == SCR_SEG_NORMAL && idx != 0 && seg->pages[idx].kind == SCR_PAGE_FREE &&
+      ((uintptr_t)p & (SCR_MIN_ALIGN - 1)) == 0 && !o->poisoned && _scr_block_word1(p) == _scr_misuse.key)
+    r = SCR_EDOUBLEFREE;
+  return r;
 }
 
 static void proc_misuse_count(int kind) {
@@ -88,7 +79,7 @@ int _scr_proc_check(const char *call, const void *p) {
   if (SCR_LIKELY(seg != NULL && _scr_segmap_mark(e) != 0)) { /* marked: an arena's */
     uintptr_t idx = 0;
     unsigned tag = seg->kind == SCR_SEG_NORMAL ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
-    if (SCR_LIKELY(!_scr_proc_block_suspect(seg, p, tag))) return SCR_OK;
+    if (SCR_LIKELY(!_scr_block_suspect(seg, idx, p, tag))) return SCR_OK;
   }
   int r = _scr_proc_classify(p, e);
   if (r != SCR_OK) _scr_proc_misuse(call, p, r);

@@ -296,23 +296,6 @@ static inline unsigned _scr_block_tag(const scr_segment *seg, const void *p, uin
 SCR_INTERNAL int _scr_proc_classify(const void *p, uintptr_t e);
 SCR_INTERNAL void _scr_proc_misuse(const char *call, const void *p, int kind) __attribute__((cold, noinline));
 SCR_INTERNAL int _scr_proc_check(const char *call, const void *p);
-/* y >= seg->slot_limit[idx] (the slot test, below), the limit read as a
- * relaxed atomic (its holder may be carving a slot): one compare with the
- * limit in memory.  GCC treats an atomic (or volatile) operand as
- * volatile: it loads it apart, into a register, at an address computed
- * apart, two instructions more on the free fast path.  An aligned 64-bit
- * access is atomic on x86-64 (volatile: the compiler may not move the
- * access above the tests that seg is a segment); ThreadSanitizer builds
- * and other targets take the builtin, which TSan sees. */
-static inline bool _scr_slot_beyond(const scr_segment *seg, uintptr_t idx, uint64_t y) {
-#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
-  bool beyond;
-  __asm__ volatile("cmpq %2, %1" : "=@ccae"(beyond) : "r"(y), "m"(seg->slot_limit[idx]));
-  return beyond;
-#else
-  return y >= __atomic_load_n(&seg->slot_limit[idx], __ATOMIC_RELAXED);
-#endif
-}
 /* p, in seg on a page whose class has list r, is not plainly a live
  * block of an arena: not one of the slots its page carved (the slot test,
  * core/src/misuse.c, against the page's slot_limit in the segment header,
@@ -329,13 +312,18 @@ static inline bool _scr_proc_block_suspect_r(const scr_segment *seg, const void 
   uint64_t off = (uintptr_t)p & r->mask;
   return _scr_slot_beyond(seg, idx, off * r->magic) || _scr_block_word1(p) == key;
 }
-/* The same by the page's tag, for callers that have no list at hand. */
-static inline bool _scr_proc_block_suspect(const scr_segment *seg, const void *p, unsigned tag) {
-  const _scr_slot_geom *g = &_scr_misuse.geom[tag];
-  uint64_t off = (uintptr_t)p & g->mask;
-  uintptr_t idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
-  if (_scr_slot_beyond(seg, idx, off * g->magic)) return true;
-  return _scr_block_word1(p) == _scr_misuse.key;
+/* Marks p, a block the caller frees, free (the key in its second word,
+ * core/src/misuse.c): true when this call did, false when it was free
+ * already.  One atomic exchange: of two frees of one block, racing or not,
+ * exactly one gets true.  Every free takes it before the block leaves the
+ * freeing thread (a cache list, the pool, a remote stack, the heap), but
+ * the holder's own small blocks on its fast paths (scr_free's list push,
+ * proc_free_refused), which store the key plainly: an exchange there
+ * costs every malloc/free pair (docs/misuse.md).  So a free by the owner
+ * racing another thread's free of the same block can let both through. */
+SCR_NO_ASAN static inline bool _scr_proc_claim(void *p) {
+  uint64_t key = _scr_misuse.key;
+  return __atomic_exchange_n(&((uint64_t *)p)[1], key, __ATOMIC_RELAXED) != key;
 }
 
 #endif /* SCR_PROCESS_H */

@@ -561,6 +561,13 @@ stats_to_dict(const struct scr_stats *s)
     goto fail;
   SCR_STATS_FIELDS(X)
 #undef X
+  /* heap_total == heap_used + busy_free_bytes + retained_bytes +
+   * dirty_bytes + cached_bytes: the part no other figure names */
+  {
+    uint64_t named = s->heap_used + s->retained_bytes + s->dirty_bytes + s->cached_bytes;
+    if (put_u64(d, "busy_free_bytes", s->heap_total > named ? s->heap_total - named : 0) < 0)
+      goto fail;
+  }
   classes = PyList_New(SCR_CLASS_COUNT);
   if (classes == NULL)
     goto fail;
@@ -1801,6 +1808,9 @@ field_docs(int classes)
     SCR_CLASS_STATS_FIELDS(X)
   } else {
     SCR_STATS_FIELDS(X)
+    X(busy_free_bytes, "bytes free inside pages that hold live blocks (computed: heap_total less "
+                       "heap_used, retained_bytes, dirty_bytes and cached_bytes, so that the five "
+                       "add up to heap_total)")
   }
 #undef X
   return d;

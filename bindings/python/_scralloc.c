@@ -1808,9 +1808,6 @@ field_docs(int classes)
     SCR_CLASS_STATS_FIELDS(X)
   } else {
     SCR_STATS_FIELDS(X)
-    X(busy_free_bytes, "bytes free inside pages that hold live blocks (computed: heap_total less "
-                       "heap_used, retained_bytes, dirty_bytes and cached_bytes, so that the five "
-                       "add up to heap_total)")
   }
 #undef X
   return d;

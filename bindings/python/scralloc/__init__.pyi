@@ -17,6 +17,8 @@ __all__ = [
     "EDOUBLEFREE",
     "MemoryUsage",
     "OptionInfo",
+    "HEAP_PARTS",
+    "heap_parts",
     "memory_usage",
     "rss",
     "process_stats",

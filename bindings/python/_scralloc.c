@@ -1149,46 +1149,38 @@ Allocator_check(PyObject *op, PyObject *arg)
   Py_RETURN_NONE;
 }
 
-static PyObject *
-Allocator_owns(PyObject *op, PyObject *arg)
+/* The kind of block at the address arg (see _scr_py_block_kind): 0 for
+ * what is no address of a live block; -1 with an exception. */
+static int
+block_kind_of(PyObject *op, PyObject *arg, const char *name)
 {
   AllocatorObject *a = (AllocatorObject *)op;
   module_state *st = type_state(Py_TYPE(op));
-  scr_heap *h = open_heap(a);
   uintptr_t addr;
-  int err;
 
-  if (h == NULL)
-    return NULL;
-  if (get_addr(st, arg, "owns", &addr) < 0) {
+  if (open_heap(a) == NULL)
+    return -1;
+  if (get_addr(st, arg, name, &addr) < 0) {
     if (!PyErr_ExceptionMatches(st->InvalidPointerError))
-      return NULL;
+      return -1;
     PyErr_Clear();
-    Py_RETURN_FALSE;
+    return 0;
   }
-  _scr_py_lock(a->rec);
-  err = addr != 0 && scr_heap_check(h, (const void *)addr) == SCR_OK;
-  _scr_py_unlock(a->rec);
-  return PyBool_FromLong(err);
+  return _scr_py_block_kind(a->rec, (const void *)addr);
+}
+
+static PyObject *
+Allocator_owns(PyObject *op, PyObject *arg)
+{
+  int kind = block_kind_of(op, arg, "owns");
+  return kind < 0 ? NULL : PyBool_FromLong(kind != 0);
 }
 
 static PyObject *
 Allocator_block_kind(PyObject *op, PyObject *arg)
 {
-  AllocatorObject *a = (AllocatorObject *)op;
-  module_state *st = type_state(Py_TYPE(op));
-  scr_heap *h = open_heap(a);
-  uintptr_t addr;
-
-  if (h == NULL)
-    return NULL;
-  if (get_addr(st, arg, "block_kind", &addr) < 0) {
-    if (!PyErr_ExceptionMatches(st->InvalidPointerError))
-      return NULL;
-    PyErr_Clear();
-    Py_RETURN_NONE;
-  }
-  switch (_scr_py_block_kind(a->rec, (const void *)addr)) {
+  switch (block_kind_of(op, arg, "block_kind")) {
+  case -1: return NULL;
   case 1: return PyUnicode_FromString("allocator");
   case 2: return PyUnicode_FromString("python");
   default: Py_RETURN_NONE;

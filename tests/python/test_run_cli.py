@@ -107,22 +107,24 @@ def test_output_that_cannot_be_written_at_the_end(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("python -m scralloc run: -o /proc/version: "), lines
 
 
-DICT_PROGRAM = "d = {i: i for i in range(1_000_000)}\ndel d\n"
+def run_json(tmp_path, program, *args):
+    """Run a program of its own text with --json -o; (its text summary's
+    run, the JSON summary)."""
+    prog = tmp_path / "own.py"
+    prog.write_text(program)
+    out = tmp_path / "s.json"
+    r = run(tmp_path, *args, "--json", "-o", str(out), str(prog))
+    assert r.returncode == 0, r.stderr
+    return run(tmp_path, *args, str(prog)), json.loads(out.read_text())
 
 
 def test_heap_total_parts_add_up(tmp_path):
-    prog = tmp_path / "dict.py"
-    prog.write_text(DICT_PROGRAM)
-    out = tmp_path / "s.json"
-    r = run(tmp_path, "--json", "-o", str(out), str(prog))
-    assert r.returncode == 0, r.stderr
-    s = json.loads(out.read_text())
+    r, s = run_json(tmp_path, "d = {i: i for i in range(1_000_000)}\ndel d\n")
     parts = s["heap_parts"]
     assert list(parts) == [k for k, _ in scralloc.HEAP_PARTS]
     assert sum(parts.values()) == s["heap_total"] and parts["heap_used"] == s["heap_used"]
     # the dropped dict's table: a large block the heap keeps cached
     assert parts["cached_bytes"] > 8 << 20, parts
-    r = run(tmp_path, str(prog))
     text = r.stderr
     assert "cached large blocks" in text and "free in busy pages" in text, text
     line = text[text.index("  heapTotal "):].splitlines()
@@ -137,14 +139,8 @@ subprocess.run([sys.executable, "-c",
 
 
 def test_peak_rss_names_the_children(tmp_path):
-    prog = tmp_path / "child.py"
-    prog.write_text(CHILD_PROGRAM)
-    out = tmp_path / "s.json"
-    r = run(tmp_path, "--json", "-o", str(out), str(prog))
-    assert r.returncode == 0, r.stderr
-    s = json.loads(out.read_text())
+    r, s = run_json(tmp_path, CHILD_PROGRAM)
     assert s["peak_rss_children"] >= 120 << 20 > s["peak_rss"], s
-    r = run(tmp_path, str(prog))
     assert "its largest child process" in r.stderr, r.stderr
     r = run(tmp_path, "PROG")
     assert "no child process waited for" in r.stderr, r.stderr
@@ -171,12 +167,8 @@ BIG_PROGRAM = "import time\nb = bytearray(200_000_000)\ntime.sleep(0.3)\ndel b\n
 @pytest.mark.skipif(find_library() is None,
                     reason="no libscralloc.so (make build/release/libscralloc.so)")
 def test_preload_peak_sees_a_big_block(tmp_path):
-    prog = tmp_path / "big.py"
-    prog.write_text(BIG_PROGRAM)
-    out = tmp_path / "s.json"
-    r = run(tmp_path, "--preload", "--json", "-o", str(out), "--interval", "5", str(prog))
-    assert r.returncode == 0, r.stderr
-    s = json.loads(out.read_text())
+    r, s = run_json(tmp_path, BIG_PROGRAM, "--preload", "--interval", "5")
+    assert "peak heapUsed" in r.stderr
     assert s["peak_rss"] >= 190 << 20 and "peak_rss_children" in s
     if s["peak_heap_used"] < 190 << 20:
         # the sampler thread reads the main thread's arena as of its last

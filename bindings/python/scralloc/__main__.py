@@ -7,8 +7,9 @@ By default the program runs in this interpreter inside
 ``Allocator(**options).serve_python(domains)``: every allocation of the
 chosen domains comes from one scralloc heap, and a summary of that heap is
 printed at exit (on stderr, or to ``--output``): peak heapUsed, heapUsed
-and heapTotal at exit, peak RSS, the syscalls by kind, Python's calls per
-domain, and the size classes in use.
+and heapTotal at exit with heapTotal's parts (``scralloc.HEAP_PARTS``),
+peak RSS of the program's process and of its largest child, the syscalls
+by kind, Python's calls per domain, and the size classes in use.
 
 ``--preload`` runs the program instead as a child interpreter with
 ``LD_PRELOAD=libscralloc.so`` (the process allocator serves every malloc
@@ -26,7 +27,8 @@ installed package (none is shipped by ``pip install``), and
 ``--interval`` ms (default 10) and writes them as CSV.  ``--json`` prints
 the summary as one JSON object.  Core options are ``--retain N``,
 ``--retain-bytes 8M`` and so on (every name of ``scralloc.OPTIONS``; sizes
-take K, M, G).  The program's exit status is the command's.
+take K, M, G).  A bad option is one line on stderr and exit status 2;
+otherwise the program's exit status is the command's.
 """
 import json
 import os

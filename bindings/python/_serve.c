@@ -287,8 +287,8 @@ static void
 set_del(addr_set *s, uintptr_t p)
 {
   size_t i, j, home;
-  if (s->cap == 0)
-    return;
+  if (s->cap == 0 || p == 0)
+    return;                     /* (0 would match an empty slot) */
   i = set_find(s, p);
   if (s->slot[i] != p)
     return;
@@ -906,6 +906,17 @@ _scr_py_get_python_blocks(PyObject *self, void *closure)
 
 /* ---- Serving: the context manager ---------------------------------- */
 
+/* 1 when the Allocator is closed or closing (its with block ended while
+ * views lived), by its own test; -1 with an exception. */
+static int
+allocator_closed(PyObject *alloc)
+{
+  PyObject *closed = PyObject_GetAttrString(alloc, "closed");
+  int r = closed == NULL ? -1 : PyObject_IsTrue(closed);
+  Py_XDECREF(closed);
+  return r;
+}
+
 typedef struct ServingObject ServingObject;
 struct ServingObject {
   PyObject_HEAD
@@ -968,7 +979,10 @@ Serving_enter(PyObject *op, PyObject *unused)
                     "a serve_python() context can be entered once; call serve_python() again");
     return NULL;
   }
-  if (r->heap == NULL || r->kept) {
+  d = allocator_closed(s->alloc);
+  if (d < 0)
+    return NULL;
+  if (d || r->heap == NULL || r->kept) {
     PyErr_SetString(PyExc_ValueError, "operation on a closed allocator");
     return NULL;
   }
@@ -1149,11 +1163,7 @@ _scr_py_serve_python(PyObject *self, PyObject *args, PyObject *kwds)
   if (domains != NULL && parse_domains(domains, &mask) < 0)
     return NULL;
   {
-    /* closed, closing (its with block ended while views lived), or never
-     * initialized: the Allocator's own test says */
-    PyObject *closed = PyObject_GetAttrString(self, "closed");
-    int is_closed = closed == NULL ? -1 : PyObject_IsTrue(closed);
-    Py_XDECREF(closed);
+    int is_closed = allocator_closed(self);
     if (is_closed < 0)
       return NULL;
     if (is_closed || r->heap == NULL || r->kept) {

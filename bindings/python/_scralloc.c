@@ -1,7 +1,8 @@
 /* scralloc._scralloc: the CPython binding of scralloc's allocator objects.
  *
  * This file uses only the public header, scralloc.h, as lauxlib.c uses only
- * Lua's official API.  Conventions (see shared/STYLE.md):
+ * Lua's official API.  Conventions (those of CPython's own extension
+ * modules, Modules/mmapmodule.c for one):
  *  - multi-phase initialization (PEP 489); the types and exceptions live in
  *    the module state, so every interpreter that imports the module gets its
  *    own;
@@ -125,6 +126,7 @@ reason_of(int err)
   case SCR_EINTERIOR: return "interior";
   case SCR_ENOTALLOC: return "not allocated";
   case SCR_EDOUBLEFREE: return "double free";
+  case SCR_PY_EPYTHON: return "python";
   default: return "unknown";
   }
 }
@@ -158,11 +160,18 @@ raise_scr(module_state *st, int err, const char *op, uintptr_t addr)
   case SCR_EDOUBLEFREE:
     type = st->DoubleFreeError;
     break;
+  case SCR_PY_EPYTHON:
+    type = st->InvalidPointerError;
+    break;
   default:
     PyErr_Format(PyExc_SystemError, "%s: unexpected scralloc error %d", op, err);
     return NULL;
   }
-  msg = PyUnicode_FromFormat("%s(%s): %s", op, addr_text(at, addr), strerror_of(err));
+  if (err == SCR_PY_EPYTHON)
+    msg = PyUnicode_FromFormat("%s(%s): a block of Python's objects (made under serve_python()); "
+                               "Python frees it with its object", op, addr_text(at, addr));
+  else
+    msg = PyUnicode_FromFormat("%s(%s): %s", op, addr_text(at, addr), strerror_of(err));
   if (msg == NULL)
     return NULL;
   exc = PyObject_CallOneArg(type, msg);
@@ -177,7 +186,7 @@ raise_scr(module_state *st, int err, const char *op, uintptr_t addr)
   if (val == NULL || PyObject_SetAttrString(exc, "reason", val) < 0)
     goto fail;
   Py_DECREF(val);
-  val = PyLong_FromLong(err);
+  val = PyLong_FromLong(err == SCR_PY_EPYTHON ? SCR_EFOREIGN : err);
   if (val == NULL || PyObject_SetAttrString(exc, "code", val) < 0)
     goto fail;
   Py_DECREF(val);
@@ -552,6 +561,13 @@ stats_to_dict(const struct scr_stats *s)
     goto fail;
   SCR_STATS_FIELDS(X)
 #undef X
+  /* heap_total == heap_used + busy_free_bytes + retained_bytes +
+   * dirty_bytes + cached_bytes: the part no other figure names */
+  {
+    uint64_t named = s->heap_used + s->retained_bytes + s->dirty_bytes + s->cached_bytes;
+    if (put_u64(d, "busy_free_bytes", s->heap_total > named ? s->heap_total - named : 0) < 0)
+      goto fail;
+  }
   classes = PyList_New(SCR_CLASS_COUNT);
   if (classes == NULL)
     goto fail;
@@ -573,7 +589,7 @@ fail:
 
 /* ---- Block: the exporter behind Allocator.view() ------------------- */
 
-static void allocator_destroy(AllocatorObject *a);
+static long long allocator_destroy(AllocatorObject *a);
 
 static int
 Block_getbuffer(PyObject *op, Py_buffer *view, int flags)
@@ -625,7 +641,7 @@ Block_releasebuffer(PyObject *op, Py_buffer *view)
     /* The allocator's with block ended while views were alive: this was
      * the last one. */
     if (b->alloc->closing && PyDict_GET_SIZE(b->alloc->views) == 0)
-      allocator_destroy(b->alloc);
+      (void)allocator_destroy(b->alloc);
   }
 }
 
@@ -820,21 +836,51 @@ Allocator_from_env(PyObject *cls, PyObject *args, PyObject *kwds)
   return allocator_create((PyTypeObject *)cls, &opt);
 }
 
-/* Give every byte back (no view may be alive). */
-static void
+/* Give every byte back (no view may be alive), or, while blocks of
+ * Python's objects live on the heap, leave that to the free of the last
+ * one (the allocator is closed for every call at once, and stays linked
+ * for memory_usage() until it goes).  Returns how many blocks keep it. */
+static long long
 allocator_destroy(AllocatorObject *a)
 {
-  allocator_unlink(a);
-  if (a->heap != NULL) {
-    scr_heap_destroy(a->heap);
-    _scr_py_after_close(a->rec);
-  }
+  long long kept = 0;
+
+  if (a->heap != NULL)
+    kept = _scr_py_close(a->rec);
+  if (kept == 0)
+    allocator_unlink(a);
   a->heap = NULL;
   a->closing = 0;
+  return kept;
 }
 
-/* Close: refused while a view is exported (like mmap.close()); nothing
- * to do once closed, or closing (the last view's release closes it). */
+/* allocator_destroy, saying with a ScrallocWarning when Python's blocks
+ * keep the heap; 0, or -1 when the warning became an error. */
+static int
+allocator_finish(AllocatorObject *a)
+{
+  long long kept = allocator_destroy(a);
+  PyObject *mod, *category;
+  int r;
+
+  if (kept == 0)
+    return 0;
+  mod = PyType_GetModule(Py_TYPE(a));
+  category = mod != NULL ? PyObject_GetAttrString(mod, "ScrallocWarning") : NULL;
+  if (category == NULL)
+    return -1;
+  r = PyErr_WarnFormat(category, 1,
+                       "allocator closed while %lld block(s) of Python's objects made under "
+                       "serve_python() live on its heap: the heap goes back to the OS when "
+                       "Python frees the last of them (stats()['python'])",
+                       kept);
+  Py_DECREF(category);
+  return r;
+}
+
+/* Close: refused while a view is exported (like mmap.close()) or while a
+ * serve_python() block of the heap is open; nothing to do once closed, or
+ * closing (the last view's release closes it). */
 static int
 allocator_close(AllocatorObject *a)
 {
@@ -846,10 +892,9 @@ allocator_close(AllocatorObject *a)
                  PyDict_GET_SIZE(a->views));
     return -1;
   }
-  if (_scr_py_before_close(a->rec) < 0)
+  if (_scr_py_close_check(a->rec) < 0)
     return -1;
-  allocator_destroy(a);
-  return 0;
+  return allocator_finish(a);
 }
 
 static int
@@ -1072,9 +1117,12 @@ Allocator_usable_size(PyObject *op, PyObject *arg)
     return NULL;
   if (addr == 0)
     return PyLong_FromLong(0);
-  _scr_py_lock(a->rec);
-  err = scr_heap_usable_size_checked(h, (const void *)addr, &n);
-  _scr_py_unlock(a->rec);
+  err = _scr_py_refuse_python(a->rec, (const void *)addr);
+  if (err == SCR_OK) {
+    _scr_py_lock(a->rec);
+    err = scr_heap_usable_size_checked(h, (const void *)addr, &n);
+    _scr_py_unlock(a->rec);
+  }
   if (err != SCR_OK)
     return raise_scr(st, err, "usable_size", addr);
   return PyLong_FromSize_t(n);
@@ -1101,27 +1149,42 @@ Allocator_check(PyObject *op, PyObject *arg)
   Py_RETURN_NONE;
 }
 
-static PyObject *
-Allocator_owns(PyObject *op, PyObject *arg)
+/* The kind of block at the address arg (see _scr_py_block_kind): 0 for
+ * what is no address of a live block; -1 with an exception. */
+static int
+block_kind_of(PyObject *op, PyObject *arg, const char *name)
 {
   AllocatorObject *a = (AllocatorObject *)op;
   module_state *st = type_state(Py_TYPE(op));
-  scr_heap *h = open_heap(a);
   uintptr_t addr;
-  int err;
 
-  if (h == NULL)
-    return NULL;
-  if (get_addr(st, arg, "owns", &addr) < 0) {
+  if (open_heap(a) == NULL)
+    return -1;
+  if (get_addr(st, arg, name, &addr) < 0) {
     if (!PyErr_ExceptionMatches(st->InvalidPointerError))
-      return NULL;
+      return -1;
     PyErr_Clear();
-    Py_RETURN_FALSE;
+    return 0;
   }
-  _scr_py_lock(a->rec);
-  err = addr != 0 && scr_heap_check(h, (const void *)addr) == SCR_OK;
-  _scr_py_unlock(a->rec);
-  return PyBool_FromLong(err);
+  return _scr_py_block_kind(a->rec, (const void *)addr);
+}
+
+static PyObject *
+Allocator_owns(PyObject *op, PyObject *arg)
+{
+  int kind = block_kind_of(op, arg, "owns");
+  return kind < 0 ? NULL : PyBool_FromLong(kind != 0);
+}
+
+static PyObject *
+Allocator_block_kind(PyObject *op, PyObject *arg)
+{
+  switch (block_kind_of(op, arg, "block_kind")) {
+  case -1: return NULL;
+  case 1: return PyUnicode_FromString("allocator");
+  case 2: return PyUnicode_FromString("python");
+  default: Py_RETURN_NONE;
+  }
 }
 
 static PyObject *
@@ -1152,9 +1215,12 @@ Allocator_view(PyObject *op, PyObject *arg)
     Py_DECREF(key);
     return NULL;
   }
-  _scr_py_lock(a->rec);
-  err = scr_heap_usable_size_checked(h, (const void *)addr, &n);
-  _scr_py_unlock(a->rec);
+  err = _scr_py_refuse_python(a->rec, (const void *)addr);
+  if (err == SCR_OK) {
+    _scr_py_lock(a->rec);
+    err = scr_heap_usable_size_checked(h, (const void *)addr, &n);
+    _scr_py_unlock(a->rec);
+  }
   if (err != SCR_OK) {
     Py_DECREF(key);
     return raise_scr(st, err, "view", addr);
@@ -1196,18 +1262,26 @@ Allocator_trim(PyObject *op, PyObject *unused)
   return PyLong_FromSize_t(n);
 }
 
+/* Also once closed while Python's blocks keep the heap: the figures of
+ * what they keep. */
 static PyObject *
 Allocator_stats(PyObject *op, PyObject *unused)
 {
   AllocatorObject *a = (AllocatorObject *)op;
-  scr_heap *h = open_heap(a);
   struct scr_stats s;
   PyObject *d;
 
-  if (h == NULL)
-    return NULL;
   memset(&s, 0, sizeof s);
-  _scr_py_heap_stats(a->rec, &s);
+  if (a->initialized && a->heap == NULL) {
+    if (_scr_py_heap_stats(a->rec, &s) < 0) {
+      PyErr_SetString(PyExc_ValueError, "operation on a closed allocator");
+      return NULL;
+    }
+  } else {
+    if (open_heap(a) == NULL)
+      return NULL;
+    _scr_py_heap_stats(a->rec, &s);
+  }
   d = stats_to_dict(&s);
   if (d != NULL && _scr_py_stats_add(a->rec, d) < 0)
     Py_CLEAR(d);
@@ -1287,13 +1361,15 @@ Allocator_exit(PyObject *op, PyObject *const *args, Py_ssize_t nargs)
 
   if (check_nargs("__exit__", nargs, 3) < 0)
     return NULL;
-  if (a->heap != NULL && !a->closing && _scr_py_before_close(a->rec) < 0)
-    return NULL;  /* Python's objects still live on the heap */
-  if (a->heap != NULL && a->views != NULL && PyDict_GET_SIZE(a->views) > 0) {
+  if (a->heap == NULL || a->closing)
+    Py_RETURN_FALSE;
+  if (_scr_py_close_check(a->rec) < 0)
+    return NULL;  /* inside its own serve_python() block */
+  if (a->views != NULL && PyDict_GET_SIZE(a->views) > 0) {
     a->closing = 1;
     Py_RETURN_FALSE;
   }
-  if (allocator_close(a) < 0)
+  if (allocator_finish(a) < 0)
     return NULL;
   Py_RETURN_FALSE;
 }
@@ -1407,7 +1483,12 @@ static PyMethodDef Allocator_methods[] = {
   {"check", Allocator_check, METH_O,
    "check($self, addr, /)\n--\n\nRaise InvalidPointerError unless addr is a live block."},
   {"owns", Allocator_owns, METH_O,
-   "owns($self, addr, /)\n--\n\nTrue if addr is a live block of this allocator."},
+   "owns($self, addr, /)\n--\n\nTrue if addr is a live block of this allocator's heap, made "
+   "by its methods or for Python's objects (block_kind() says which)."},
+  {"block_kind", Allocator_block_kind, METH_O,
+   "block_kind($self, addr, /)\n--\n\n'allocator' for a live block made by this allocator's "
+   "methods, 'python' for one made for Python's objects under serve_python() (free, realloc, "
+   "view and usable_size refuse it), None for anything else."},
   {"view", Allocator_view, METH_O,
    "view($self, addr, /)\n--\n\nA writable memoryview over the block's usable size.  While "
    "it is alive the block cannot be freed or resized and close() raises BufferError; "
@@ -1529,7 +1610,8 @@ mod_heap_totals(PyObject *module, PyObject *unused)
 
   for (a = st->open; a != NULL; a = a->next) {
     memset(&s, 0, sizeof s);
-    _scr_py_heap_stats(a->rec, &s);
+    if (_scr_py_heap_stats(a->rec, &s) < 0)
+      continue;                 /* closed; its heap went with Python's last block */
     total += s.heap_total;
     used += s.heap_used;
     meta += s.meta_bytes;

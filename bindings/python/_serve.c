@@ -39,6 +39,10 @@
  *   routers[d].target != NULL  =>  routers[d].target->serving > 0
  *   r->used == the heap's heap_used (every allocation goes through a hook
  *              or a wrapper), r->peak >= r->used
+ *   r->mine == the live blocks the Allocator's methods made; every other
+ *              live block of the heap is Python's (made by a hook)
+ *   r->kept  =>  the Allocator is closed, r->live > 0 or r->heap == NULL:
+ *              the heap is destroyed by the free of Python's last block
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -62,8 +66,17 @@ typedef struct {
   int64_t bytes;                /* their usable bytes */
 } domain_figures;
 
+/* A set of block addresses: open addressing, linear probing, 0 marks an
+ * empty slot (no block is at 0); cap is 0 or a power of two, and
+ * count < cap / 2 after every scr_set_reserve. */
+typedef struct {
+  uintptr_t *slot;              /* cap slots (libc memory: no Python domain reaches it) */
+  size_t cap;
+  size_t count;
+} addr_set;
+
 struct scr_py_record {
-  scr_heap *heap;               /* NULL once closed */
+  scr_heap *heap;               /* NULL once destroyed */
   PyObject *owner;              /* the Allocator, strong while routed */
   pthread_mutex_t lock;         /* taken around heap calls when locked */
   int locked;                   /* the heap served raw once: always lock */
@@ -73,6 +86,8 @@ struct scr_py_record {
   uint64_t used;                /* mirror of heap_used */
   uint64_t peak;                /* highest used since creation or reset_peak() */
   domain_figures dom[D_COUNT];
+  addr_set mine;                /* blocks the Allocator's methods made, live */
+  int kept;                     /* closed while Python's blocks lived: the heap waits for them */
   scr_py_record *next;          /* routed list */
 };
 
@@ -206,6 +221,89 @@ owner_of(const void *p, size_t *usable)
   return NULL;
 }
 
+/* ---- the Allocator's own blocks ------------------------------------ */
+
+static inline size_t
+set_home(const addr_set *s, uintptr_t p)
+{
+  return (size_t)(((uint64_t)(p >> 4) * 0x9E3779B97F4A7C15ull) >> 20) & (s->cap - 1);
+}
+
+/* Room for one more address: 0, or -1 when out of memory. */
+static int
+set_reserve(addr_set *s)
+{
+  uintptr_t *old = s->slot;
+  size_t i, oldcap = s->cap;
+  if (2 * (s->count + 1) < s->cap)
+    return 0;
+  s->slot = calloc(oldcap ? 2 * oldcap : 64, sizeof *s->slot);
+  if (s->slot == NULL) {
+    s->slot = old;
+    return -1;
+  }
+  s->cap = oldcap ? 2 * oldcap : 64;
+  for (i = 0; i < oldcap; i++)
+    if (old[i] != 0) {
+      size_t j = set_home(s, old[i]);
+      while (s->slot[j] != 0)
+        j = (j + 1) & (s->cap - 1);
+      s->slot[j] = old[i];
+    }
+  free(old);
+  return 0;
+}
+
+/* The slot of p, or of the empty slot where p would go. */
+static inline size_t
+set_find(const addr_set *s, uintptr_t p)
+{
+  size_t i = set_home(s, p);
+  while (s->slot[i] != 0 && s->slot[i] != p)
+    i = (i + 1) & (s->cap - 1);
+  return i;
+}
+
+static inline int
+set_has(const addr_set *s, uintptr_t p)
+{
+  return s->cap != 0 && s->slot[set_find(s, p)] == p;
+}
+
+/* After set_reserve. */
+static inline void
+set_add(addr_set *s, uintptr_t p)
+{
+  size_t i = set_find(s, p);
+  if (s->slot[i] == 0) {
+    s->slot[i] = p;
+    s->count++;
+  }
+}
+
+/* Backward-shift deletion: every address stays reachable from its home
+ * slot without tombstones. */
+static void
+set_del(addr_set *s, uintptr_t p)
+{
+  size_t i, j, home;
+  if (s->cap == 0 || p == 0)
+    return;                     /* (0 would match an empty slot) */
+  i = set_find(s, p);
+  if (s->slot[i] != p)
+    return;
+  s->count--;
+  for (j = (i + 1) & (s->cap - 1); s->slot[j] != 0; j = (j + 1) & (s->cap - 1)) {
+    home = set_home(s, s->slot[j]);
+    /* the entry at j may move to i when its home is not within (i, j] */
+    if (((j - home) & (s->cap - 1)) >= ((j - i) & (s->cap - 1))) {
+      s->slot[i] = s->slot[j];
+      i = j;
+    }
+  }
+  s->slot[i] = 0;
+}
+
 /* ---- the hooks ----------------------------------------------------- */
 
 static void *
@@ -218,6 +316,21 @@ heap_alloc(scr_py_record *t, int d, size_t n, int zero)
     note_alloc(t, d, usable_of(t->heap, n, p));
   rec_unlock(t);
   return p;
+}
+
+/* Give r's heap back to the OS (record lock held when locked). */
+static void
+heap_destroy(scr_py_record *r)
+{
+  scr_heap_destroy(r->heap);
+  r->heap = NULL;
+  if (any_locked)
+    __atomic_sub_fetch(&total_used, r->used, __ATOMIC_RELAXED);
+  else
+    total_used -= r->used;
+  r->used = 0;
+  free(r->mine.slot);
+  memset(&r->mine, 0, sizeof r->mine);
 }
 
 /* Free p, a block of r whose usable size is u. */
@@ -238,6 +351,8 @@ heap_free(scr_py_record *r, int d, void *p, size_t u)
 #endif
   scr_heap_free(r->heap, p);
   note_free(r, d, u);
+  if (r->kept && r->live == 0)
+    heap_destroy(r);            /* the closed Allocator's last Python block */
   rec_unlock(r);
 }
 
@@ -512,16 +627,18 @@ _scr_py_record_free(scr_py_record *r)
   if (r == NULL)
     return;
   assert(!r->routed);
+  if (r->heap != NULL && r->kept)
+    heap_destroy(r);            /* cannot happen: a kept heap stays routed until destroyed */
   if (r->used != 0)
     __atomic_sub_fetch(&total_used, r->used, __ATOMIC_RELAXED);
+  free(r->mine.slot);
   pthread_mutex_destroy(&r->lock);
   free(r);
 }
 
 int
-_scr_py_before_close(scr_py_record *r)
+_scr_py_close_check(scr_py_record *r)
 {
-  PyObject *owner;
   if (r->serving > 0) {
     PyErr_SetString(PyExc_RuntimeError,
                     "cannot close allocator: it is serving Python's allocations "
@@ -530,30 +647,32 @@ _scr_py_before_close(scr_py_record *r)
   }
   if (r->live > 0)
     PyGC_Collect();             /* a full collection also empties the free lists */
-  if (r->live > 0) {
-    PyErr_Format(PyExc_RuntimeError,
-                 "cannot close allocator: it still holds %lld block(s) of Python's objects "
-                 "made under serve_python(); they are freed into it as Python releases "
-                 "them (drop the objects, or keep the allocator open)",
-                 (long long)r->live);
-    return -1;
-  }
-  if (!r->routed)
-    return 0;
-  pthread_mutex_lock(&raw_mutex);
-  owner = unroute(r);
-  routers_uninstall_if_idle();
-  pthread_mutex_unlock(&raw_mutex);
-  Py_XDECREF(owner);            /* the caller holds another reference */
   return 0;
 }
 
-void
-_scr_py_after_close(scr_py_record *r)
+long long
+_scr_py_close(scr_py_record *r)
 {
-  __atomic_sub_fetch(&total_used, r->used, __ATOMIC_RELAXED);
-  r->used = 0;
-  r->heap = NULL;
+  PyObject *owner = NULL;
+  long long live;
+
+  assert(r->serving == 0 && r->heap != NULL && !r->kept);
+  pthread_mutex_lock(&raw_mutex);
+  rec_lock(r);
+  live = (long long)r->live;
+  if (live > 0) {
+    r->kept = 1;                /* heap_free destroys it with the last block */
+  } else {
+    heap_destroy(r);
+    if (r->routed) {
+      owner = unroute(r);
+      routers_uninstall_if_idle();
+    }
+  }
+  rec_unlock(r);
+  pthread_mutex_unlock(&raw_mutex);
+  Py_XDECREF(owner);            /* the caller holds another reference */
+  return live;
 }
 
 void
@@ -568,36 +687,85 @@ _scr_py_unlock(scr_py_record *r)
   rec_unlock(r);
 }
 
+/* p, a block just made (or NULL), goes into r->mine (room reserved). */
 static void *
 tracked_alloc(scr_py_record *r, void *p)
 {
   int saved = errno;
-  if (p != NULL)
+  if (p != NULL) {
+    set_add(&r->mine, (uintptr_t)p);
     used_add(r, scr_heap_usable_size(r->heap, p));
+  }
   rec_unlock(r);
   errno = saved;
   return p;
 }
 
+/* Lock r and make room in r->mine; 0, or -1 (unlocked, errno ENOMEM). */
+static int
+alloc_begin(scr_py_record *r)
+{
+  rec_lock(r);
+  if (set_reserve(&r->mine) == 0)
+    return 0;
+  rec_unlock(r);
+  errno = ENOMEM;
+  return -1;
+}
+
 void *
 _scr_py_malloc(scr_py_record *r, size_t n)
 {
-  rec_lock(r);
+  if (alloc_begin(r) < 0)
+    return NULL;
   return tracked_alloc(r, scr_heap_malloc(r->heap, n));
 }
 
 void *
 _scr_py_calloc(scr_py_record *r, size_t count, size_t size)
 {
-  rec_lock(r);
+  if (alloc_begin(r) < 0)
+    return NULL;
   return tracked_alloc(r, scr_heap_calloc(r->heap, count, size));
 }
 
 void *
 _scr_py_aligned_alloc(scr_py_record *r, size_t alignment, size_t n)
 {
-  rec_lock(r);
+  if (alloc_begin(r) < 0)
+    return NULL;
   return tracked_alloc(r, scr_heap_aligned_alloc(r->heap, alignment, n));
+}
+
+/* SCR_PY_EPYTHON when p is a live block Python made, else SCR_OK (lock
+ * held). */
+static int
+python_block(scr_py_record *r, const void *p)
+{
+  if (p == NULL || set_has(&r->mine, (uintptr_t)p))
+    return SCR_OK;
+  return scr_heap_check(r->heap, p) == SCR_OK ? SCR_PY_EPYTHON : SCR_OK;
+}
+
+int
+_scr_py_refuse_python(scr_py_record *r, const void *p)
+{
+  int err;
+  rec_lock(r);
+  err = python_block(r, p);
+  rec_unlock(r);
+  return err;
+}
+
+int
+_scr_py_block_kind(scr_py_record *r, const void *p)
+{
+  int kind = 0;
+  rec_lock(r);
+  if (p != NULL && scr_heap_check(r->heap, p) == SCR_OK)
+    kind = set_has(&r->mine, (uintptr_t)p) ? 1 : 2;
+  rec_unlock(r);
+  return kind;
 }
 
 int
@@ -605,14 +773,23 @@ _scr_py_realloc_checked(scr_py_record *r, void *p, size_t n, void **out)
 {
   size_t old = 0;
   int err;
-  rec_lock(r);
+  if (alloc_begin(r) < 0)
+    return SCR_ENOMEM;
+  err = python_block(r, p);
+  if (err != SCR_OK) {
+    rec_unlock(r);
+    return err;
+  }
   if (p != NULL && scr_heap_usable_size_checked(r->heap, p, &old) != SCR_OK)
     old = 0;
   err = scr_heap_realloc_checked(r->heap, p, n, out);
   if (err == SCR_OK) {
     used_sub(r, old);
-    if (*out != NULL)
+    set_del(&r->mine, (uintptr_t)p);
+    if (*out != NULL) {
+      set_add(&r->mine, (uintptr_t)*out);
       used_add(r, scr_heap_usable_size(r->heap, *out));
+    }
   }
   rec_unlock(r);
   return err;
@@ -624,21 +801,32 @@ _scr_py_free_checked(scr_py_record *r, void *p)
   size_t old = 0;
   int err;
   rec_lock(r);
+  err = python_block(r, p);
+  if (err != SCR_OK) {
+    rec_unlock(r);
+    return err;
+  }
   if (p != NULL && scr_heap_usable_size_checked(r->heap, p, &old) != SCR_OK)
     old = 0;
   err = scr_heap_free_checked(r->heap, p);
-  if (err == SCR_OK)
+  if (err == SCR_OK) {
     used_sub(r, old);
+    set_del(&r->mine, (uintptr_t)p);
+  }
   rec_unlock(r);
   return err;
 }
 
-void
+int
 _scr_py_heap_stats(scr_py_record *r, struct scr_stats *out)
 {
+  int ok;
   rec_lock(r);
-  scr_heap_stats(r->heap, out);
+  ok = r->heap != NULL;
+  if (ok)
+    scr_heap_stats(r->heap, out);
   rec_unlock(r);
+  return ok ? 0 : -1;
 }
 
 /* ---- stats, peaks -------------------------------------------------- */
@@ -649,7 +837,7 @@ _scr_py_stats_add(scr_py_record *r, PyObject *d)
   domain_figures f[D_COUNT];
   uint64_t peak;
   long long live;
-  int serving, i;
+  int serving, kept, i;
   PyObject *py, *v;
 
   rec_lock(r);
@@ -657,6 +845,7 @@ _scr_py_stats_add(scr_py_record *r, PyObject *d)
   peak = r->peak;
   live = (long long)r->live;
   serving = r->serving;
+  kept = r->kept && r->heap != NULL;
   rec_unlock(r);
   v = PyLong_FromUnsignedLongLong((unsigned long long)peak);
   if (v == NULL || PyDict_SetItemString(d, "peak_heap_used", v) < 0) {
@@ -664,7 +853,8 @@ _scr_py_stats_add(scr_py_record *r, PyObject *d)
     return -1;
   }
   Py_DECREF(v);
-  py = Py_BuildValue("{sLsO}", "blocks", live, "serving", serving ? Py_True : Py_False);
+  py = Py_BuildValue("{sLsOsO}", "blocks", live, "serving", serving ? Py_True : Py_False,
+                     "keeps_heap", kept ? Py_True : Py_False);
   if (py == NULL)
     return -1;
   for (i = 0; i < D_COUNT; i++) {
@@ -715,6 +905,17 @@ _scr_py_get_python_blocks(PyObject *self, void *closure)
 }
 
 /* ---- Serving: the context manager ---------------------------------- */
+
+/* 1 when the Allocator is closed or closing (its with block ended while
+ * views lived), by its own test; -1 with an exception. */
+static int
+allocator_closed(PyObject *alloc)
+{
+  PyObject *closed = PyObject_GetAttrString(alloc, "closed");
+  int r = closed == NULL ? -1 : PyObject_IsTrue(closed);
+  Py_XDECREF(closed);
+  return r;
+}
 
 typedef struct ServingObject ServingObject;
 struct ServingObject {
@@ -778,7 +979,10 @@ Serving_enter(PyObject *op, PyObject *unused)
                     "a serve_python() context can be entered once; call serve_python() again");
     return NULL;
   }
-  if (r->heap == NULL) {
+  d = allocator_closed(s->alloc);
+  if (d < 0)
+    return NULL;
+  if (d || r->heap == NULL || r->kept) {
     PyErr_SetString(PyExc_ValueError, "operation on a closed allocator");
     return NULL;
   }
@@ -959,14 +1163,10 @@ _scr_py_serve_python(PyObject *self, PyObject *args, PyObject *kwds)
   if (domains != NULL && parse_domains(domains, &mask) < 0)
     return NULL;
   {
-    /* closed, closing (its with block ended while views lived), or never
-     * initialized: the Allocator's own test says */
-    PyObject *closed = PyObject_GetAttrString(self, "closed");
-    int is_closed = closed == NULL ? -1 : PyObject_IsTrue(closed);
-    Py_XDECREF(closed);
+    int is_closed = allocator_closed(self);
     if (is_closed < 0)
       return NULL;
-    if (is_closed || r->heap == NULL) {
+    if (is_closed || r->heap == NULL || r->kept) {
       PyErr_SetString(PyExc_ValueError, "operation on a closed allocator");
       return NULL;
     }

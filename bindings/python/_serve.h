@@ -43,20 +43,31 @@ void _scr_py_record_open(scr_py_record *r, scr_heap *h);
 /* Frees the record of an Allocator being deallocated (never routed then:
  * routing holds a reference to the Allocator). */
 void _scr_py_record_free(scr_py_record *r);
-/* Before close: 0, or -1 with RuntimeError while the heap serves Python or
- * holds blocks Python made (after a gc.collect() that gives them a chance
- * to go).  On 0 the record is unrouted and the heap may be destroyed. */
-int _scr_py_before_close(scr_py_record *r);
-/* The heap was destroyed. */
-void _scr_py_after_close(scr_py_record *r);
+/* Close, in two steps.  _scr_py_close_check: -1 with RuntimeError while
+ * a serve_python() block of the heap is open; else 0, after a full
+ * collection when Python's blocks live (it gives them a chance to go).
+ * _scr_py_close (after a 0 from the check, or with serving == 0): with
+ * no block of Python's left the heap is destroyed and the record
+ * unrouted, and it returns 0; else the record keeps the heap, the free of
+ * Python's last block destroys it, and it returns how many are left. */
+int _scr_py_close_check(scr_py_record *r);
+long long _scr_py_close(scr_py_record *r);
 
-/* The heap calls of the Allocator's methods, locked and tracked. */
+/* The heap calls of the Allocator's methods, locked and tracked.  The
+ * checked ones also return SCR_PY_EPYTHON for a block Python made. */
+#define SCR_PY_EPYTHON 100
 void *_scr_py_malloc(scr_py_record *r, size_t n);
 void *_scr_py_calloc(scr_py_record *r, size_t count, size_t size);
 void *_scr_py_aligned_alloc(scr_py_record *r, size_t alignment, size_t n);
 int _scr_py_realloc_checked(scr_py_record *r, void *p, size_t n, void **out);
 int _scr_py_free_checked(scr_py_record *r, void *p);
-void _scr_py_heap_stats(scr_py_record *r, struct scr_stats *out);
+/* SCR_PY_EPYTHON if p is a live block Python made, else SCR_OK. */
+int _scr_py_refuse_python(scr_py_record *r, const void *p);
+/* 1: a live block the Allocator's methods made; 2: one Python made; 0:
+ * no live block. */
+int _scr_py_block_kind(scr_py_record *r, const void *p);
+/* 0, or -1 (out untouched) once the heap is destroyed. */
+int _scr_py_heap_stats(scr_py_record *r, struct scr_stats *out);
 /* Lock around any other heap call (no Python call in between). */
 void _scr_py_lock(scr_py_record *r);
 void _scr_py_unlock(scr_py_record *r);

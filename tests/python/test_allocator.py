@@ -372,7 +372,8 @@ def test_stats_dict(a):
     p = a.malloc(64)
     big = a.malloc(2 << 20)
     s = a.stats()
-    assert set(s) == set(scralloc.STATS_FIELDS) | {"classes", "peak_heap_used", "python"}
+    assert set(s) == set(scralloc.STATS_FIELDS) | {"classes", "peak_heap_used", "python",
+                                                    "busy_free_bytes"}
     assert s["allocs"] == a.allocs == 2
     assert s["mmaps"] == a.mmaps and s["bytes"] == a.bytes
     assert s["heap_used"] == a.usable_size(p) + a.usable_size(big) == a.heap_used
@@ -387,6 +388,34 @@ def test_stats_dict(a):
     assert s["mmap_calls"] >= 1
     a.free(p)
     a.free(big)
+
+
+@pytest.mark.parametrize("options", [{}, {"retain": 0}, {"purge_delay_ms": 1000},
+                                     {"decommit_batch": 1 << 20}, {"large_cache": 0}])
+def test_heap_total_parts_add_up(options):
+    with scralloc.Allocator(**options) as a:
+        blocks = [a.malloc(n) for n in (16, 100, 5000, 70_000, 200_000, 3 << 20) * 20]
+        seen = [a.stats()]
+        for p in blocks[::2]:
+            a.free(p)
+        seen.append(a.stats())
+        for p in blocks[1::2]:
+            a.free(p)
+        seen.append(a.stats())
+        a.trim()
+        seen.append(a.stats())
+    for st in seen:
+        parts = scralloc.heap_parts(st)
+        assert list(parts) == [k for k, _ in scralloc.HEAP_PARTS]
+        assert sum(parts.values()) == st["heap_total"], parts
+        assert parts["busy_free_bytes"] == st["busy_free_bytes"]
+        # the library's JSON has no busy_free_bytes: heap_parts computes it alike
+        json_like = {k: v for k, v in st.items() if k != "busy_free_bytes"}
+        assert scralloc.heap_parts(json_like) == parts
+    # something in each part at some point: free pages, cached large blocks
+    assert any(s["busy_free_bytes"] for s in seen[:2])
+    if options.get("large_cache", 8):
+        assert seen[2]["cached_bytes"] > 0
 
 
 def test_stats_json_matches(a):
@@ -527,7 +556,8 @@ def test_memory_usage_sums_allocators():
 def test_process_stats():
     s = scralloc.process_stats()
     if scralloc.HAVE_PROCESS:
-        assert set(s) - {"process"} == set(scralloc.STATS_FIELDS) | {"classes"}
+        assert set(s) - {"process"} == set(scralloc.STATS_FIELDS) | {"classes", "busy_free_bytes"}
+        assert sum(scralloc.heap_parts(s).values()) == s["heap_total"]
         assert len(s["classes"]) == scralloc.CLASS_COUNT
         if "process" in s:
             assert {"arenas", "remote_frees", "discards"} <= set(s["process"])

@@ -33,6 +33,7 @@ SIGNATURES = {
     "usable_size": "(addr, /)",
     "check": "(addr, /)",
     "owns": "(addr, /)",
+    "block_kind": "(addr, /)",
     "view": "(addr, /)",
     "trim": "()",
     "stats": "()",

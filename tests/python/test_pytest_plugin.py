@@ -9,6 +9,7 @@ import textwrap
 import pytest
 
 import scralloc
+from scralloc.__main__ import find_library
 from scralloc.pytest_plugin import parse_limit
 
 PKG = os.path.dirname(os.path.dirname(os.path.abspath(scralloc.__file__)))
@@ -35,10 +36,11 @@ def test_under_its_limit():
 '''
 
 
-def run_pytest(tmp_path, *args):
-    (tmp_path / "test_sample.py").write_text(textwrap.dedent(TESTS))
+def run_pytest(tmp_path, *args, tests=TESTS, env_extra=None):
+    (tmp_path / "test_sample.py").write_text(textwrap.dedent(tests))
     env = dict(os.environ, PYTHONPATH=PKG + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("PYTEST_ADDOPTS", None)
+    env.update(env_extra or {})
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "scralloc.pytest_plugin", "-p", "no:cacheprovider",
          "-q", "-rA", str(tmp_path), *args],
@@ -67,6 +69,10 @@ def test_report_and_limit(tmp_path):
     assert lines[1].endswith("test_over_its_limit  OVER LIMIT")
     peak_big = float(lines[0].split()[0])
     assert peak_big > 4                         # MiB: the dict really was on the heap
+    for ln in lines:                            # heapTotal at the end = its five parts
+        total, parts = ln.split("|")[1].split("=")
+        assert abs(float(total) - sum(float(v) for v in parts.split("+"))) < 0.03, ln
+    assert "heapTotal: the test's heap at the call's end, in MiB = in live blocks + " in section
     assert "(1 more; --scralloc-top N shows more)" in section
 
 
@@ -75,6 +81,106 @@ def test_option_and_bad_option(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     r = run_pytest(tmp_path, "--scralloc", "--scralloc-option", "nosuch=1")
     assert r.returncode != 0 and "expected NAME=VALUE" in r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--scralloc-option", "retain=-1"], "--scralloc-option retain=-1: retain: '-1' is negative"),
+    (["--scralloc-option", "retain=lots"], "--scralloc-option retain=lots: retain: cannot read"),
+    (["--scralloc-option", "retain=2G"], "retain: 2G is out of range 0..1048576"),
+    (["--scralloc-top", "-1"], "--scralloc-top -1: must be 0 or more"),
+    (["--scralloc-top", "ten"], "--scralloc-top ten: not a number"),
+    (["--scralloc-mode", "native"], "--scralloc-mode native: expected one of python, process"),
+    (["--scralloc-interval", "0"], "--scralloc-interval 0: must be above 0"),
+])
+def test_bad_options_are_usage_errors(tmp_path, args, message):
+    r = run_pytest(tmp_path, "--scralloc", *args)
+    assert r.returncode == 4, r.stdout + r.stderr          # pytest's usage error
+    assert "INTERNALERROR" not in r.stdout + r.stderr and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ERROR: ") and message in lines[0], lines
+
+
+BAD_LIMITS = """
+import pytest
+
+@pytest.mark.scralloc_limit("24 megabytes")
+def test_unreadable_limit():
+    pass
+
+@pytest.mark.scralloc_limit("1 MB", "2 MB")
+def test_two_limits():
+    pass
+"""
+
+
+def test_a_malformed_limit_fails_its_test_in_one_line(tmp_path):
+    r = run_pytest(tmp_path, "--scralloc", tests=BAD_LIMITS)
+    out = r.stdout
+    assert r.returncode == 1 and "2 failed" in out, out + r.stderr
+    assert "scralloc_limit: cannot read '24 megabytes' as a size" in out
+    assert "scralloc_limit takes one size" in out
+    assert "pytest_plugin.py" not in out and "Traceback" not in out, out
+
+
+NATIVE = """
+import ctypes, time
+import pytest
+
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+libc.malloc.argtypes = [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+KEPT = []
+
+def native(n):
+    p = libc.malloc(n)
+    ctypes.memset(p, 1, n)
+    return p
+
+@pytest.mark.scralloc_limit("10 MiB")
+def test_native_kept():
+    KEPT.append(native(50 << 20))       # still live at the call's end
+
+@pytest.mark.scralloc_limit("10 MiB")
+def test_native_freed():
+    p = native(50 << 20)
+    time.sleep(0.2)                     # a hundred sampling intervals
+    libc.free(p)
+
+def test_zz_release():
+    libc.free(KEPT.pop())
+"""
+
+
+def test_python_mode_does_not_see_native_memory(tmp_path):
+    r = run_pytest(tmp_path, "--scralloc", tests=NATIVE)
+    assert r.returncode == 0 and "3 passed" in r.stdout, r.stdout + r.stderr
+
+
+def test_process_mode_needs_the_preloaded_library(tmp_path):
+    r = run_pytest(tmp_path, "--scralloc", "--scralloc-mode=process", tests=NATIVE)
+    assert r.returncode == 4 and "LD_PRELOAD=" in r.stderr, r.stdout + r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.skipif(find_library() is None,
+                    reason="no libscralloc.so (make build/release/libscralloc.so)")
+def test_process_mode_sees_ctypes_malloc(tmp_path):
+    r = run_pytest(tmp_path, "--scralloc", "--scralloc-mode=process", "--scralloc-interval=1",
+                   tests=NATIVE, env_extra={"LD_PRELOAD": find_library()})
+    out = r.stdout
+    assert "every malloc, the process allocator" in out, out + r.stderr
+    assert "FAILED test_sample.py::test_native_kept" in out, out + r.stderr
+    assert "peak heapUsed of the process allocator above the call's start" in out
+    section = out[out.index("scralloc: peak heapUsed per test"):]
+    kept = [ln for ln in section.splitlines() if ln.endswith("test_native_kept  OVER LIMIT")]
+    assert len(kept) == 1 and float(kept[0].split()[0]) >= 50, section
+    if "FAILED test_sample.py::test_native_freed" not in out:
+        # freed before the call's end: only the sampler thread can see it,
+        # and it reads the test thread's arena as of its last published
+        # snapshot (the core's side of issue 39)
+        pytest.xfail("a block freed within the call is missed: the process allocator's "
+                     "figures are not current to the sampling interval (issue 39, C side)")
 
 
 def test_parse_limit():

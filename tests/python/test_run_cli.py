@@ -82,12 +82,68 @@ def test_timeline(tmp_path):
     (["--retain"], "--retain needs a value"),
     (["--nosuch", "1", "PROG"], "unknown option --nosuch"),
     (["--domains", "heap", "PROG"], "a list of raw, mem, obj"),
-    (["--retain", "lots", "PROG"], "not a size"),
+    (["--retain", "lots", "PROG"], "retain: cannot read 'lots' as a size"),
+    (["--retain", "-1", "PROG"], "retain: '-1' is negative"),
+    (["--retain", "2G", "PROG"], "retain: 2G is out of range 0..1048576"),
+    (["--purge-delay-ms=1e9", "PROG"], "purge_delay_ms: cannot read"),
+    (["--timeline", "no/such/dir/t.csv", "PROG"], "--timeline no/such/dir/t.csv: no such directory"),
+    (["-o", ".", "PROG"], "-o .: is a directory"),
     ([], "no program given"),
 ])
 def test_bad_usage(tmp_path, args, message):
+    # one line, status 2, and the program never ran
     r = run(tmp_path, *args)
     assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and "entries" not in r.stdout, r.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/version"), reason="no /proc")
+def test_output_that_cannot_be_written_at_the_end(tmp_path):
+    # /proc/version may pass the check made before the run (root may write
+    # anything) and refuses the write: one line, status 2, no traceback
+    r = run(tmp_path, "-o", "/proc/version", "PROG")
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("python -m scralloc run: -o /proc/version: "), lines
+
+
+def run_json(tmp_path, program, *args):
+    """Run a program of its own text with --json -o; (its text summary's
+    run, the JSON summary)."""
+    prog = tmp_path / "own.py"
+    prog.write_text(program)
+    out = tmp_path / "s.json"
+    r = run(tmp_path, *args, "--json", "-o", str(out), str(prog))
+    assert r.returncode == 0, r.stderr
+    return run(tmp_path, *args, str(prog)), json.loads(out.read_text())
+
+
+def test_heap_total_parts_add_up(tmp_path):
+    r, s = run_json(tmp_path, "d = {i: i for i in range(1_000_000)}\ndel d\n")
+    parts = s["heap_parts"]
+    assert list(parts) == [k for k, _ in scralloc.HEAP_PARTS]
+    assert sum(parts.values()) == s["heap_total"] and parts["heap_used"] == s["heap_used"]
+    # the dropped dict's table: a large block the heap keeps cached
+    assert parts["cached_bytes"] > 8 << 20, parts
+    text = r.stderr
+    assert "cached large blocks" in text and "free in busy pages" in text, text
+    line = text[text.index("  heapTotal "):].splitlines()
+    assert all(len(ln) < 100 for ln in line[:2]), line
+
+
+CHILD_PROGRAM = """
+import subprocess, sys
+subprocess.run([sys.executable, "-c",
+                "b = bytearray(120 << 20); b[::4096] = b'x' * len(b[::4096])"], check=True)
+"""
+
+
+def test_peak_rss_names_the_children(tmp_path):
+    r, s = run_json(tmp_path, CHILD_PROGRAM)
+    assert s["peak_rss_children"] >= 120 << 20 > s["peak_rss"], s
+    assert "its largest child process" in r.stderr, r.stderr
+    r = run(tmp_path, "PROG")
+    assert "no child process waited for" in r.stderr, r.stderr
 
 
 @pytest.mark.skipif(find_library() is None,
@@ -103,6 +159,23 @@ def test_preload(tmp_path):
     # PYTHONMALLOC=malloc: the objects were the process allocator's
     assert s["peak_heap_used"] > 20_000 * 50 and s["process"]["arenas"] >= 1
     assert s["syscalls"]["mmap"] >= 1
+
+
+BIG_PROGRAM = "import time\nb = bytearray(200_000_000)\ntime.sleep(0.3)\ndel b\n"
+
+
+@pytest.mark.skipif(find_library() is None,
+                    reason="no libscralloc.so (make build/release/libscralloc.so)")
+def test_preload_peak_sees_a_big_block(tmp_path):
+    r, s = run_json(tmp_path, BIG_PROGRAM, "--preload", "--interval", "5")
+    assert "peak heapUsed" in r.stderr
+    assert s["peak_rss"] >= 190 << 20 and "peak_rss_children" in s
+    if s["peak_heap_used"] < 190 << 20:
+        # the sampler thread reads the main thread's arena as of its last
+        # published snapshot: the core's side of issue 39
+        pytest.xfail(f"peak heapUsed {s['peak_heap_used'] >> 20} MiB: the process allocator's "
+                     f"figures are not current to the sampler's interval (issue 39, C side)")
+    assert s["peak_heap_used"] >= 190 << 20
 
 
 def test_preload_library_not_found(tmp_path):

@@ -34,8 +34,9 @@ def test_rows_follow_an_allocator():
     assert grown["heap_used"] == 64 * 4096 and last["heap_used"] == 0
     assert grown["mmap_calls"] >= 1
     assert last["bytes"] == 0
-    # memory_usage() covers every open allocator: at least this one
-    assert grown["heapUsed"] >= 64 * 4096 and grown["rss"] > 0
+    # one name per figure: the source's heap figures, not memory_usage()'s sums
+    assert not {"heapUsed", "heapTotal", "external", "peakHeapUsed"} & set(grown)
+    assert grown["rss"] > 0 and grown["peakRss"] >= grown["rss"]
     assert "classes" not in grown  # rows are flat: no per-class list
     assert s.peak_heap_used == 64 * 4096
     assert s.peak_rss == max(r["rss"] for r in s.rows)
@@ -194,8 +195,8 @@ def test_plot_draws_the_fields():
     assert list(lines[0].get_ydata()) == [0, 1.0, 0]  # MiB
     assert lines[0].get_linestyle() != lines[1].get_linestyle()  # overlapping lines stay visible
     assert ax.get_ylabel() == "MiB"
-    assert s.plot(("rss", "peak_heap_used", "bytes", "heapTotal")
-                  if "peak_heap_used" in s.rows[0] else ("rss", "bytes")).get_ylabel() == "MiB"
+    assert s.plot(("rss", "peak_heap_used", "bytes", "peakRss")).get_ylabel() == "MiB"
+    assert [ln.get_label() for ln in s.plot().get_lines()] == ["rss", "heap_total", "heap_used"]
     ax2 = s.plot("allocs")
     assert ax2.get_ylabel() == "count" and list(ax2.get_lines()[0].get_ydata()) == [0, 1, 0]
     with pytest.raises(KeyError, match="no such field"):
@@ -220,7 +221,14 @@ PRELOAD_SCRIPT = textwrap.dedent("""
     with scralloc.Sampler(interval=0.01) as s:     # source None: the preloaded allocator
         for _ in range(3):
             t = threading.Thread(target=work); t.start(); t.join()
-    p = scralloc.Sampler("process").sample()
+    # a thread parks its arena in its TLS destructor, which may run after
+    # Python's join() returned: wait for the third park (bounded)
+    deadline = time.monotonic() + 10
+    while True:
+        p = scralloc.Sampler("process").sample()
+        if p["parks"] >= s.rows[0]["parks"] + 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
     print(json.dumps({"rows": len(s.rows), "first": s.rows[0], "last": s.rows[-1], "p": p,
                       "peak_heap_used": s.peak_heap_used}))
 """)
@@ -241,7 +249,7 @@ def test_process_allocator_under_ld_preload():
     # the figures are the preloaded library's, not the extension's unused copy
     assert first["arenas"] >= 1 and first["heap_total"] > 0
     assert last["claims"] > first["claims"]      # the threads came and claimed arenas
-    assert last["parks"] >= first["parks"] + 3    # and parked them when they exited
+    assert d["p"]["parks"] >= first["parks"] + 3  # and parked them when they exited
     assert d["p"]["heap_used"] > 0 and "discard_delay_ms" in d["p"]
     # Other threads' arenas publish their figures every 65,536 calls: the
     # sampler sees a worker's blocks at one of those, not necessarily all.
@@ -260,3 +268,37 @@ def test_process_source_without_preload():
     # source None, no preload: memory_usage() only
     assert set(scralloc.Sampler().sample()) == {"t", *scralloc.memory_usage()}
 
+
+
+def test_start_takes_the_first_row_at_once():
+    with scralloc.Allocator() as a:
+        s = scralloc.Sampler(a, interval=0.05)
+        s.start()
+        first = list(s.rows)               # before the caller runs on
+        p = a.malloc(1 << 20)
+        time.sleep(0.12)
+        s.stop()
+        a.free(p)
+    assert len(first) == 1 and first[0]["t"] == 0.0 and first[0]["heap_used"] == 0
+    assert s.rows[0] is first[0] and s.rows[1]["heap_used"] >= 1 << 20
+    assert 0.04 <= s.rows[1]["t"] < 0.5   # the thread's first row comes an interval later
+
+
+def test_rows_without_a_source_keep_memory_usage_names():
+    s = scralloc.Sampler()
+    row = s.sample()
+    if scralloc.sampler._PRELOADED is None:
+        assert "heapUsed" in row and "heap_used" not in row
+    else:
+        assert "heap_used" in row and "heapUsed" not in row
+
+
+@pytest.mark.parametrize("text, line", [
+    ("a,b\n1,2\n", 1),                     # no t column
+    ("", 1),                                 # empty
+    ("t,rss\n0.0,10\n0.1,20,30\n", 3),     # a line with a field too many
+    ("t,rss\n0.0,10\nlater,20\n", 3),       # t not a number
+])
+def test_read_csv_of_something_else_names_the_line(text, line):
+    with pytest.raises(ValueError, match=rf"line {line}:"):
+        scralloc.Sampler.read_csv(io.StringIO(text))

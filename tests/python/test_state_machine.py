@@ -284,6 +284,14 @@ class HeapMachine(RuleBasedStateMachine):
         assert s["heap_used"] == used
         assert s["heap_total"] >= s["heap_used"]
         assert sum(c["live"] for c in s["classes"]) == s["allocs"] - s["large_allocs"]
+        assert sum(scralloc.heap_parts(s).values()) == s["heap_total"]
+
+    @invariant()
+    def block_kinds_match_model(self):
+        # the Allocator's own blocks, as the binding tracks them apart from
+        # the blocks serve_python() makes for Python's objects
+        assert all(self.a.block_kind(p) == "allocator" for p in self.live)
+        assert all(self.a.block_kind(p) is None for p in self.freed if p not in self.live)
 
     @invariant()
     def blocks_disjoint_aligned_sized(self):

@@ -63,6 +63,8 @@ __all__ = [
     "EDOUBLEFREE",
     "MemoryUsage",
     "OptionInfo",
+    "HEAP_PARTS",
+    "heap_parts",
     "memory_usage",
     "rss",
     "process_stats",
@@ -128,6 +130,71 @@ class MemoryUsage(_TypedDict):
     heapTotal: int
     heapUsed: int
     external: int
+
+
+#: heap_total's parts, in the order summaries print them: (stats field,
+#: what it is).  They add up to heap_total in every stats() dict.
+HEAP_PARTS = (
+    ("heap_used", "in live blocks"),
+    ("busy_free_bytes", "free in busy pages"),
+    ("retained_bytes", "retained pages"),
+    ("dirty_bytes", "waiting to be returned"),
+    ("cached_bytes", "cached large blocks"),
+)
+
+
+def heap_parts(stats):
+    """``{field: bytes}`` for each field of :data:`HEAP_PARTS`, from a
+    ``stats()`` dict (an Allocator's, :func:`process_stats`, or the JSON of
+    ``scr_heap_stats_json``/``scr_process_stats_json``, whose
+    ``busy_free_bytes`` is computed here); they add up to
+    ``stats["heap_total"]``."""
+    parts = {k: stats.get(k) or 0 for k, _ in HEAP_PARTS}
+    if "busy_free_bytes" not in stats:
+        named = sum(parts.values())
+        parts["busy_free_bytes"] = max(0, (stats.get("heap_total") or 0) - named)
+    return parts
+
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20,
+          "MB": 1 << 20, "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30,
+          "T": 1 << 40, "TB": 1 << 40, "TIB": 1 << 40}
+
+
+def _parse_size(text):
+    """'24 MB', '8M', '1.5 KiB', '4096', '0x1000' -> bytes (units are powers
+    of 1024; an int is itself); ValueError with a one-line message."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        import re
+
+        m = re.fullmatch(r"\s*(-?(?:0[xX][0-9a-fA-F]+|\d+(?:\.\d+)?))\s*([A-Za-z]*)\s*",
+                         str(text))
+        if not m or m.group(2).upper() not in _UNITS:
+            raise ValueError(f"cannot read {text!r} as a size (e.g. 4096, 8M, '24 MB')")
+        number = m.group(1)
+        mult = _UNITS[m.group(2).upper()]
+        value = int(float(number) * mult) if "." in number else int(number, 0) * mult
+    if value < 0:
+        raise ValueError(f"{text!r} is negative")
+    return value
+
+
+def _parse_option(name, text):
+    """A core option's value from text (a size or a count), checked
+    against its range in :data:`OPTIONS`; ValueError with a one-line
+    message naming the option."""
+    info = OPTIONS.get(name)
+    if info is None:
+        raise ValueError(f"unknown option {name!r} (one of {', '.join(OPTIONS)})")
+    try:
+        value = _parse_size(text)
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
+    if not info["min"] <= value <= info["max"]:
+        raise ValueError(f"{name}: {text} is out of range {info['min']}..{info['max']}")
+    return value
 
 
 def rss() -> int:

@@ -7,8 +7,9 @@ By default the program runs in this interpreter inside
 ``Allocator(**options).serve_python(domains)``: every allocation of the
 chosen domains comes from one scralloc heap, and a summary of that heap is
 printed at exit (on stderr, or to ``--output``): peak heapUsed, heapUsed
-and heapTotal at exit, peak RSS, the syscalls by kind, Python's calls per
-domain, and the size classes in use.
+and heapTotal at exit with heapTotal's parts (``scralloc.HEAP_PARTS``),
+peak RSS of the program's process and of its largest child, the syscalls
+by kind, Python's calls per domain, and the size classes in use.
 
 ``--preload`` runs the program instead as a child interpreter with
 ``LD_PRELOAD=libscralloc.so`` (the process allocator serves every malloc
@@ -26,16 +27,19 @@ installed package (none is shipped by ``pip install``), and
 ``--interval`` ms (default 10) and writes them as CSV.  ``--json`` prints
 the summary as one JSON object.  Core options are ``--retain N``,
 ``--retain-bytes 8M`` and so on (every name of ``scralloc.OPTIONS``; sizes
-take K, M, G).  The program's exit status is the command's.
+take K, M, G).  A bad option is one line on stderr and exit status 2;
+otherwise the program's exit status is the command's.
 """
 import json
 import os
 import runpy
 import subprocess
 import sys
+import resource
 import tempfile
 import time
 import traceback
+import warnings
 
 import scralloc
 
@@ -44,25 +48,20 @@ DOMAINS = ("raw", "mem", "obj")
 MIB = 1024.0 * 1024.0
 
 
-def parse_size(text):
-    """'8M' -> 8388608; plain ints as they are."""
-    t = str(text).strip().upper()
-    mult = 1
-    for suffix, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
-        if t.endswith(suffix):
-            t, mult = t[:-1], m
-            break
-    try:
-        v = int(t, 0)
-    except ValueError:
-        raise ValueError(f"not a size: {text!r}") from None
-    if v < 0:
-        raise ValueError(f"not a size: {text!r}")
-    return v * mult
-
-
 class UsageError(Exception):
     pass
+
+
+def check_writable(option, path):
+    """UsageError unless a file can be written at path (before the program
+    runs, so that a long run is not lost for a typo)."""
+    where = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise UsageError(f"{option} {path}: is a directory")
+    if not os.path.isdir(where):
+        raise UsageError(f"{option} {path}: no such directory {where}")
+    if not os.access(path if os.path.exists(path) else where, os.W_OK):
+        raise UsageError(f"{option} {path}: not writable")
 
 
 def parse_args(argv):
@@ -101,7 +100,7 @@ def parse_args(argv):
         i += 1
         try:
             if name in core_names:
-                opts["core"][core_names[name]] = parse_size(value)
+                opts["core"][core_names[name]] = scralloc._parse_option(core_names[name], value)
             elif name == "--domains":
                 doms = tuple(d.strip() for d in value.split(",") if d.strip())
                 bad = [d for d in doms if d not in DOMAINS]
@@ -113,7 +112,11 @@ def parse_args(argv):
                 if not opts["interval"] > 0:
                     raise ValueError("--interval must be > 0 ms")
             elif name in ("--output", "-o"):
+                check_writable(name, value)
                 opts["output"] = value
+            elif name == "--timeline":
+                check_writable(name, value)
+                opts["timeline"] = value
             else:
                 opts[name[2:]] = value
         except ValueError as e:
@@ -151,8 +154,18 @@ core options (scralloc.OPTIONS; sizes take K, M, G):
 
 # ---- the summary ------------------------------------------------------
 
-def summary(mode, target, opts, stats, python, peak_heap_used, peak_rss, wall, status,
-            sampled_peak=None):
+def children_peak_rss(before=0):
+    """The largest peak RSS among the children this process waited for
+    (and theirs), in bytes (getrusage RUSAGE_CHILDREN); 0 when it is not
+    above ``before`` (a launcher's children before exec count there too,
+    so a run compares with the figure at its start)."""
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    peak = peak if sys.platform == "darwin" else peak * 1024
+    return peak if peak > before else 0
+
+
+def summary(mode, target, opts, stats, python, peak_heap_used, peak_rss, peak_rss_children,
+            wall, status, sampled_peak=None):
     classes = [
         {"class": i, **c} for i, c in enumerate(stats.get("classes", []))
         if c.get("live") or c.get("pages")
@@ -167,7 +180,9 @@ def summary(mode, target, opts, stats, python, peak_heap_used, peak_rss, wall, s
         "peak_heap_used": peak_heap_used,
         "heap_used": stats.get("heap_used"),
         "heap_total": stats.get("heap_total"),
+        "heap_parts": scralloc.heap_parts(stats),
         "peak_rss": peak_rss,
+        "peak_rss_children": peak_rss_children,
         "allocs": stats.get("allocs"),
         "syscalls": {k: stats.get(k + "_calls", 0) for k in ("mmap", "munmap", "madvise", "mremap")},
         "os_failures": stats.get("os_failures", 0),
@@ -196,9 +211,14 @@ def render(s):
     lines.append(f"  peak heapUsed  {mib(s['peak_heap_used'])}{note}")
     lines.append(f"  at exit        heapUsed {mib(s['heap_used'])}, heapTotal {mib(s['heap_total'])}, "
                  f"{s['allocs']} live blocks")
+    parts = [f"{s['heap_parts'][k] / MIB:.2f} {label}" for k, label in scralloc.HEAP_PARTS]
+    lines.append(f"  heapTotal      {mib(s['heap_total'])} = {' + '.join(parts[:2])}")
+    lines.append(f"                 + {' + '.join(parts[2:])}")
     if "peak_heap_total_sampled" in s:
         lines.append(f"  peak heapTotal {mib(s['peak_heap_total_sampled'])} (sampled)")
-    lines.append(f"  peak RSS       {mib(s['peak_rss'])}")
+    children = (f"{mib(s['peak_rss_children'])} its largest child process"
+                if s["peak_rss_children"] else "no child process waited for during the run")
+    lines.append(f"  peak RSS       {mib(s['peak_rss'])} the program's process; {children}")
     sc = s["syscalls"]
     lines.append(f"  syscalls       mmap {sc['mmap']}, munmap {sc['munmap']}, madvise {sc['madvise']}, "
                  f"mremap {sc['mremap']}" + (f", {s['os_failures']} failed" if s["os_failures"] else ""))
@@ -219,8 +239,11 @@ def render(s):
 def emit(s, opts):
     text = json.dumps(s) + "\n" if opts["json"] else render(s)
     if opts["output"]:
-        with open(opts["output"], "w", encoding="utf-8") as f:
-            f.write(text)
+        try:
+            with open(opts["output"], "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as e:
+            raise UsageError(f"-o {opts['output']}: {e.strerror}") from None
     else:
         sys.stderr.flush()
         sys.stderr.write(text)
@@ -258,6 +281,7 @@ def run_serve(opts, module, args):
     sampler = None
     if opts["timeline"]:
         sampler = scralloc.Sampler(a, interval=opts["interval"] / 1000.0)
+    children_before = children_peak_rss()
     t0 = time.perf_counter()
     with a.serve_python(domains=opts["domains"]):
         if sampler is not None:
@@ -272,21 +296,25 @@ def run_serve(opts, module, args):
     python = stats.pop("python")
     sampled = None
     if sampler is not None:
-        sampler.to_csv(opts["timeline"])
+        write_timeline(sampler, opts["timeline"])
         sampled = max((r.get("heap_total", 0) for r in sampler.rows), default=None)
     s = summary("serve_python", args, opts, stats, python, stats["peak_heap_used"],
-                scralloc.peak_rss(), wall, status, sampled)
+                scralloc.peak_rss(), children_peak_rss(children_before), wall, status, sampled)
     emit(s, opts)
-    # Closed if the program left nothing on it; else it stays open with the
-    # program's objects until the process ends.
-    if a.python_blocks == 0:
+    # What the program left on the heap (its objects, the interpreter's
+    # caches) keeps it until freed or the process ends; the summary said
+    # how much, so no warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", scralloc.ScrallocWarning)
         a.close()
-    else:
-        _KEEP.append(a)
     return status
 
 
-_KEEP: list = []  # allocators the program left objects on
+def write_timeline(sampler, path):
+    try:
+        sampler.to_csv(path)
+    except OSError as e:
+        raise UsageError(f"--timeline {path}: {e.strerror}") from None
 
 
 # ---- running a child under LD_PRELOAD --------------------------------
@@ -316,7 +344,7 @@ def find_library(explicit=None):
 CHILD = r"""
 import json, os, sys, threading, time
 sys.path.insert(0, os.environ["SCRALLOC_RUN_PKG"])
-from scralloc.__main__ import run_program
+from scralloc.__main__ import UsageError, children_peak_rss, run_program, write_timeline
 from scralloc.sampler import Sampler, preloaded_process_stats
 import scralloc
 report, timeline, interval = sys.argv[1], sys.argv[2], float(sys.argv[3])
@@ -325,6 +353,7 @@ args = sys.argv[5:]
 if preloaded_process_stats() is None:
     sys.exit("scralloc run --preload: malloc is not scralloc's in the child (LD_PRELOAD failed?)")
 sampler = Sampler("process", interval=interval / 1000.0)
+children_before = children_peak_rss()
 t0 = time.perf_counter()
 sampler.start()
 try:
@@ -335,11 +364,14 @@ wall = time.perf_counter() - t0
 sampler.sample()
 d = preloaded_process_stats()
 if timeline:
-    sampler.to_csv(timeline)
+    try:
+        write_timeline(sampler, timeline)
+    except UsageError as e:
+        print(f"python -m scralloc run: {e}", file=sys.stderr)
 out = {"heap": d["heap"], "process": d["process"], "wall": wall, "status": status,
        "peak_heap_used": max((r.get("heap_used", 0) for r in sampler.rows), default=None),
        "peak_heap_total": max((r.get("heap_total", 0) for r in sampler.rows), default=None),
-       "peak_rss": scralloc.peak_rss()}
+       "peak_rss": scralloc.peak_rss(), "peak_rss_children": children_peak_rss(children_before)}
 with open(report, "w") as f:
     json.dump(out, f)
 sys.stdout.flush(); sys.stderr.flush()
@@ -373,7 +405,7 @@ def run_preload(opts, module, args):
     finally:
         os.unlink(report)
     s = summary("preload", args, opts, r["heap"], None, r["peak_heap_used"], r["peak_rss"],
-                r["wall"], r["status"], r["peak_heap_total"])
+                r["peak_rss_children"], r["wall"], r["status"], r["peak_heap_total"])
     s["process"] = r["process"]
     emit(s, opts)
     return status
@@ -396,7 +428,7 @@ def main(argv=None):
         if e.args[0] is None:
             print(HELP)
             return 0
-        print(f"python -m scralloc run: {e.args[0]}\n{USAGE}", file=sys.stderr)
+        print(f"python -m scralloc run: {e.args[0]}", file=sys.stderr)
         return 2
 
 

@@ -1,45 +1,55 @@
-"""A pytest plugin: each test's Python objects on a fresh scralloc heap.
+"""A pytest plugin: the memory each test's call takes, and limits on it.
 
 Off unless asked::
 
     pytest --scralloc                       # (installed: the pytest11 entry point)
     pytest -p scralloc.pytest_plugin --scralloc   # from a checkout
+    LD_PRELOAD=/path/to/libscralloc.so pytest --scralloc --scralloc-mode=process
 
-With ``--scralloc`` each test's call runs inside
-``Allocator(**options).serve_python()`` on an allocator of its own; at the
-end pytest prints the tests with the largest peak heapUsed and their
-syscalls.  ``@pytest.mark.scralloc_limit("24 MB")`` fails a test whose
-peak heapUsed goes over the limit (units: B, KB, MB, GB, or KiB, MiB, GiB,
-all powers of 1024; a plain int is bytes).  ``--scralloc-top N`` sets the
-length of the report (default 10), ``--scralloc-option NAME=VALUE`` a core
-option of the allocators (``retain=0``; repeatable).
+Two modes (``--scralloc-mode``), which see different memory:
+
+- ``python`` (the default): each test's call runs inside
+  ``Allocator(**options).serve_python()`` on an allocator of its own, so
+  the figures are those of Python's objects made by the call (the ``mem``
+  and ``obj`` domains), exactly, peak included.  Memory that C extensions
+  take with ``malloc`` (numpy's arrays, a ctypes ``malloc``) is not seen.
+- ``process``: pytest runs under ``LD_PRELOAD=libscralloc.so``, whose
+  process allocator serves every ``malloc`` of the process; the figures
+  are the process allocator's, as growth above the call's start: sampled
+  on a thread every ``--scralloc-interval`` ms and read on the test's own
+  thread at the call's start and end.  Python's small objects are seen
+  only with ``PYTHONMALLOC=malloc`` (pymalloc takes its arenas from mmap).
+
+At the end pytest prints the tests with the largest peak heapUsed, with
+heapTotal at the call's end in its parts and the syscalls.
+``@pytest.mark.scralloc_limit("24 MB")`` fails a test whose peak heapUsed
+goes over the limit (units: B, KB, MB, GB, or KiB, MiB, GiB, all powers of
+1024; a plain int is bytes).  ``--scralloc-top N`` sets the length of the
+report (default 10), ``--scralloc-option NAME=VALUE`` a core option of the
+allocators (``retain=0``; repeatable; python mode).
 
 Only the test's call is measured (not its fixtures' setup and teardown).
-Objects a test leaves behind (a module-level cache that grew, an object
-on a free list) keep their allocator routed; it is closed once they are
-gone, checked after each test.
+Objects a test leaves behind (a module-level cache that grew, an object on
+a free list) keep their allocator's heap after it is closed, until they
+are freed; the report says how many blocks still do.
 """
 import gc
-import re
+import warnings
 
 import pytest
 
 import scralloc
+from scralloc.sampler import Sampler, preloaded_process_stats
 
-_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024**2, "MB": 1024**2,
-          "MIB": 1024**2, "G": 1024**3, "GB": 1024**3, "GIB": 1024**3}
+MODES = ("python", "process")
 
 
 def parse_limit(value):
     """'24 MB' -> 25165824; an int is bytes."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise ValueError(f"scralloc_limit: {value} is negative")
-        return value
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(value))
-    if not m or m.group(2).upper() not in _UNITS:
-        raise ValueError(f"scralloc_limit: cannot read {value!r} as a size (e.g. '24 MB')")
-    return int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    try:
+        return scralloc._parse_size(value)
+    except ValueError as e:
+        raise ValueError(f"scralloc_limit: {e}") from None
 
 
 def _mib(v):
@@ -47,10 +57,16 @@ def _mib(v):
 
 
 def pytest_addoption(parser):
-    group = parser.getgroup("scralloc", "scralloc: each test's Python objects on a scralloc heap")
+    group = parser.getgroup("scralloc", "scralloc: the memory each test takes, and limits on it")
     group.addoption("--scralloc", action="store_true", default=False,
-                    help="run each test with serve_python() on a fresh scralloc allocator")
-    group.addoption("--scralloc-top", type=int, default=10, metavar="N",
+                    help="measure each test's call (see --scralloc-mode) and report the largest")
+    group.addoption("--scralloc-mode", default="python", metavar="MODE",
+                    help="python: the call's Python objects on a fresh scralloc heap "
+                         "(serve_python; default); process: every malloc of the process, "
+                         "with pytest under LD_PRELOAD=libscralloc.so")
+    group.addoption("--scralloc-interval", default="2", metavar="MS",
+                    help="process mode: milliseconds between samples (default 2)")
+    group.addoption("--scralloc-top", default="10", metavar="N",
                     help="tests listed in the scralloc report (default 10)")
     group.addoption("--scralloc-option", action="append", default=[], metavar="NAME=VALUE",
                     help="a core option of the allocators, e.g. retain=0 (repeatable)")
@@ -65,80 +81,141 @@ def pytest_configure(config):
         config.pluginmanager.register(ScrallocPlugin(config), "scralloc-serve")
 
 
+def _usage(option, value, why):
+    return pytest.UsageError(f"{option} {value}: {why}")
+
+
 class ScrallocPlugin:
     def __init__(self, config):
-        self.top = config.getoption("scralloc_top")
+        self.mode = config.getoption("scralloc_mode")
+        if self.mode not in MODES:
+            raise _usage("--scralloc-mode", self.mode, f"expected one of {', '.join(MODES)}")
+        top = config.getoption("scralloc_top")
+        try:
+            self.top = int(top)
+        except ValueError:
+            raise _usage("--scralloc-top", top, "not a number") from None
+        if self.top < 0:
+            raise _usage("--scralloc-top", top, "must be 0 or more")
+        interval = config.getoption("scralloc_interval")
+        try:
+            self.interval = float(interval) / 1000.0
+        except ValueError:
+            raise _usage("--scralloc-interval", interval, "not a number of milliseconds") from None
+        if not self.interval > 0:
+            raise _usage("--scralloc-interval", interval, "must be above 0")
         self.options = {}
         for item in config.getoption("scralloc_option"):
             name, eq, value = item.partition("=")
             if not eq or name not in scralloc.OPTIONS:
                 raise pytest.UsageError(f"--scralloc-option {item!r}: expected NAME=VALUE with "
                                         f"NAME one of {', '.join(scralloc.OPTIONS)}")
-            self.options[name] = parse_limit(value)
+            try:
+                self.options[name] = scralloc._parse_option(name, value)
+            except ValueError as e:
+                raise _usage("--scralloc-option", item, str(e)) from None
+        if self.mode == "process" and preloaded_process_stats() is None:
+            raise _usage("--scralloc-mode", "process", "malloc is not scralloc's: run pytest "
+                         "under LD_PRELOAD=/path/to/libscralloc.so (make build/release/libscralloc.so)")
         self.results = []       # (nodeid, figures)
-        self.pending = []       # allocators still holding blocks a test left behind
+        self.kept = []          # closed allocators whose heap Python's blocks keep
 
-    def _close_finished(self):
-        still = []
-        for a in self.pending:
-            if a.python_blocks == 0:
-                a.close()
-            else:
-                still.append(a)
-        self.pending = still
+    def _limit(self, item):
+        marker = item.get_closest_marker("scralloc_limit")
+        if marker is None:
+            return None, None
+        if len(marker.args) != 1 or marker.kwargs:
+            pytest.fail(f"{item.nodeid}: scralloc_limit takes one size, e.g. "
+                        f"scralloc_limit('24 MB')", pytrace=False)
+        try:
+            return parse_limit(marker.args[0]), marker.args[0]
+        except ValueError as e:
+            pytest.fail(f"{item.nodeid}: {e}", pytrace=False)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item):
-        marker = item.get_closest_marker("scralloc_limit")
-        limit = None
-        if marker is not None:
-            if len(marker.args) != 1 or marker.kwargs:
-                raise pytest.UsageError(f"{item.nodeid}: scralloc_limit takes one size, e.g. "
-                                        f"scralloc_limit('24 MB')")
-            limit = parse_limit(marker.args[0])
+        limit, text = self._limit(item)
+        figures = {"limit": limit}          # filled in even when the test fails
+        self.results.append((item.nodeid, figures))
+        measure = self._measure_python if self.mode == "python" else self._measure_process
+        result = yield from measure(figures)
+        if limit is not None and figures["peak_heap_used"] > limit:
+            what = "peak heapUsed" if self.mode == "python" else \
+                "peak heapUsed of the process allocator above the call's start"
+            pytest.fail(f"scralloc_limit: {what} {_mib(figures['peak_heap_used'])} "
+                        f"({figures['peak_heap_used']} bytes) is over the limit of {_mib(limit)} "
+                        f"({text!r})", pytrace=False)
+        return result
+
+    def _measure_python(self, figures):
         a = scralloc.Allocator(**self.options)
         try:
             with a.serve_python():
-                result = yield
+                return (yield)
         finally:
             st = a.stats()
-            figures = {
+            figures.update({
                 "peak_heap_used": st["peak_heap_used"],
                 "heap_total": st["heap_total"],
+                "parts": scralloc.heap_parts(st),
                 "mmap": st["mmap_calls"], "munmap": st["munmap_calls"],
-                "madvise": st["madvise_calls"], "mremap": st["mremap_calls"],
+                "madvise": st["madvise_calls"],
                 "calls": st["python"]["mem"]["calls"] + st["python"]["obj"]["calls"],
-                "limit": limit,
-            }
-            self.results.append((item.nodeid, figures))
-            self.pending.append(a)
-            del a
-            self._close_finished()
-        if limit is not None and figures["peak_heap_used"] > limit:
-            pytest.fail(f"scralloc_limit: peak heapUsed {_mib(figures['peak_heap_used'])} "
-                        f"({figures['peak_heap_used']} bytes) is over the limit of {_mib(limit)} "
-                        f"({marker.args[0]!r})", pytrace=False)
-        return result
+            })
+            with warnings.catch_warnings():   # the report counts what keeps a heap
+                warnings.simplefilter("ignore", scralloc.ScrallocWarning)
+                a.close()
+            if a.python_blocks:
+                self.kept.append(a)
+
+    def _measure_process(self, figures):
+        s = Sampler("process", interval=self.interval)
+        s.start()                           # the first row on this thread: current
+        try:
+            return (yield)
+        finally:
+            s.stop()                        # and the last
+            first, last = s.rows[0], s.rows[-1]
+            figures.update({
+                "peak_heap_used": max(r["heap_used"] for r in s.rows) - first["heap_used"],
+                "heap_total": last["heap_total"],
+                "parts": scralloc.heap_parts(last),
+                "mmap": last["mmap_calls"] - first["mmap_calls"],
+                "munmap": last["munmap_calls"] - first["munmap_calls"],
+                "madvise": last["madvise_calls"] - first["madvise_calls"],
+                "calls": None,
+            })
 
     def pytest_terminal_summary(self, terminalreporter):
-        gc.collect()
-        self._close_finished()
         tr = terminalreporter
-        tr.section("scralloc: peak heapUsed per test")
+        if self.mode == "python":
+            tr.section("scralloc: peak heapUsed per test (Python's objects, serve_python)")
+        else:
+            tr.section(f"scralloc: peak heapUsed per test (every malloc, the process allocator, "
+                       f"above the call's start; sampled every {self.interval * 1000:g} ms)")
         if not self.results:
             tr.write_line("no test ran")
             return
         rows = sorted(self.results, key=lambda r: r[1]["peak_heap_used"], reverse=True)
-        tr.write_line(f"{'peak heapUsed':>14} {'heapTotal':>12} {'mmap':>6} {'munmap':>7} "
-                      f"{'madvise':>8} {'calls':>10}  test")
+        tr.write_line(f"{'peak heapUsed':>14} | {'heapTotal at end':>16} = {'live':>7} + {'free':>7} + "
+                      f"{'retained':>8} + {'waiting':>7} + {'cached':>7} | {'mmap':>6} "
+                      f"{'munmap':>7} {'madvise':>8} {'calls':>10}  test")
         for nodeid, f in rows[: self.top]:
             over = "  OVER LIMIT" if f["limit"] is not None and f["peak_heap_used"] > f["limit"] else ""
-            tr.write_line(f"{_mib(f['peak_heap_used']):>14} {_mib(f['heap_total']):>12} "
-                          f"{f['mmap']:>6} {f['munmap']:>7} {f['madvise']:>8} {f['calls']:>10}  "
+            p = [v / (1024 * 1024) for v in f["parts"].values()]
+            calls = "-" if f["calls"] is None else f["calls"]
+            tr.write_line(f"{_mib(f['peak_heap_used']):>14} | {f['heap_total'] / (1024 * 1024):16.2f} = "
+                          f"{p[0]:7.2f} + {p[1]:7.2f} + {p[2]:8.2f} + {p[3]:7.2f} + {p[4]:7.2f} | "
+                          f"{f['mmap']:>6} {f['munmap']:>7} {f['madvise']:>8} {calls:>10}  "
                           f"{nodeid}{over}")
         if len(rows) > self.top:
             tr.write_line(f"({len(rows) - self.top} more; --scralloc-top N shows more)")
-        if self.pending:
-            blocks = sum(a.python_blocks for a in self.pending)
-            tr.write_line(f"{len(self.pending)} allocator(s) still hold {blocks} block(s) of objects "
-                          f"the tests left behind")
+        where = "the process allocator's" if self.mode == "process" else "the test's heap"
+        tr.write_line(f"heapTotal: {where} at the call's end, in MiB = " + " + ".join(
+            label for _, label in scralloc.HEAP_PARTS))
+        gc.collect()
+        self.kept = [a for a in self.kept if a.python_blocks]
+        if self.kept:
+            blocks = sum(a.python_blocks for a in self.kept)
+            tr.write_line(f"{len(self.kept)} closed allocator(s) kept for {blocks} block(s) of "
+                          f"objects the tests left behind")

@@ -4,13 +4,14 @@ Each row is a dict:
 
 - ``t``: seconds since the sampler's first sample;
 - ``rss``: the resident set size, from the kernel (this process:
-  ``/proc/self/statm``; another process: ``VmRSS`` of ``/proc/PID/status``,
-  with ``rss_hwm``, its ``VmHWM``);
-- the other fields of :func:`scralloc.memory_usage` (``heapTotal``,
-  ``heapUsed``, ``external`` and its peaks; this process only);
-- the source's statistics, flattened (scalar fields only; the per-class
-  list is left out): an :class:`~scralloc.Allocator`'s ``stats()``, or the
-  process allocator's heap figures and its ``process`` figures.
+  ``/proc/self/statm``, with ``peakRss``; another process: ``VmRSS`` of
+  ``/proc/PID/status``, with ``rss_hwm``, its ``VmHWM``);
+- with a source, its statistics, flattened (scalar fields only; the
+  per-class list is left out): an :class:`~scralloc.Allocator`'s
+  ``stats()``, or the process allocator's heap figures and its ``process``
+  figures; without one, the heap fields of :func:`scralloc.memory_usage`
+  (``heapTotal``, ``heapUsed``, ``external``, ``peakHeapUsed``).  One name
+  per figure: a row never has both ``heapUsed`` and ``heap_used``.
 
 Rows are taken at each :meth:`Sampler.sample` call, or every ``interval``
 seconds on a background thread (:meth:`start` / :meth:`stop`, or the
@@ -26,8 +27,13 @@ from . import _scralloc  # type: ignore[attr-defined]  # (the stub declares the 
 
 __all__ = ["Sampler", "preloaded_process_stats", "pid_memory", "pid_rss"]
 
-#: The fields :meth:`Sampler.plot` draws when none are named.
-DEFAULT_PLOT_FIELDS = ("rss", "heapTotal", "heapUsed")
+#: The fields :meth:`Sampler.plot` draws when none are named: rows with a
+#: source's figures, rows without.
+DEFAULT_PLOT_FIELDS = ("rss", "heap_total", "heap_used")
+MEMORY_USAGE_PLOT_FIELDS = ("rss", "heapTotal", "heapUsed")
+#: memory_usage() fields a row with a source leaves out (the source's
+#: heap_total, heap_used and peak_heap_used say it of the source).
+_SUMMED_FIELDS = ("heapTotal", "heapUsed", "external", "peakHeapUsed")
 
 
 def _process_stats_json_fn():
@@ -169,6 +175,8 @@ class Sampler:
 
             row = memory_usage()
             if self._stats is not None:
+                for k in _SUMMED_FIELDS:
+                    del row[k]
                 row.update(self._stats())
         row.update(marks)
         with self._lock:
@@ -179,10 +187,8 @@ class Sampler:
         return row
 
     def _run(self):
-        while True:
+        while not self._stop.wait(self.interval):
             self.sample()
-            if self._stop.wait(self.interval):
-                return
 
     @property
     def running(self):
@@ -190,12 +196,13 @@ class Sampler:
         return self._thread is not None
 
     def start(self):
-        """Sample every ``interval`` seconds on a background thread (the
-        first row at once).  Returns self."""
+        """Take the first row now, on the caller's thread, then one every
+        ``interval`` seconds on a background thread.  Returns self."""
         if self.interval is None:
             raise ValueError("start() needs an interval: Sampler(source, interval=SECONDS)")
         if self._thread is not None:
             raise RuntimeError("this Sampler is already running")
+        self.sample()
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="scralloc.Sampler", daemon=True)
         self._thread.start()
@@ -269,8 +276,14 @@ class Sampler:
     def read_csv(cls, path_or_file):
         """A stopped Sampler holding the rows of a CSV that :meth:`to_csv`
         wrote (in another process, say), numbers as numbers and empty
-        fields as None: to plot or compare them."""
+        fields as None: to plot or compare them.  A file that is not such
+        a timeline (no ``t`` column first, a line with another number of
+        fields than the header, a ``t`` that is not a number) raises
+        ValueError naming the line."""
         import csv
+
+        name = getattr(path_or_file, "name", None) or (
+            "<file>" if hasattr(path_or_file, "read") else str(path_or_file))
 
         def value(v):
             if v == "":
@@ -283,7 +296,22 @@ class Sampler:
             return v
 
         def read(f):
-            return [{k: value(v) for k, v in r.items()} for r in csv.DictReader(f)]
+            lines = csv.reader(f)
+            header = next(lines, None)
+            if not header or header[0] != "t":
+                raise ValueError(f"{name}: line 1: not a Sampler timeline (its header must "
+                                 f"begin with the column t, not {(header or [None])[0]!r})")
+            rows = []
+            for r in lines:
+                if len(r) != len(header):
+                    raise ValueError(f"{name}: line {lines.line_num}: {len(r)} fields where "
+                                     f"the header has {len(header)}")
+                row = {k: value(v) for k, v in zip(header, r)}
+                if not isinstance(row["t"], (int, float)):
+                    raise ValueError(f"{name}: line {lines.line_num}: t is {r[0]!r}, not "
+                                     f"a number of seconds")
+                rows.append(row)
+            return rows
 
         s = cls()
         if hasattr(path_or_file, "read"):
@@ -293,9 +321,10 @@ class Sampler:
                 s.rows = read(f)
         return s
 
-    def plot(self, fields=DEFAULT_PLOT_FIELDS, ax=None, *, x="t", label_prefix=""):
+    def plot(self, fields=None, ax=None, *, x="t", label_prefix=""):
         """Draw ``fields`` against ``x`` (seconds, or another field of the
-        rows) on ``ax`` (a new figure's axes when None) and return the axes.  Byte fields are drawn in MiB; when every
+        rows) on ``ax`` (a new figure's axes when None) and return the axes.
+        Without ``fields``: rss and the heap's total and used bytes.  Byte fields are drawn in MiB; when every
         field is a count, the raw values.  Lines that lie on each other stay
         visible: each has its own dash pattern and width.  Needs matplotlib
         (``pip install scralloc[plot]``)."""
@@ -303,9 +332,11 @@ class Sampler:
             import matplotlib.pyplot as plt
         except ImportError as e:
             raise ImportError("Sampler.plot() needs matplotlib: pip install 'scralloc[plot]'") from e
-        if isinstance(fields, str):
-            fields = (fields,)
         present = set(self.fields())
+        if fields is None:
+            fields = DEFAULT_PLOT_FIELDS if "heap_used" in present else MEMORY_USAGE_PLOT_FIELDS
+        elif isinstance(fields, str):
+            fields = (fields,)
         missing = [f for f in (*fields, x) if f not in present]
         if missing:
             raise KeyError(f"no such field in the rows: {', '.join(missing)} "

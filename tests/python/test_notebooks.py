@@ -121,6 +121,41 @@ def test_thread_arenas():
         assert at_end - at_start < 0.25 * allocated and returned < 0.25 * allocated, wave
 
 
+def test_execute_writes_a_copy(tmp_path):
+    """execute.py leaves the notebook as it is and writes the executed copy
+    to build/notebooks/ (--out elsewhere); --write updates the notebook."""
+    import nbformat
+    import subprocess
+
+    nb_path = tmp_path / "nbs" / "tiny.ipynb"
+    nb_path.parent.mkdir()
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(6 * 7)")]), nb_path)
+    committed = nb_path.read_bytes()
+    script = os.path.join(NOTEBOOKS, "execute.py")
+
+    pkg_parent = os.path.dirname(os.path.dirname(os.path.abspath(scralloc.__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([pkg_parent, os.environ.get("PYTHONPATH", "")]))
+
+    def execute_py(*args):
+        return subprocess.run([sys.executable, script, "--ci", *args, str(nb_path)], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    def printed(path):
+        return "".join(o.get("text", "") for c in nbformat.read(path, as_version=4).cells for o in c.outputs)
+
+    out = execute_py()
+    assert out.returncode == 0, out.stderr
+    assert nb_path.read_bytes() == committed
+    assert printed(tmp_path / "build" / "notebooks" / "tiny.ipynb") == "42\n"
+    out = execute_py("--out", str(nb_path.parent))
+    assert out.returncode == 2 and "use --write" in out.stderr
+    assert nb_path.read_bytes() == committed
+    out = execute_py("--write")
+    assert out.returncode == 0, out.stderr
+    assert printed(nb_path) == "42\n"
+
+
+
 def test_python_on_scralloc():
     text, figures = run("4_python_on_scralloc.ipynb")
     assert figures == 1

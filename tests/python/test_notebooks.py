@@ -82,6 +82,7 @@ def test_page_retention():
 def test_hoarding():
     text, figures = run("2_hoarding.ipynb")
     assert figures == 1
+    assert int(re.search(r"median of (\d+) runs", text).group(1)) >= 3
     rows = {r[0]: [float(v) for v in r[1:7]] for r in table_rows(text, "allocator")}
     assert "glibc" in rows and "scralloc" in rows
     live = float(re.search(r"live after the bursts: (\d+) MiB", text).group(1))
@@ -91,6 +92,20 @@ def test_hoarding():
     # The RFC's complaint: glibc keeps the freed bursts' pages; scralloc
     # gives them back on free, without malloc_trim.
     assert rows["scralloc"][2] < rows["glibc"][2]
+    # The phases marked on the plot, in the program's order, the wait last.
+    wait_s = 0.3  # WAIT_MS at the CI size
+    phases = {r[0]: [float(v) for v in r[1:5]] for r in table_rows(text, "allocator", 1)}
+    assert sorted(phases) == sorted(rows)
+    for name, (bursts_end, trim, freed, exit_) in phases.items():
+        assert 0 < bursts_end <= trim <= freed < exit_, name
+        assert abs(exit_ - freed - wait_s) < 0.05, name
+    # The caption ranks every allocator by the table's figures.
+    for label, column in (("Peak RSS", 1), ("RSS once the bursts are freed", 2)):
+        listed = re.search(label + r"[^:]*: (.*)\.", text).group(1)
+        ranked = [(m.group(1), float(m.group(2).replace(",", ""))) for m in re.finditer(r"(\w+) ([\d,]+) MiB", listed)]
+        assert [n for n, _ in ranked] and sorted(n for n, _ in ranked) == sorted(rows), label
+        assert all(v == rows[n][column] for n, v in ranked), label
+        assert [v for _, v in ranked] == sorted(v for _, v in ranked), label
 
 
 def test_thread_arenas():
@@ -153,7 +168,6 @@ def test_execute_writes_a_copy(tmp_path):
     out = execute_py("--write")
     assert out.returncode == 0, out.stderr
     assert printed(nb_path) == "42\n"
-
 
 
 def test_python_on_scralloc():

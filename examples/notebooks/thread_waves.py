@@ -6,17 +6,17 @@
 Each wave starts THREADS threads that allocate MIB MiB each in small
 objects, wait until every thread of the wave holds its share (so that each
 allocates in an arena of its own), free them and exit: their arenas are
-parked.  The program then waits until the discard helper has taken every
+parked. The program then waits until the discard helper has taken every
 arena the wave parked (at most ten discard delays) and starts the next
 wave at once, as a program whose threads keep coming back does: each such
-return doubles the discard delay, up to its cap.  After the last wave it
-stays idle IDLE seconds.  A scralloc.Sampler reads the process allocator's
+return doubles the discard delay, up to its cap. After the last wave it
+stays idle IDLE seconds. A scralloc.Sampler reads the process allocator's
 figures all along; the rows go to FILE (CSV, default stdout), each marked
-with the wave running (a wave's first and last rows are taken as it
-starts and once its threads have parked their arenas).  Set SCRALLOC_DISCARD_DELAY_MS and
-SCRALLOC_DISCARD_DELAY_MAX_MS to scale; a parked arena keeps its free
-pages for the discard only as far as SCRALLOC_RETAIN_BYTES lets it (the
-notebook raises it).
+with the wave running (a wave's first and last rows are taken as it starts
+and once its threads have parked their arenas). Set
+SCRALLOC_DISCARD_DELAY_MS and SCRALLOC_DISCARD_DELAY_MAX_MS to scale; a
+parked arena keeps its free pages for the discard only as far as
+SCRALLOC_RETAIN_BYTES lets it (the notebook raises it).
 """
 import argparse
 import sys
@@ -25,6 +25,18 @@ import time
 
 import scralloc
 from scralloc.sampler import preloaded_process_stats
+
+
+def process():
+    """The process allocator's own figures (arenas, claims, parks, discards)."""
+    return preloaded_process_stats()["process"]
+
+
+def wait_until(done, seconds, step):
+    """Call done() every step seconds until it is true, seconds at most."""
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(step)
 
 
 def worker(mib, all_hold):
@@ -69,19 +81,14 @@ def main():
         for th in threads:
             th.join()
         # A thread parks its arena as it exits, after join() has returned.
-        deadline = time.monotonic() + 1
-        while preloaded_process_stats()["process"]["arenas_owned"] > owned and time.monotonic() < deadline:
-            time.sleep(0.001)
+        wait_until(lambda: process()["arenas_owned"] <= owned, 1, 0.001)
         sampler.sample(wave=w)                  # its last row: its threads have parked their arenas
         wave = 0
         # Wait until the helper has discarded the wave's arenas (one per
         # thread: they held their blocks at once), ten delays at most.
-        before = preloaded_process_stats()["process"]
-        deadline = time.monotonic() + 10 * before["discard_delay_ms"] / 1000
-        while time.monotonic() < deadline:
-            if preloaded_process_stats()["process"]["discards"] - before["discards"] >= args.threads:
-                break
-            time.sleep(0.005)
+        before = process()
+        wait_until(lambda: process()["discards"] - before["discards"] >= args.threads,
+                   10 * before["discard_delay_ms"] / 1000, 0.005)
     time.sleep(args.idle)
     stop.set()
     t.join()

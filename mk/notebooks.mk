@@ -3,7 +3,8 @@
 #   make figures   runs the two notebooks whose plots the README shows
 #                  (page retention, hoarding) at full size, with the release
 #                  extension built in place, and saves the plots under
-#                  docs/img/ (the notebooks themselves are committed
+#                  docs/img/ and the executed notebooks under
+#                  build/notebooks/ (the notebooks themselves are committed
 #                  without outputs)
 #
 # tests/python/test_notebooks.py runs every notebook at its CI size in

@@ -1,12 +1,15 @@
 """Run notebooks from the command line, as CI and `make figures` do.
 
-    python3 examples/notebooks/execute.py [--ci] [--figures DIR] [--write] NOTEBOOK...
+    python3 examples/notebooks/execute.py [--ci] [--figures DIR] [--out DIR | --write] NOTEBOOK...
 
 Each notebook runs top to bottom in a fresh kernel (nbclient and ipykernel),
 in its own folder, with the scralloc this interpreter imports first on the
-kernel's path.  --ci runs the CI size (SCRALLOC_NOTEBOOK_SIZE=ci); --figures
-DIR saves the README's figures there (SCRALLOC_FIGURES); --write writes the
-outputs back into the notebook (they are committed without, see README.md).
+kernel's path, and the executed copy, outputs and figures included, is
+written to --out DIR (default build/notebooks, under the current folder)
+with the notebook's file name.  --ci runs the CI size
+(SCRALLOC_NOTEBOOK_SIZE=ci); --figures DIR saves the README's figures there
+(SCRALLOC_FIGURES); --write writes the outputs into the notebook itself
+instead (they are committed without, see README.md).
 """
 import argparse
 import os
@@ -49,16 +52,24 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ci", action="store_true", help="the CI size")
     ap.add_argument("--figures", help="save the README's figures in this folder")
-    ap.add_argument("--write", action="store_true", help="write the outputs into the notebooks")
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--out", default=os.path.join("build", "notebooks"),
+                       help="write the executed copies in this folder (default: %(default)s)")
+    where.add_argument("--write", action="store_true", help="write the outputs into the notebooks themselves")
     ap.add_argument("notebooks", nargs="+")
     args = ap.parse_args()
     import nbformat
 
-    for path in args.notebooks:
+    targets = {path: path if args.write else os.path.join(args.out, os.path.basename(path))
+               for path in args.notebooks}
+    for path, written in targets.items():
+        if not args.write and os.path.exists(written) and os.path.samefile(written, path):
+            ap.error(f"--out {args.out} would overwrite {path}: use --write for that")
+    for path, written in targets.items():
         nb, seconds = execute(path, ci=args.ci, figures=args.figures)
-        print(f"{path}: ran in {seconds:.1f} s", flush=True)
-        if args.write:
-            nbformat.write(nb, path)
+        os.makedirs(os.path.dirname(written) or ".", exist_ok=True)
+        nbformat.write(nb, written)
+        print(f"{path}: ran in {seconds:.1f} s, written to {written}", flush=True)
     return 0
 
 

@@ -4,14 +4,19 @@
         python3 thread_waves.py [--waves N] [--threads N] [--mib N] [--idle S] [--csv FILE]
 
 Each wave starts THREADS threads that allocate MIB MiB each in small
-objects, free them and exit: their arenas are parked.  The program then
-waits for the discard helper to return the parked arenas' pages (at most
-ten discard delays) and starts the next wave at once, as a program whose
-threads keep coming back does: each such return doubles the discard delay,
-up to its cap.  After the last wave it stays idle IDLE seconds.  A
-scralloc.Sampler reads the process allocator's figures all along; the rows
-go to FILE (CSV, default stdout), each marked with the wave running.
-Set SCRALLOC_DISCARD_DELAY_MS and SCRALLOC_DISCARD_DELAY_MAX_MS to scale.
+objects, wait until every thread of the wave holds its share (so that each
+allocates in an arena of its own), free them and exit: their arenas are
+parked. The program then waits until the discard helper has taken every
+arena the wave parked (at most ten discard delays) and starts the next
+wave at once, as a program whose threads keep coming back does: each such
+return doubles the discard delay, up to its cap. After the last wave it
+stays idle IDLE seconds. A scralloc.Sampler reads the process allocator's
+figures all along; the rows go to FILE (CSV, default stdout), each marked
+with the wave running (a wave's first and last rows are taken as it starts
+and once its threads have parked their arenas). Set
+SCRALLOC_DISCARD_DELAY_MS and SCRALLOC_DISCARD_DELAY_MAX_MS to scale; a
+parked arena keeps its free pages for the discard only as far as
+SCRALLOC_RETAIN_BYTES lets it (the notebook raises it).
 """
 import argparse
 import sys
@@ -22,11 +27,24 @@ import scralloc
 from scralloc.sampler import preloaded_process_stats
 
 
-def worker(mib):
+def process():
+    """The process allocator's own figures (arenas, claims, parks, discards)."""
+    return preloaded_process_stats()["process"]
+
+
+def wait_until(done, seconds, step):
+    """Call done() every step seconds until it is true, seconds at most."""
+    deadline = time.monotonic() + seconds
+    while not done() and time.monotonic() < deadline:
+        time.sleep(step)
+
+
+def worker(mib, all_hold):
     block = 512
     keep = [bytearray(block) for _ in range((mib << 20) // (block + 64))]
     for b in keep[::97]:
         b[0] = 1
+    all_hold.wait()
     del keep
 
 
@@ -55,20 +73,22 @@ def main():
     t.start()
     for w in range(1, args.waves + 1):
         wave = w
-        sampler.sample(wave=w)                  # every wave has a row, however short it runs
-        threads = [threading.Thread(target=worker, args=(args.mib,)) for _ in range(args.threads)]
+        owned = sampler.sample(wave=w)["arenas_owned"]  # every wave has a row, however short it runs
+        all_hold = threading.Barrier(args.threads)
+        threads = [threading.Thread(target=worker, args=(args.mib, all_hold)) for _ in range(args.threads)]
         for th in threads:
             th.start()
         for th in threads:
             th.join()
+        # A thread parks its arena as it exits, after join() has returned.
+        wait_until(lambda: process()["arenas_owned"] <= owned, 1, 0.001)
+        sampler.sample(wave=w)                  # its last row: its threads have parked their arenas
         wave = 0
-        # wait for the discard of the parked arenas (ten delays at most)
-        before = preloaded_process_stats()["process"]
-        deadline = time.monotonic() + 10 * before["discard_delay_ms"] / 1000
-        while time.monotonic() < deadline:
-            if preloaded_process_stats()["process"]["discards"] > before["discards"]:
-                break
-            time.sleep(0.005)
+        # Wait until the helper has discarded the wave's arenas (one per
+        # thread: they held their blocks at once), ten delays at most.
+        before = process()
+        wait_until(lambda: process()["discards"] - before["discards"] >= args.threads,
+                   10 * before["discard_delay_ms"] / 1000, 0.005)
     time.sleep(args.idle)
     stop.set()
     t.join()

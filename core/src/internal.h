@@ -261,6 +261,21 @@ static inline void _scr_heap_bytes_sub(scr_heap *h, uint64_t n) {
   h->bytes -= n;
   if (h->owner && n) _scr_owned_shrink(n);
 }
+/* The live bytes of large and huge blocks of every heap with an owner,
+ * kept where a heap's large_bytes change (a large block's malloc, free or
+ * growth: never a small block's), so that another thread reads them
+ * current (the process allocator's scr_stats: a thread's big blocks
+ * before its next snapshot).
+ *   _scr_owned_large == sum(h->large_bytes of owned heaps) */
+SCR_INTERNAL extern _Atomic uint64_t _scr_owned_large;
+static inline void _scr_heap_large_add(scr_heap *h, uint64_t n) {
+  h->large_bytes += n;
+  if (h->owner) atomic_fetch_add_explicit(&_scr_owned_large, n, memory_order_relaxed);
+}
+static inline void _scr_heap_large_sub(scr_heap *h, uint64_t n) {
+  h->large_bytes -= n;
+  if (h->owner) atomic_fetch_sub_explicit(&_scr_owned_large, n, memory_order_relaxed);
+}
 SCR_INTERNAL void *_scr_heap_owner(const scr_heap *h);
 SCR_INTERNAL void _scr_heap_set_hooks(scr_heap *h, const struct _scr_heap_hooks *hooks);
 

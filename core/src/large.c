@@ -110,7 +110,7 @@ static void *huge_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
     seg->huge_live = 1;
     *zero = false;
     h->large_live++;
-    h->large_bytes += seg->huge_size;
+    _scr_heap_large_add(h, seg->huge_size);
     return handed_out(cached, false);
   }
   if (!_scr_heap_grow_ok(h, size)) {
@@ -125,7 +125,7 @@ static void *huge_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
       seg->huge_live = 1;
       *zero = false;
       h->large_live++;
-      h->large_bytes += seg->huge_size;
+      _scr_heap_large_add(h, seg->huge_size);
       scr_validate_heap(h);
       return handed_out(huge_block(seg), false);
     }
@@ -141,7 +141,7 @@ static void *huge_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
   seg->huge_live = 1;
   _scr_heap_bytes_add(h, size);
   h->large_live++;
-  h->large_bytes += seg->huge_size;
+  _scr_heap_large_add(h, seg->huge_size);
   *zero = true;
   return huge_block(seg);
 }
@@ -172,7 +172,7 @@ void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
     pg->cached = 0;
     *zero = false;
     h->large_live++;
-    h->large_bytes += (size_t)pg->span << SCR_PAGE_SHIFT;
+    _scr_heap_large_add(h, (size_t)pg->span << SCR_PAGE_SHIFT);
     return handed_out(block, false);
   }
   scr_page *pg = _scr_segment_take_pages(h, span, align, false);
@@ -187,7 +187,7 @@ void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
   mark_span(seg, first, span, false);
   *zero = all_zero;
   h->large_live++;
-  h->large_bytes += bytes;
+  _scr_heap_large_add(h, bytes);
   scr_validate_heap(h);
   return handed_out(_scr_page_start(seg, pg), all_zero);
 }
@@ -205,7 +205,7 @@ void _scr_large_free(scr_heap *h, scr_segment *seg, void *p) {
     pg->cached = 1;
   }
   h->large_live--;
-  h->large_bytes -= size;
+  _scr_heap_large_sub(h, size);
   if (seg->kind == SCR_SEG_HUGE && h->hooks.huge_put) { /* the process's huge cache */
     _scr_segment_detach(h, seg);
     h->hooks.huge_put(h, seg, h->hooks.arg);
@@ -248,7 +248,7 @@ void *_scr_large_realloc_inplace(scr_heap *h, scr_segment *seg, void *p, size_t 
     if ((seg->free_mask & bits) != bits) return NULL;
     if (!_scr_heap_grow_ok(h, (size_t)more * SCR_PAGE_SIZE)) return NULL;
     if (_scr_segment_take_at(h, seg, first + pg->span, more) == NULL) return NULL;
-    h->large_bytes += (size_t)more << SCR_PAGE_SHIFT;
+    _scr_heap_large_add(h, (size_t)more << SCR_PAGE_SHIFT);
     mark_span(seg, first, want, false);
     scr_validate_heap(h);
     return p;
@@ -288,7 +288,7 @@ void *_scr_large_realloc_inplace(scr_heap *h, scr_segment *seg, void *p, size_t 
   moved->huge_size = new_size - moved->huge_offset;
   _scr_heap_bytes_add(h, grow);
   h->reserved += grow;
-  h->large_bytes += grow;
+  _scr_heap_large_add(h, grow);
   scr_validate_heap(h);
   return huge_block(moved);
 }

@@ -4,7 +4,8 @@
  * the holder's last snapshot, so that a sampling thread sees another
  * thread's large allocation at once; and equal, once the threads are
  * quiet, to the bytes scr_stats() sums over the arenas and the huge
- * cache, through the huge cache's puts, takes, splits and growths.
+ * cache, through the huge cache's puts, takes, splits and growths.  The
+ * live bytes of large and huge blocks in scr_stats() are current too.
  * Runs in the debug, ASan+UBSan and TSan builds. */
 #include "check.h"
 #include "scralloc.h"
@@ -58,6 +59,9 @@ static void another_threads_memory_is_seen_at_once(void) {
   struct scr_process_stats ps = pstats();
   CHECK(ps.committed >= before + BIG);
   CHECK(ps.committed_peak >= ps.committed);
+  struct scr_stats st; /* its live big blocks too, as they are now */
+  scr_stats(&st);
+  CHECK(st.heap_used >= BIG && st.large_bytes >= BIG && st.heap_total >= st.heap_used);
   printf("  one huge block: committed %.1f MiB (before %.1f MiB)\n", (double)ps.committed / MIB,
          (double)before / MIB);
   atomic_store(&ack, 1);

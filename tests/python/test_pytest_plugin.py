@@ -175,12 +175,9 @@ def test_process_mode_sees_ctypes_malloc(tmp_path):
     section = out[out.index("scralloc: peak heapUsed per test"):]
     kept = [ln for ln in section.splitlines() if ln.endswith("test_native_kept  OVER LIMIT")]
     assert len(kept) == 1 and float(kept[0].split()[0]) >= 50, section
-    if "FAILED test_sample.py::test_native_freed" not in out:
-        # freed before the call's end: only the sampler thread can see it,
-        # and it reads the test thread's arena as of its last published
-        # snapshot (the core's side of issue 39)
-        pytest.xfail("a block freed within the call is missed: the process allocator's "
-                     "figures are not current to the sampling interval (issue 39, C side)")
+    # freed before the call's end: only the sampler thread sees it, and it
+    # reads the test thread's big blocks as they are now
+    assert "FAILED test_sample.py::test_native_freed" in out, out
 
 
 def test_parse_limit():

@@ -48,6 +48,17 @@ void scr_stats(struct scr_stats *out) {
     pthread_mutex_unlock(&a->snap_lock);
   }
   _scr_pool_account(&lent);
+  /* The live large and huge blocks as they are now, not as last published
+   * (a thread that makes few calls publishes rarely): the difference goes
+   * into the figures that count them, which then still add up. */
+  uint64_t large = atomic_load_explicit(&_scr_owned_large, memory_order_relaxed);
+  if (large >> 62) large = 0; /* a free counted before its malloc, for a moment */
+  int64_t d = (int64_t)(large - out->large_bytes);
+  if (d < 0 && (uint64_t)-d > out->heap_used) d = -(int64_t)out->heap_used;
+  out->large_bytes += (uint64_t)d;
+  out->heap_used += (uint64_t)d;
+  out->heap_total += (uint64_t)d;
+  out->bytes += (uint64_t)d;
   /* the process's cached huge blocks belong to no arena (huge_cache.c) */
   uint64_t hc_blocks, hc_bytes_, hc_munmaps, hc_failures;
   _scr_huge_cache_counts(&hc_blocks, &hc_bytes_, &hc_munmaps, &hc_failures);

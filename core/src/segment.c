@@ -235,23 +235,7 @@ static void note_refault(scr_heap *h, scr_segment *seg, uint64_t bits) {
     h->refault_bytes += PAGE_BYTES * (uint64_t)__builtin_popcountll(back);
 }
 
-static void purge_down(scr_heap *h, uint64_t keep);
-
-/* A heap that the process allocator's decay runs grows (faults in n pages
- * it did not hold, for want of committed ones that fit) while it keeps
- * dirty pages: they did not fit the request, so as many of them go back,
- * the oldest first, and what the heap holds committed does not grow while
- * it keeps free pages (as Go's heap gives back free memory when it grows
- * past its goal).  Batched by decommit_batch. */
-static void offset_growth(scr_heap *h, uint64_t n) {
-  h->growth_pages += n;
-  if (h->growth_pages * PAGE_BYTES < h->opt.decommit_batch) return;
-  uint64_t dirty = h->dirty_pages, take = h->growth_pages < dirty ? h->growth_pages : dirty;
-  h->growth_pages = 0;
-  purge_down(h, dirty - take);
-}
-
-static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigned n, bool offset) {
+static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
   uint64_t bits = _scr_run_mask(first, n);
   uint64_t fresh = bits & ~seg->committed_free_mask;
   uint64_t zero = fresh & ~seg->lazy_free_mask;
@@ -269,7 +253,6 @@ static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigne
   seg->used_pages += n;
   _scr_heap_bytes_add(h, PAGE_BYTES * (uint64_t)__builtin_popcountll(fresh));
   h->page_acquires += n;
-  if (offset && fresh && h->dirty_pages && h->hooks.pages_dirty) offset_growth(h, (uint64_t)__builtin_popcountll(fresh));
   for (unsigned i = first; i < first + n; i++) {
     scr_page *pg = &seg->pages[i];
     pg->zero = (zero >> i) & 1;
@@ -281,7 +264,7 @@ static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigne
 /* Pages first..first+n-1 of seg, which the caller knows are free. */
 scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
   heap_lock(h);
-  scr_page *pg = take_run(h, seg, first, n, true);
+  scr_page *pg = take_run(h, seg, first, n);
   heap_unlock(h);
   return pg;
 }
@@ -313,8 +296,8 @@ static scr_page *take_pages(scr_heap *h, unsigned n, size_t align, bool fresh_fi
     if (best == NULL || seg->used_pages > best->used_pages) best = seg, best_m = m;
   }
   bool grow_ok = _scr_heap_grow_ok(h, (size_t)n * SCR_PAGE_SIZE);
-  if (fresh && grow_ok) return take_run(h, fresh, (unsigned)__builtin_ctzll(fresh_m), n, false); /* chosen */
-  if (committed) return take_run(h, committed, (unsigned)__builtin_ctzll(committed_m), n, true);
+  if (fresh && grow_ok) return take_run(h, fresh, (unsigned)__builtin_ctzll(fresh_m), n);
+  if (committed) return take_run(h, committed, (unsigned)__builtin_ctzll(committed_m), n);
   if (!grow_ok) return NULL;
   if (best == NULL) {
     best = segment_map(h, SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, SCR_SEG_NORMAL);
@@ -322,7 +305,7 @@ static scr_page *take_pages(scr_heap *h, unsigned n, size_t align, bool fresh_fi
     best_m = run_starts(best->free_mask, n, align);
     scr_assert(best_m != 0);
   }
-  return take_run(h, best, (unsigned)__builtin_ctzll(best_m), n, true);
+  return take_run(h, best, (unsigned)__builtin_ctzll(best_m), n);
 }
 
 scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align, bool fresh_first) {

@@ -250,8 +250,6 @@ struct scr_heap {
   _Atomic uint64_t dirty_pages;          /* sum of popcount(dirty_new | dirty_old); atomic: the holder reads
                                             it without the lock when a page empties (heap_fast.h) */
   uint64_t over_pages;                   /* sum of popcount(dirty_over) */
-  uint64_t growth_pages;                 /* pages faulted in while dirty pages were kept, not yet offset
-                                            (segment.c: offset_growth) */
   uint64_t purge_at_ms;                  /* next purge pass (monotonic ms) */
   uint64_t large_live, large_bytes;      /* live large blocks, their bytes */
   uint64_t decommits, page_acquires, page_releases;

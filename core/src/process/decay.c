@@ -16,7 +16,11 @@
  *     holder at a tick (a busy program's helper thread may wait long for
  *     a core) or the helper (a holder that makes no calls).
  *   - Huge blocks: each cached block goes back once it has waited the
- *     delay (huge_cache.c).
+ *     delay (huge_cache.c); a request that grows what the process holds
+ *     gives back as many bytes of the oldest cached blocks.  Pages do not
+ *     do that: dirty pages that do not fit a run now fit one after the
+ *     next frees, and giving them back as the heap grew faulted them in
+ *     again at every step of a program that reuses 64 KiB-1 MiB blocks.
  *   - Refaults: memory that went back and is taken again within twice
  *     the delay counts as refaulted (the heaps' refault_bytes, the huge
  *     cache's misses).  When a pass sees refaults of at least an eighth

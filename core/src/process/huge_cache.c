@@ -151,7 +151,8 @@ static scr_segment *hc_take(scr_heap *h, size_t size, size_t offset, void *arg) 
   /* The process faults in new memory (a fresh mapping, or the block's
    * growth) while it caches blocks that did not fit: as many bytes of the
    * oldest go back, so that what it holds does not grow while it keeps
-   * free memory (decay.c: growth). */
+   * free memory (as Go's heap scavenges when it grows; decay.c says why
+   * pages do not). */
   uint64_t grow = seg == NULL ? size : seg->size < size ? size - seg->size : 0;
   while (grow > 0 && hc.n > 0) {
     uint64_t b = hc.e[0].seg->size;

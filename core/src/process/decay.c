@@ -2,9 +2,9 @@
  *
  * Decay by age, backed off on refaults.  A freed page of any arena, and a
  * freed huge block in the process's cache, stays committed, reused first,
- * until it has gone unused for the decay delay; then the helper thread
- * gives it back, oldest first, on one clock for the whole process (every
- * arena, held or parked, and the huge cache).  What stays is therefore
+ * until it has gone unused for the decay delay; then it goes back,
+ * oldest first, on one clock for the whole process (every arena, held or
+ * parked, and the huge cache), without a call from the program.  What stays is therefore
  * what the program freed within the last delay: its recent need, with no
  * constant that a program of another size falls between.
  *
@@ -20,7 +20,8 @@
  *     gives back as many bytes of the oldest cached blocks.  Pages do not
  *     do that: dirty pages that do not fit a run now fit one after the
  *     next frees, and giving them back as the heap grew faulted them in
- *     again at every step of a program that reuses 64 KiB-1 MiB blocks.
+ *     again at every step of a program that reuses large blocks
+ *     (docs/process.md has the figure).
  *   - Refaults: memory that went back and is taken again within twice
  *     the delay counts as refaulted (the heaps' refault_bytes, the huge
  *     cache's misses).  When a pass sees refaults of at least an eighth
@@ -38,8 +39,9 @@
  *
  * Layer: arenas (under arena.c: the arenas' state is not changed here,
  * only their heaps' dirty pages, under each heap's lock).  Owns the delay
- * and the pass's state (the helper thread alone runs the pass), and each
- * held arena's share of retain_max (its holder). */
+ * and the back-off's state (the helper thread alone runs _scr_decay_step;
+ * a heap's own schedule is under its lock, segment.c), and each held
+ * arena's share of retain_max (its holder). */
 #include "arenas.h"
 
 /* The retain_bytes of a held arena's heap: its share of retain_max, or

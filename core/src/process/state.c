@@ -33,11 +33,11 @@ void _scr_proc_init_slow(void) {
     scr_options_init(&P->heap_opt);
     /* Arena defaults.  Freed pages stay committed (dirty), taken first by
      * any class or large block, until the decay gives them back
-     * (decay.c: purge_delay_ms is the decay's, the helper's clock runs
-     * the passes).  A parked arena keeps retain_bytes of them (one
+     * (decay.c: purge_delay_ms is the decay's; its passes run on the
+     * process's clock).  A parked arena keeps retain_bytes of them (one
      * retained page per class at most, with dirty ones); freed pages past
-     * that go back in batches of 256 KiB, reused first meanwhile: one
-     * process_madvise instead of an madvise per page (docs/process.md).
+     * that go back in batches (decommit_batch), reused first meanwhile:
+     * one process_madvise instead of an madvise per page.
      * With purge_delay_ms set, the heap's large cache holds huge mappings
      * only, and the arenas send those to the process's huge cache. */
     P->heap_opt.retain = 1;

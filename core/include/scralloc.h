@@ -103,7 +103,9 @@ SCR_API void scr_set_error_handler(scr_error_handler *fn, void *arg);
   X(unsigned, purge_delay_ms, 0, 0, 3600000,                                    \
     "keep freed pages committed (reused first, no fault) this long before decommitting them; 0 = at once") \
   X(size_t, decommit_batch, 0, 0, SIZE_MAX,                                     \
-    "freed pages past retain_bytes wait (reused first) until this many bytes of them gather or the next purge, then go back in one call; 0 = each run at once")
+    "freed pages past retain_bytes wait (reused first) until this many bytes of them gather or the next purge, then go back in one call; 0 = each run at once") \
+  X(size_t, profile_rate, 0, 0, (size_t)1 << 40,                                \
+    "mean bytes allocated between sampled blocks, whose allocation sites the profile keeps (docs/profile.md); 0 = off")
 
 typedef struct scr_options {
 #define SCR_OPTION_FIELD_(type, name, def, lo, hi, doc) type name;
@@ -377,6 +379,85 @@ SCR_API uint64_t scr_process_option_get(const char *name);
 /* Runs the process allocator's validator (arena lists, counts, states):
  * SCR_OK or SCR_EINVAL, reported through the error handler. */
 SCR_API int scr_process_validate(void);
+
+
+/* ---- sampled allocation sites (docs/profile.md) -------------------- */
+
+/* Sampling picks blocks so that each allocated byte has the same chance,
+ * 1/rate, to be sampled (a countdown drawn from an exponential
+ * distribution, as tcmalloc and jemalloc do); a sampled block keeps its
+ * allocation site (its stack) until it is freed.  A heap samples at its
+ * option profile_rate (0: off, the default), the process allocator at
+ * SCRALLOC_PROFILE_RATE (scr_process_option_set("profile_rate", ...);
+ * "on" is SCR_PROFILE_DEFAULT_RATE).  SCRALLOC_PROFILE=PATH writes, at
+ * exit, the folded stacks to PATH, the pprof profile to PATH.pb.gz and
+ * the blame to PATH.blame (and turns sampling on at the default rate
+ * when SCRALLOC_PROFILE_RATE is not set). */
+#define SCR_PROFILE_DEFAULT_RATE ((size_t)512 << 10)
+#define SCR_PROFILE_MAX_FRAMES 48 /* native frames kept per sample */
+
+/* One live sampled block, as scr_profile_samples shows it.  The
+ * estimates are unbiased: a site's live bytes are the sum of its
+ * samples' `bytes` (size / (1 - exp(-size / rate))). */
+typedef struct scr_profile_sample {
+  const void *block;         /* the block's address */
+  size_t size;               /* bytes requested */
+  size_t rate;               /* the sampling rate it was taken at */
+  double bytes;              /* estimated live bytes it stands for */
+  double blocks;             /* estimated live blocks it stands for */
+  double pinned;             /* blame: its share of the free bytes of the partly used pages that
+                                the sampled blocks keep committed, scaled so that the samples'
+                                shares add up to all such bytes of the heap (docs/profile.md) */
+  const scr_heap *heap;      /* its heap; NULL: the process allocator's (scr_malloc, malloc) */
+  uint64_t site;             /* equal for samples of equal stacks (native and language frames) */
+  unsigned depth;            /* native frames */
+  const void *const *frames; /* their return addresses, innermost first */
+  const char *lang;          /* the language hook's frames, innermost first, one a line as
+                                "function\tfile\tline", or NULL */
+} scr_profile_sample;
+
+/* Calls fn for each live sampled block of heap h (NULL: of the process
+ * allocator) until fn returns nonzero; returns the samples visited.
+ * The samples are a snapshot: fn may allocate and free (they and their
+ * frames stay valid until fn returns).  Thread-safe. */
+typedef int scr_profile_visit(const scr_profile_sample *s, void *arg);
+SCR_API size_t scr_profile_samples(const scr_heap *h, scr_profile_visit *fn, void *arg);
+/* A heap's sampling rate at run time (0: off); NULL or destroyed: reported, no-op. */
+SCR_API void scr_heap_profile_rate(scr_heap *h, size_t rate);
+
+/* Frames of an interpreter (the Python binding's), taken at each sample
+ * after the native ones: fn writes them into buf, innermost first, one a
+ * line as "function\tfile\tline", and returns the bytes written (0:
+ * none; at most len, not terminated).  Called in the allocating thread,
+ * after the allocation, with no lock of the allocator held; blocks it
+ * allocates are not sampled.  NULL: none. */
+typedef size_t scr_profile_lang_hook(char *buf, size_t len, void *arg);
+SCR_API void scr_profile_set_lang_hook(scr_profile_lang_hook *fn, void *arg);
+
+/* The name of the code at return address pc, at most len bytes with the
+ * terminating NUL: "function (file:line)" where debug information gives
+ * them, "function", else "module+0xoffset"; returns the length it needs,
+ * like snprintf. */
+SCR_API size_t scr_profile_symbol(const void *pc, char *buf, size_t len);
+
+/* Writes the live samples of heap h (NULL: the process allocator's) to
+ * path in one format: SCR_PROFILE_FOLDED ("outer;...;inner bytes" lines,
+ * flamegraph.pl's input, bytes the estimated live bytes),
+ * SCR_PROFILE_PPROF (pprof's gzipped protobuf, sample types
+ * inuse_objects/count and inuse_space/bytes), SCR_PROFILE_BLAME (folded,
+ * the bytes pinned), SCR_PROFILE_TOP (a text table of the top sites).
+ * Or SCR_PROFILE_NATIVE into the format: samples with language frames
+ * show their native frames below them (else the language frames alone).
+ * SCR_OK, SCR_EINVAL (bad format, NULL path), or -1 (the file could
+ * not be written; errno says why). */
+enum {
+  SCR_PROFILE_FOLDED = 1,
+  SCR_PROFILE_PPROF = 2,
+  SCR_PROFILE_BLAME = 3,
+  SCR_PROFILE_TOP = 4,
+  SCR_PROFILE_NATIVE = 0x100,
+};
+SCR_API int scr_profile_write(const scr_heap *h, const char *path, unsigned format);
 
 #ifdef __cplusplus
 }

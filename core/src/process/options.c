@@ -25,6 +25,7 @@ static int proc_parse_value(const char *name, const char *s, uint64_t *out) {
     for (unsigned i = 0; i < 3; i++)
       if (strcmp(s, words[i]) == 0) { *out = i; return 0; }
   }
+  if (strcmp(name, "profile_rate") == 0 && strcmp(s, "on") == 0) { *out = SCR_PROFILE_DEFAULT_RATE; return 0; }
   if (strcmp(s, "on") == 0 || strcmp(s, "true") == 0 || strcmp(s, "yes") == 0) { *out = 1; return 0; }
   if (strcmp(s, "off") == 0 || strcmp(s, "false") == 0 || strcmp(s, "no") == 0) { *out = 0; return 0; }
   return _scr_parse_size(s, out) == SCR_OK ? 0 : -1;
@@ -81,6 +82,7 @@ void _scr_proc_options_from_env(scr_proc_options *o) {
 static const char *const proc_tool_names[] = {
     "DEBUG_BUILD", "EXPECT_DEBUG", "WERROR", "HYPOTHESIS_LONG", "HYPOTHESIS_PROFILE", /* build and tests */
     "STATS_FILE",                                                                      /* scralua */
+    "PROFILE",                                                                         /* profile.c: the exit's profile files */
     "LIBRARY", "RUN_PKG",                                                              /* python -m scralloc */
     "ROOT", "NOTEBOOK_SIZE", "FIGURES",                                                /* the notebooks */
 };

@@ -77,6 +77,7 @@ SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
   X(stats, 0, 0, 3, "print statistics at exit: 1 summary, 2 also per arena, 3 (json) scr_process_stats_json's object on one line") \
   X(stats_fd, 2, 0, 1 << 20, "file descriptor the exit report goes to (stderr by default)") \
   X(verbose, 0, 0, 1, "1: say on stderr every misuse (SCRALLOC_ON_ERROR=ignore too) and every internal failure (a failed munmap) the allocator meets") \
+  X(profile_rate, 0, 0, (uint64_t)1 << 40, "mean bytes allocated between sampled blocks, whose allocation sites the profile keeps (docs/profile.md): 0 off, on = 512 KiB") \
   X(on_error, 0, 0, 2, "what free, realloc, malloc_usable_size of a bad pointer (double free, interior, never allocated, not scralloc's) does: abort (0) says it on stderr and calls abort(), warn (1) says it and ignores the call, ignore (2) only counts it")
 
 /* on_error's values (the option's words: abort, warn, ignore) */

@@ -20,6 +20,8 @@
 #include "classify.c"
 #include "stats.c"
 #include "validate.c"
+#include "profile.c"
+#include "profile_report.c"
 /* ---- process allocator (core/src/process/), layer by layer, bottom up
  * (process.h draws them; tests/tools/process_layers.py checks them) ---- */
 /* base */

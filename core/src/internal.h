@@ -316,6 +316,13 @@ static inline uint32_t _scr_page_capacity(const scr_page *pg) {
   return __atomic_load_n(&pg->capacity, __ATOMIC_RELAXED);
 }
 
+/* profile_report.c: SCRALLOC_PROFILE=PATH's files, written at exit
+ * (process/stats.c's destructor), and the top sites of the live samples
+ * as report lines ("scralloc[pid]: ...") on fd, nothing without samples
+ * (the exit report's). */
+SCR_INTERNAL void _scr_profile_at_exit(void);
+SCR_INTERNAL void _scr_profile_report_top(int fd, int pid, unsigned rows);
+
 /* validation: expensive checks at state changes in SCR_DEBUG >= 3 builds */
 #if SCR_DEBUG >= 3
 #define scr_validate_page(pg) ((void)(_scr_page_validate(pg) || (_scr_assert_fail("page validator", __FILE__, __LINE__), 0)))

@@ -367,6 +367,7 @@ void _scr_proc_report(int fd, bool per_arena) {
   proc_report_returns(&r, &st, &ps);
   proc_report_threads(&r, &ps);
   if (per_arena) proc_report_arenas(&r, (unsigned)ps.arenas);
+  _scr_profile_report_top(fd, r.pid, 10); /* when sampling kept sites (docs/profile.md) */
 }
 
 /* SCRALLOC_STATS_FD, when it names a descriptor open for writing; else
@@ -399,6 +400,7 @@ static void proc_report_json(int fd) {
 }
 
 __attribute__((destructor)) static void proc_stats_at_exit(void) {
+  _scr_profile_at_exit(); /* SCRALLOC_PROFILE=PATH's files */
   if (!atomic_load_explicit(&_scr_proc.inited, memory_order_acquire) || _scr_proc.opt.stats == 0) return;
   int fd = proc_report_fd();
   if (_scr_proc.opt.stats == SCR_STATS_JSON) proc_report_json(fd);

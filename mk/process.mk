@@ -44,6 +44,13 @@ $(B)/release/bench/malloc_replay: bench/malloc_replay.c bench/malloc_trace.h
 	@mkdir -p $(dir $@)
 	$(CC) -std=gnu11 -O2 -Wall -Wextra $(WERROR) -pthread -o $@ $< -lm
 
+# Sampled allocation sites (tests/preload/profile_check.py): frame
+# pointers and debug information, as a program being profiled has them.
+$(B)/release/tests/profile_keep_index: tests/preload/profile_keep_index.c tests/preload/preload_check.h \
+  core/include/scralloc.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra $(WERROR) -Icore/include -o $@ $< -ldl
+
 # One misuse of malloc per run (tests/preload/misuse_check.c), as death tests.
 $(B)/release/tests/misuse_check: tests/preload/misuse_check.c
 	@mkdir -p $(dir $@)
@@ -51,7 +58,7 @@ $(B)/release/tests/misuse_check: tests/preload/misuse_check.c
 
 test-preload: $(B)/release/libscralloc.so $(B)/debug/libscralloc.so $(B)/release/tests/override_check $(REPLAY_BIN) \
   $(B)/release/bench/proc_launch $(B)/release/tests/thread_exit_check $(B)/release/tests/misuse_check \
-  $(B)/release/bench/proc_mixed_queue
+  $(B)/release/bench/proc_mixed_queue $(B)/release/tests/profile_keep_index
 	LD_PRELOAD=$(B)/release/libscralloc.so $(B)/release/tests/override_check
 	LD_PRELOAD=$(B)/debug/libscralloc.so $(B)/release/tests/override_check
 	LD_PRELOAD=$(B)/release/libscralloc.so $(B)/release/tests/thread_exit_check
@@ -64,6 +71,8 @@ test-preload: $(B)/release/libscralloc.so $(B)/debug/libscralloc.so $(B)/release
 	$(PYTHON) tests/preload/launch_check.py $(B)/release/bench $(B)/release/libscralloc.so
 	$(PYTHON) tests/preload/bench_stats_check.py $(B)/release/bench $(B)/release/libscralloc.so
 	tests/preload/remap_race_check.sh $(B)/release/libscralloc.so $(B)/release/bench
+	$(PYTHON) tests/preload/profile_check.py $(B)/release/tests/profile_keep_index $(B)/release/libscralloc.so \
+	  $(B)/debug/libscralloc.so
 
 # Workloads linked against nothing but libc: each allocator is LD_PRELOADed.
 PROC_BENCH_BIN := $(B)/release/bench/proc_xthread $(B)/release/bench/proc_churn $(B)/release/bench/proc_pairs \

@@ -85,6 +85,40 @@ static const char *pr_basename(const char *path) {
  * preload library links only libdl). */
 static unsigned long long pr_round(double v) { return v > 0 ? (unsigned long long)(v + 0.5) : 0; }
 
+/* The caches' memory (modules, symbols, what each return address is):
+ * kept for the life of the process, and taken from mmap rather than
+ * malloc so that the profile does not show the reports' own caches as
+ * live blocks of whoever asked for a report.  A bump allocator over
+ * chunks, under pr_lock; never freed. */
+#define PR_KEEP_CHUNK ((size_t)1 << 20)
+static char *pr_keep_at, *pr_keep_end;
+
+static void *pr_map(size_t n) {
+  void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? NULL : p;
+}
+
+static void *pr_keep(size_t n) {
+  n = (n + 15) & ~(size_t)15;
+  if (n > PR_KEEP_CHUNK / 4) return pr_map(n);
+  if ((size_t)(pr_keep_end - pr_keep_at) < n) {
+    char *c = pr_map(PR_KEEP_CHUNK);
+    if (c == NULL) return NULL;
+    pr_keep_at = c;
+    pr_keep_end = c + PR_KEEP_CHUNK;
+  }
+  void *p = pr_keep_at;
+  pr_keep_at += n;
+  return p; /* zeroed: fresh anonymous memory */
+}
+
+static char *pr_keep_str(const char *s) {
+  size_t n = strlen(s) + 1;
+  char *d = pr_keep(n);
+  if (d) memcpy(d, s, n);
+  return d;
+}
+
 /* ---- modules and their symbols ----
  *
  * A module is one loaded object (the program, a shared library) as
@@ -170,7 +204,7 @@ static void pr_elf_read(pr_module *m) {
   const ElfW(Sym) *sym = (const ElfW(Sym) *)(base + s->sh_offset);
   const char *str = (const char *)base + strs->sh_offset;
   size_t n = s->sh_size / sizeof(ElfW(Sym)), k = 0;
-  pr_sym *out = malloc((n ? n : 1) * sizeof *out);
+  pr_sym *out = pr_keep((n ? n : 1) * sizeof *out);
   if (out == NULL) return;
   for (size_t i = 0; i < n; i++) {
     unsigned type = ELF64_ST_TYPE(sym[i].st_info);
@@ -243,7 +277,7 @@ static pr_module *pr_module_of(uintptr_t pc) {
   f->pc = pc;
   dl_iterate_phdr(pr_find_cb, f);
   pr_module *m = NULL;
-  if (!f->found || pr_nmodules == PR_MODULES_MAX || (m = calloc(1, sizeof *m)) == NULL) goto out;
+  if (!f->found || pr_nmodules == PR_MODULES_MAX || (m = pr_keep(sizeof *m)) == NULL) goto out;
   m->bias = f->bias;
   m->lo = f->lo;
   m->hi = f->hi;
@@ -256,18 +290,14 @@ static pr_module *pr_module_of(uintptr_t pc) {
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[n > 0 ? n : 0] = '\0';
     snprintf(f->name, sizeof f->name, "/proc/%d/exe", (int)getpid());
-    m->name = strdup(n > 0 ? pr_basename(exe) : "program");
-    m->file = strdup(n > 0 ? exe : "program");
+    m->name = pr_keep_str(n > 0 ? pr_basename(exe) : "program");
+    m->file = pr_keep_str(n > 0 ? exe : "program");
   } else {
-    m->name = strdup(pr_basename(f->name));
-    m->file = strdup(f->name);
+    m->name = pr_keep_str(pr_basename(f->name));
+    m->file = pr_keep_str(f->name);
   }
-  m->path = strdup(f->name);
+  m->path = pr_keep_str(f->name);
   if (m->name == NULL || m->path == NULL || m->file == NULL) {
-    free(m->name);
-    free(m->file);
-    free(m->path);
-    free(m);
     m = NULL;
     goto out;
   }
@@ -314,7 +344,7 @@ static size_t pr_hash(uint64_t x) {
 static pr_pc *pr_pc_slot(uintptr_t pc) {
   if ((pr_pcs_n + 1) * 2 > pr_pcs_cap) {
     size_t cap = pr_pcs_cap ? pr_pcs_cap * 2 : 1024;
-    pr_pc *t = calloc(cap, sizeof *t);
+    pr_pc *t = pr_map(cap * sizeof *t);
     if (t == NULL) return NULL;
     for (size_t i = 0; i < pr_pcs_cap; i++) {
       if (pr_pcs[i].pc == 0) continue;
@@ -322,7 +352,7 @@ static pr_pc *pr_pc_slot(uintptr_t pc) {
       while (t[j].pc) j = (j + 1) & (cap - 1);
       t[j] = pr_pcs[i];
     }
-    free(pr_pcs);
+    if (pr_pcs) munmap(pr_pcs, pr_pcs_cap * sizeof *pr_pcs);
     pr_pcs = t;
     pr_pcs_cap = cap;
   }
@@ -360,8 +390,8 @@ static const char *pr_pc_plain_name(pr_pc *e) {
   char tmp[512];
   if (e->mod) snprintf(tmp, sizeof tmp, "%s+0x%lx", e->mod->name, (unsigned long)(e->pc - e->mod->bias));
   else snprintf(tmp, sizeof tmp, "0x%lx", (unsigned long)e->pc);
-  char *d = strdup(tmp);
-  e->sym = d; /* kept: the caches live as long as the process */
+  char *d = pr_keep_str(tmp);
+  e->sym = d;
   return d ? d : "?";
 }
 
@@ -369,7 +399,7 @@ static const char *pr_pc_plain_name(pr_pc *e) {
 static void pr_pc_plain(pr_pc *e) {
   static pr_frame unknown = {"?", NULL, 0};
   if (e->n) return;
-  pr_frame *f = malloc(sizeof *f);
+  pr_frame *f = pr_keep(sizeof *f);
   if (f == NULL) {
     e->f = &unknown;
     e->n = 1;
@@ -440,7 +470,7 @@ static bool pr_run(char *const argv[], pr_buf *out) {
 /* One address's lines of addr2line -a -f -i output (pairs of "function"
  * and "file:line" after the address) into e's frames. */
 static void pr_pc_parse(pr_pc *e, char **lines, size_t n) {
-  pr_frame *f = n / 2 ? malloc(n / 2 * sizeof *f) : NULL;
+  pr_frame *f = n / 2 ? pr_keep(n / 2 * sizeof *f) : NULL;
   if (f == NULL) return;
   unsigned k = 0;
   for (size_t i = 0; i + 1 < n; i += 2) {
@@ -453,18 +483,15 @@ static void pr_pc_parse(pr_pc *e, char **lines, size_t n) {
       *colon = '\0';
       line = (unsigned)strtoul(colon + 1, NULL, 10);
     }
-    const char *file = strcmp(loc, "??") == 0 || loc[0] == '\0' ? NULL : strdup(loc);
-    const char *func = strcmp(fn, "??") == 0 ? NULL : strdup(fn);
+    const char *file = strcmp(loc, "??") == 0 || loc[0] == '\0' ? NULL : pr_keep_str(loc);
+    const char *func = strcmp(fn, "??") == 0 ? NULL : pr_keep_str(fn);
     /* the outermost of the chain is the function itself: the symbol
      * table knows it where DWARF did not */
     if (func == NULL && i + 2 >= n) func = pr_pc_plain_name(e);
     if (func == NULL) continue;
     f[k++] = (pr_frame){func, file, file ? line : 0};
   }
-  if (k == 0) {
-    free(f);
-    return;
-  }
+  if (k == 0) return;
   e->f = f;
   e->n = k;
 }
@@ -921,6 +948,27 @@ static int pr_row_bytes_cmp(const void *a, const void *b) {
   return pr_row_name_cmp(a, b);
 }
 
+/* name (len bytes) in at most max characters (0: no limit): a long
+ * "function (file:line)" loses the middle of its file name, keeping the
+ * function and the line. */
+static void pr_put_cut(pr_buf *out, const char *name, size_t len, size_t max) {
+  if (max == 0 || len <= max) {
+    pr_put(out, name, len);
+    return;
+  }
+  const char *paren = memchr(name, '(', len);
+  size_t head = paren ? (size_t)(paren - name) + 1 : 0;
+  if (paren == NULL || head + 12 > max) { /* no file, or no room for one */
+    pr_put(out, name, max - 3);
+    pr_puts(out, "...");
+    return;
+  }
+  size_t tail = max - head - 3;
+  pr_put(out, name, head);
+  pr_puts(out, "...");
+  pr_put(out, name + len - tail, tail);
+}
+
 static double pr_mib(double b) { return b / (1024.0 * 1024.0); }
 static double pr_pct(double part, double all) { return all > 0 ? 100.0 * part / all : 0.0; }
 
@@ -971,22 +1019,22 @@ static void pr_top(pr_buf *out, const pr_sites *S, unsigned rows, size_t name_ma
               S->samples, S->rate_lo, S->rate_hi);
   pr_printf(out, "%s  live MiB, blocks: estimated from the samples (docs/profile.md)\n", prefix);
   pr_printf(out, "%s  pinned MiB: free bytes of partly used pages that the site's blocks keep\n", prefix);
-  pr_printf(out, "%s live MiB      %%    blocks pinned MiB      %%  site (innermost frame)\n", prefix);
+  pr_printf(out, "%s  %%: of all sites' (the rows add up to the total)\n", prefix);
+  pr_printf(out, "%s live MiB     %%    blocks   pinned     %%  site (innermost frame)\n", prefix);
   unsigned shown = n < rows ? (unsigned)n : rows;
   for (unsigned i = 0; i < shown; i++) {
-    size_t len = r[i].len;
-    bool cut = name_max && len > name_max;
-    pr_printf(out, "%s%9.2f %6.2f %9llu %10.2f %6.2f  %.*s%s\n", prefix, pr_mib(r[i].bytes),
-              pr_pct(r[i].bytes, bytes), pr_round(r[i].blocks), pr_mib(r[i].pinned), pr_pct(r[i].pinned, pinned),
-              (int)(cut ? name_max - 3 : len), text.p + r[i].off, cut ? "..." : "");
+    pr_printf(out, "%s%9.2f %5.1f %9llu %8.2f %5.1f  ", prefix, pr_mib(r[i].bytes), pr_pct(r[i].bytes, bytes),
+              pr_round(r[i].blocks), pr_mib(r[i].pinned), pr_pct(r[i].pinned, pinned));
+    pr_put_cut(out, text.p + r[i].off, r[i].len, name_max);
+    pr_putc(out, '\n');
   }
   if (n > shown) {
     double ob = 0, ok = 0, op = 0;
     for (size_t i = shown; i < n; i++) ob += r[i].bytes, ok += r[i].blocks, op += r[i].pinned;
-    pr_printf(out, "%s%9.2f %6.2f %9llu %10.2f %6.2f  (%zu other sites)\n", prefix, pr_mib(ob), pr_pct(ob, bytes),
+    pr_printf(out, "%s%9.2f %5.1f %9llu %8.2f %5.1f  (%zu other sites)\n", prefix, pr_mib(ob), pr_pct(ob, bytes),
               pr_round(ok), pr_mib(op), pr_pct(op, pinned), n - shown);
   }
-  pr_printf(out, "%s%9.2f %6.2f %9llu %10.2f %6.2f  total\n", prefix, pr_mib(bytes), bytes > 0 ? 100.0 : 0.0,
+  pr_printf(out, "%s%9.2f %5.1f %9llu %8.2f %5.1f  total\n", prefix, pr_mib(bytes), bytes > 0 ? 100.0 : 0.0,
             pr_round(blocks), pr_mib(pinned), pinned > 0 ? 100.0 : 0.0);
 done:
   free(text.p);
@@ -1424,7 +1472,9 @@ void _scr_profile_report_top(int fd, int pid, unsigned rows) {
   pr_buf out = {0};
   pthread_mutex_lock(&pr_lock);
   pr_sites_resolve(&S);
-  pr_top(&out, &S, rows, 34, prefix);
+  /* report lines stay under 100 characters: 44 before the name */
+  size_t room = 99 - strlen(prefix) - 44;
+  pr_top(&out, &S, rows, room, prefix);
   pthread_mutex_unlock(&pr_lock);
   pr_sites_free(&S);
   for (size_t at = 0; !out.oom && at < out.len;) {

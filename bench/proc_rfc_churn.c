@@ -29,7 +29,13 @@
  * requested sizes plus the pointer arrays.  work_ms is the threads' part
  * (create to join), the run time to compare; the wall of the whole
  * program adds the wait.  Only libc: run it with each allocator
- * LD_PRELOADed. */
+ * LD_PRELOADed.
+ *
+ * RFC_CHURN_PROFILE=PREFIX, under scralloc with sampling on
+ * (SCRALLOC_PROFILE_RATE): right after the bursts, before the trim,
+ * scralloc's folded stacks, blame and top sites go to PREFIX.folded,
+ * PREFIX.blame and PREFIX.top (docs/profile.md's worked example). */
+#include <dlfcn.h>
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -119,6 +125,26 @@ static void *worker(void *arg) {
 
 static double now_ms(void) { return now_s() * 1e3; }
 
+/* RFC_CHURN_PROFILE: scr_profile_write of the preloaded scralloc, found
+ * at run time (this program links nothing but libc); formats as in
+ * scralloc.h (SCR_PROFILE_FOLDED 1, BLAME 3, TOP 4). */
+static void write_profile(void) {
+  const char *prefix = getenv("RFC_CHURN_PROFILE");
+  if (prefix == NULL || prefix[0] == '\0') return;
+  int (*w)(const void *, const char *, unsigned) =
+      (int (*)(const void *, const char *, unsigned))dlsym(RTLD_DEFAULT, "scr_profile_write");
+  if (w == NULL) {
+    fprintf(stderr, "proc_rfc_churn: RFC_CHURN_PROFILE needs scralloc preloaded\n");
+    return;
+  }
+  static const struct { const char *suffix; unsigned format; } files[] = {{".folded", 1}, {".blame", 3}, {".top", 4}};
+  for (int i = 0; i < 3; i++) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s%s", prefix, files[i].suffix);
+    if (w(NULL, path, files[i].format) != 0) fprintf(stderr, "proc_rfc_churn: cannot write %s\n", path);
+  }
+}
+
 int main(int argc, char **argv) {
   prog_usage = "[threads] [index MiB per thread] [bursts] [burst MiB] [wait ms] [index block min] [index block max]";
   threads = (int)arg_num(argc, argv, 1, 16, 1, MAX_THREADS, "threads");
@@ -142,6 +168,7 @@ int main(int argc, char **argv) {
   size_t live = 0;
   for (int i = 0; i < threads; i++) live += indexes[i].bytes + indexes[i].cap * sizeof(void *);
   long after_bursts = rss_kib();
+  write_profile();
   double t1 = now_ms();
   if (malloc_trim) malloc_trim(0);
   double trim = now_ms() - t1;

@@ -1019,7 +1019,7 @@ static void pr_top(pr_buf *out, const pr_sites *S, unsigned rows, size_t name_ma
               S->samples, S->rate_lo, S->rate_hi);
   pr_printf(out, "%s  live MiB, blocks: estimated from the samples (docs/profile.md)\n", prefix);
   pr_printf(out, "%s  pinned MiB: free bytes of partly used pages that the site's blocks keep\n", prefix);
-  pr_printf(out, "%s  %%: of all sites' (the rows add up to the total)\n", prefix);
+  pr_printf(out, "%s  %%: share of the total (the rows add up to it)\n", prefix);
   pr_printf(out, "%s live MiB     %%    blocks   pinned     %%  site (innermost frame)\n", prefix);
   unsigned shown = n < rows ? (unsigned)n : rows;
   for (unsigned i = 0; i < shown; i++) {

@@ -499,7 +499,7 @@ static void pr_pc_parse(pr_pc *e, char **lines, size_t n) {
 /* Asks addr2line about the given pcs, all of module m, a batch at a
  * time (on the command line: nothing to write to its input while its
  * output fills a pipe). */
-#define PR_A2L_BATCH 256
+#define PR_A2L_BATCH 1024
 static void pr_addr2line(pr_module *m, pr_pc **pcs, size_t n) {
   char *argv[8 + PR_A2L_BATCH];
   char (*addr)[24] = malloc(PR_A2L_BATCH * sizeof *addr);

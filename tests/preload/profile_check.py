@@ -19,7 +19,9 @@ libscralloc.so) is preloaded in turn.  For each:
   inuse_objects/count and inuse_space/bytes, locations with addresses,
   functions, keep_index among them, the same estimate as PATH;
 - the top table (scr_profile_write SCR_PROFILE_TOP) and the exit report
-  (SCRALLOC_STATS=1) name keep_index first.
+  (SCRALLOC_STATS=1) name keep_index first;
+- where Go is installed, `go tool pprof -top` reads PATH.pb.gz and shows
+  keep_index (skipped, and said, without it).
 
 The estimate is a random variable: at the default rate of 512 KiB, 200
 MiB of 1 KiB blocks give about 400 samples, a relative standard error
@@ -29,6 +31,7 @@ row (about one in 400) fail.
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -108,6 +111,12 @@ def run_once(binary, lib, tmp, tag):
         rows = [l for l in f.read().splitlines() if re.match(r"^\s*[0-9.]+\s+[0-9.]+\s+\d+", l)]
     if not rows or "keep_index" not in rows[0]:
         fails.append("the top table's first row is not keep_index:\n" + "\n".join(rows[:3]))
+    go = shutil.which("go")
+    if go:
+        g = subprocess.run([go, "tool", "pprof", "-top", prof + ".pb.gz"], capture_output=True, text=True,
+                           timeout=120, env=dict(os.environ, HOME=tmp))
+        if g.returncode != 0 or not re.search(r"\bkeep_index\b", g.stdout):
+            fails.append(f"go tool pprof -top: status {g.returncode}\n{g.stdout[-2000:]}{g.stderr[-2000:]}")
     report = [l for l in p.stderr.splitlines() if re.match(r"^scralloc\[\d+\]:\s+[0-9.]+\s+[0-9.]+\s+\d+", l)]
     if not report or "keep_index" not in report[0]:
         fails.append("the exit report's top sites do not start with keep_index")
@@ -119,6 +128,8 @@ def run_once(binary, lib, tmp, tag):
 def main():
     binary, libs = os.path.abspath(sys.argv[1]), [os.path.abspath(l) for l in sys.argv[2:]]
     failed = False
+    if not shutil.which("go"):
+        print("skip go tool pprof (no Go): the pprof files are checked by tests/tools/pprof_read.py alone")
     with tempfile.TemporaryDirectory() as tmp:
         for lib in libs:
             name = os.path.basename(os.path.dirname(lib)) + "/" + os.path.basename(lib)

@@ -1413,9 +1413,20 @@ int scr_profile_write(const scr_heap *h, const char *path, unsigned format) {
 
 /* ---- at exit ---- */
 
+/* Another copy of scralloc is the process's (a Python or Lua module
+ * that carries the library, in a program that also preloads it): the
+ * copy whose scr_profile_write the program sees writes SCRALLOC_PROFILE's
+ * files, and the others leave them alone rather than write over them. */
+static bool pr_other_copy_writes(void) {
+  void *global = dlsym(RTLD_DEFAULT, "scr_profile_write");
+  Dl_info g, me;
+  if (global == NULL || !dladdr(global, &g) || !dladdr((void *)pr_self_module, &me)) return false;
+  return g.dli_fbase != me.dli_fbase;
+}
+
 void _scr_profile_at_exit(void) {
   const char *env = getenv("SCRALLOC_PROFILE");
-  if (env == NULL || env[0] == '\0') return;
+  if (env == NULL || env[0] == '\0' || pr_other_copy_writes()) return;
   /* "%p" in the path is the process id: the processes of one program
    * that inherit the variable each write their own files */
   char path[4096];

@@ -83,14 +83,21 @@ static uint64_t prof_mix(uint64_t x) { /* splitmix64's finalizer */
   return x ^ (x >> 31);
 }
 
-/* ln(x) for x in (0, 1]: x = m * 2^e with m in [1, 2), ln m = 2 atanh(s),
- * s = (m - 1) / (m + 1) < 1/3 (libm is not among the library's links). */
+/* ln(x) for a normal x > 0: x = m * 2^e with m in [sqrt(1/2), sqrt(2)),
+ * ln m = 2 atanh(s), s = (m - 1) / (m + 1), |s| < 0.172, whose series
+ * to s^11 is within 1e-10 (libm is not among the library's links). */
 static double prof_ln(double x) {
-  int e = 0;
-  while (x < 1.0) x *= 2.0, e--;
-  double s = (x - 1.0) / (x + 1.0), s2 = s * s, term = s, sum = 0;
-  for (int k = 1; k < 40; k += 2, term *= s2) sum += term / k;
-  return 2.0 * sum + e * 0.6931471805599453;
+  union {
+    double d;
+    uint64_t u;
+  } b = {x};
+  int e = (int)((b.u >> 52) & 0x7ff) - 1023;
+  b.u = (b.u & 0x000fffffffffffffull) | 0x3ff0000000000000ull;
+  double m = b.d;
+  if (m > 1.4142135623730951) m *= 0.5, e++;
+  double s = (m - 1.0) / (m + 1.0), s2 = s * s;
+  double p = s2 * (1.0 / 3 + s2 * (1.0 / 5 + s2 * (1.0 / 7 + s2 * (1.0 / 9 + s2 * (1.0 / 11)))));
+  return 2.0 * (s + s * p) + e * 0.6931471805599453;
 }
 
 /* exp(-x) for x >= 0: 2^-k * exp(-r), r = x - k ln 2 in [0, ln 2). */
@@ -414,6 +421,16 @@ void _scr_prof_drop_heap(const scr_heap *h) {
       atomic_store_explicit(&t->rec[i].addr, 1, memory_order_relaxed);
       atomic_fetch_sub_explicit(&_scr_prof_live, 1, memory_order_relaxed);
     }
+  pthread_mutex_unlock(&prof.lock);
+}
+
+/* Across fork (process/fork.c): the child finds the tables whole. */
+void _scr_prof_lock(void) {
+  pthread_mutex_lock(&prof.lock);
+  pthread_mutex_lock(&prof_fs_lock);
+}
+void _scr_prof_unlock(void) {
+  pthread_mutex_unlock(&prof_fs_lock);
   pthread_mutex_unlock(&prof.lock);
 }
 

@@ -1424,8 +1424,18 @@ static bool pr_other_copy_writes(void) {
   return g.dli_fbase != me.dli_fbase;
 }
 
-void _scr_profile_at_exit(void) {
+/* SCRALLOC_PROFILE as it was when the library was loaded: a program
+ * that drops it from its environment (so that the processes it starts
+ * do not write profiles of their own) still gets its files. */
+static char pr_exit_path[4096];
+
+__attribute__((constructor)) static void pr_read_env(void) {
   const char *env = getenv("SCRALLOC_PROFILE");
+  if (env && strlen(env) < sizeof pr_exit_path) strcpy(pr_exit_path, env);
+}
+
+void _scr_profile_at_exit(void) {
+  const char *env = pr_exit_path[0] ? pr_exit_path : getenv("SCRALLOC_PROFILE");
   if (env == NULL || env[0] == '\0' || pr_other_copy_writes()) return;
   /* "%p" in the path is the process id: the processes of one program
    * that inherit the variable each write their own files */

@@ -133,7 +133,7 @@ typedef struct pr_sym {
 } pr_sym;
 
 typedef struct pr_module {
-  char *path;           /* what is opened and given to addr2line (/proc/PID/exe for the program) */
+  char *path;           /* what is opened and given to addr2line */
   char *name;           /* shown in "module+0xoffset": the file's base name */
   char *file;           /* the file's path as pprof's mapping names it */
   uintptr_t bias;       /* load address minus link address */
@@ -174,8 +174,8 @@ static void pr_elf_read(pr_module *m) {
   m->map_len = len;
   const unsigned char *base = map;
   const ElfW(Ehdr) *eh = map;
-  if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != (sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32))
-    return;
+  unsigned char cls = sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32; /* this process's */
+  if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_ident[EI_CLASS] != cls) return;
   if (eh->e_shentsize != sizeof(ElfW(Shdr)) || eh->e_shoff == 0 || eh->e_shoff > len ||
       (size_t)eh->e_shnum > (len - eh->e_shoff) / sizeof(ElfW(Shdr)) || eh->e_shstrndx >= eh->e_shnum)
     return;
@@ -284,12 +284,14 @@ static pr_module *pr_module_of(uintptr_t pc) {
   m->file_off = f->file_off;
   m->program = f->program;
   if (f->program) {
-    /* /proc/PID/exe names the program in addr2line too (/proc/self would
-     * be addr2line), even when its file was replaced or deleted */
+    /* the program's file by its name; /proc/PID/exe when that name is
+     * gone (the file was replaced or deleted: the link still opens it,
+     * and in addr2line too, where /proc/self would be addr2line) */
     char exe[4096];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
     exe[n > 0 ? n : 0] = '\0';
-    snprintf(f->name, sizeof f->name, "/proc/%d/exe", (int)getpid());
+    if (n > 0 && access(exe, R_OK) == 0) snprintf(f->name, sizeof f->name, "%s", exe);
+    else snprintf(f->name, sizeof f->name, "/proc/%d/exe", (int)getpid());
     m->name = pr_keep_str(n > 0 ? pr_basename(exe) : "program");
     m->file = pr_keep_str(n > 0 ? exe : "program");
   } else {
@@ -327,6 +329,7 @@ typedef struct pr_pc {
   const char *sym;  /* the symbol table's name, or NULL */
   unsigned n;       /* frames in f; 0 until resolved */
   pr_frame *f;
+  bool looked;      /* mod and sym are known */
   bool lines_tried; /* addr2line was asked (or cannot be) */
 } pr_pc;
 
@@ -369,7 +372,8 @@ static pr_pc *pr_pc_slot(uintptr_t pc) {
 static pr_pc *pr_pc_get(uintptr_t pc) {
   if (pc == 0) return NULL;
   pr_pc *e = pr_pc_slot(pc);
-  if (e == NULL || e->mod || e->n) return e;
+  if (e == NULL || e->looked) return e;
+  e->looked = true;
   e->mod = pr_module_of(pc);
   /* pc - 1: a return address may be the first byte after a function
    * that ends in a call (a noreturn callee) */
@@ -496,6 +500,12 @@ static void pr_pc_parse(pr_pc *e, char **lines, size_t n) {
   e->n = k;
 }
 
+/* "0x" and hex digits: the line addr2line -a prints before an
+ * address's frames (no function name looks like that). */
+static bool pr_is_address_line(const char *l) {
+  return l[0] == '0' && l[1] == 'x' && l[2] && l[2 + strspn(l + 2, "0123456789abcdef")] == '\0';
+}
+
 /* Asks addr2line about the given pcs, all of module m, a batch at a
  * time (on the command line: nothing to write to its input while its
  * output fills a pipe). */
@@ -547,14 +557,12 @@ static void pr_addr2line(pr_module *m, pr_pc **pcs, size_t n) {
     }
     size_t which = 0, i = 0;
     while (i < cnt && which < k) {
-      const char *l = lines[i];
-      if (!(l[0] == '0' && l[1] == 'x')) {
+      if (!pr_is_address_line(lines[i])) {
         i++;
         continue;
       }
       size_t j = i + 1;
-      while (j < cnt && !(lines[j][0] == '0' && lines[j][1] == 'x' && lines[j][2 + strspn(lines[j] + 2, "0123456789abcdef")] == '\0'))
-        j++;
+      while (j < cnt && !pr_is_address_line(lines[j])) j++;
       pr_pc_parse(pcs[at + which], lines + i + 1, j - i - 1);
       which++;
       i = j;

@@ -213,7 +213,7 @@ def main(argv):
         for name in {f[0] for f in frames}:
             cum[name] = cum.get(name, 0) + v
     print(f"{'flat':>14} {'flat%':>6} {'cum':>14} {'cum%':>6}  function")
-    for name, v in sorted(cum.items(), key=lambda kv: -kv[1])[:top]:
+    for name, v in sorted(cum.items(), key=lambda kv: (-kv[1], -flat.get(kv[0], 0), kv[0]))[:top]:
         fv = flat.get(name, 0)
         print(f"{fv:14d} {100 * fv / max(total, 1):6.2f} {v:14d} {100 * v / max(total, 1):6.2f}  {name}")
     return 0

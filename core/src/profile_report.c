@@ -1437,9 +1437,23 @@ static bool pr_other_copy_writes(void) {
  * do not write profiles of their own) still gets its files. */
 static char pr_exit_path[4096];
 
+/* A fork's child starts with fresh caches and an unlocked pr_lock: a
+ * report in another thread of the parent may have held the lock, and
+ * left the caches half-changed, at the fork (the parent's caches stay
+ * mapped in the child, unused). */
+static void pr_after_fork_child(void) {
+  pthread_mutex_init(&pr_lock, NULL);
+  pr_nmodules = 0;
+  pr_pcs = NULL;
+  pr_pcs_cap = pr_pcs_n = 0;
+  pr_keep_at = pr_keep_end = NULL;
+  memset(pr_crc_table, 0, sizeof pr_crc_table);
+}
+
 __attribute__((constructor)) static void pr_read_env(void) {
   const char *env = getenv("SCRALLOC_PROFILE");
   if (env && strlen(env) < sizeof pr_exit_path) strcpy(pr_exit_path, env);
+  pthread_atfork(NULL, NULL, pr_after_fork_child);
 }
 
 void _scr_profile_at_exit(void) {

@@ -49,7 +49,7 @@ $(B)/release/bench/malloc_replay: bench/malloc_replay.c bench/malloc_trace.h
 $(B)/release/tests/profile_keep_index: tests/preload/profile_keep_index.c tests/preload/preload_check.h \
   core/include/scralloc.h
 	@mkdir -p $(dir $@)
-	$(CC) -std=gnu11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra $(WERROR) -Icore/include -o $@ $< -ldl
+	$(CC) -std=gnu11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra $(WERROR) -Icore/include -pthread -o $@ $< -ldl
 
 # One misuse of malloc per run (tests/preload/misuse_check.c), as death tests.
 $(B)/release/tests/misuse_check: tests/preload/misuse_check.c

@@ -10,8 +10,10 @@
  * index's blocks share pages with churn's.  Once churn's blocks are all
  * freed, the index is what is live and what keeps the free slots of its
  * pages.  The program then checks scr_profile_write's answers to bad
- * arguments and writes the top sites to `top file` (when given); the
- * preloaded library writes SCRALLOC_PROFILE's files at exit.
+ * arguments, that children forked while another thread writes reports
+ * write their own (and do not hang), and writes the top sites to `top
+ * file` (when given); the preloaded library writes SCRALLOC_PROFILE's
+ * files at exit.
  *
  * Links nothing but libc: scr_profile_write is looked up in the
  * preloaded library.  Prints "index_bytes=N", then "N passed, N failed". */
@@ -20,10 +22,14 @@
 #include "scralloc.h" /* the constants only */
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define KIB 1024u
 #define MIB (1024u * 1024u)
@@ -109,6 +115,38 @@ static void check_write_errors(write_fn *w) {
   CHECK(w(NULL, "/dev/null", SCR_PROFILE_BLAME) == SCR_OK);
 }
 
+/* Forks while another thread writes reports: each child writes one of
+ * its own and _exits (a child that inherited a report's lock held would
+ * wait for ever: the alarm turns that into a failure). */
+static write_fn *reporter_w;
+static _Atomic int reporter_stop;
+
+static void *reporter(void *arg) {
+  (void)arg;
+  while (!reporter_stop) reporter_w(NULL, "/dev/null", SCR_PROFILE_PPROF | SCR_PROFILE_NATIVE);
+  return NULL;
+}
+
+static void check_fork_during_reports(write_fn *w) {
+  reporter_w = w;
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, reporter, NULL) == 0);
+  int good = 0;
+  for (int i = 0; i < 30; i++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      alarm(10);
+      _exit(w(NULL, "/dev/null", SCR_PROFILE_FOLDED) == SCR_OK ? 0 : 3);
+    }
+    int st = 0;
+    if (pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0) good++;
+    else break;
+  }
+  reporter_stop = 1;
+  pthread_join(t, NULL);
+  CHECK(good == 30);
+}
+
 int main(int argc, char **argv) {
   size_t index_bytes = (size_t)(argc > 1 ? atol(argv[1]) : 200) * MIB;
   size_t churn_bytes = (size_t)(argc > 2 ? atol(argv[2]) : 2048) * MIB;
@@ -127,6 +165,7 @@ int main(int argc, char **argv) {
   churn_free_all();
   printf("index_bytes=%zu\n", index_n * KIB);
   check_write_errors(w);
+  check_fork_during_reports(w);
   if (argc > 3) CHECK(w(NULL, argv[3], SCR_PROFILE_TOP) == SCR_OK);
   return preload_check_done();
 }

@@ -140,7 +140,10 @@ static void check_fork_during_reports(write_fn *w) {
     }
     int st = 0;
     if (pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0) good++;
-    else break;
+    else {
+      fprintf(stderr, "profile_keep_index: child %d of 30: status 0x%x\n", i, st);
+      break;
+    }
   }
   reporter_stop = 1;
   pthread_join(t, NULL);

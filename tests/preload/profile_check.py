@@ -21,7 +21,10 @@ libscralloc.so) is preloaded in turn.  For each:
 - the top table (scr_profile_write SCR_PROFILE_TOP) and the exit report
   (SCRALLOC_STATS=1) name keep_index first;
 - where Go is installed, `go tool pprof -top` reads PATH.pb.gz and shows
-  keep_index (skipped, and said, without it).
+  keep_index (skipped, and said, without it);
+- children forked while another thread writes reports write their own
+  and exit (`profile_keep_index fork`: none waits for ever on a lock the
+  fork left held).
 
 The estimate is a random variable: at the default rate of 512 KiB, 200
 MiB of 1 KiB blocks give about 400 samples, a relative standard error
@@ -145,6 +148,11 @@ def main():
                 print("  the estimate missed by more than 10% (about one run in twenty at this rate): once more")
             if miss and not fails:
                 fails = ["keep_index's estimate was off by more than 10% in two runs in a row"]
+            env = dict(os.environ, LD_PRELOAD=lib, SCRALLOC_PROFILE_RATE="on")
+            env.pop("SCRALLOC_PROFILE", None)
+            p = subprocess.run([binary, "fork"], env=env, capture_output=True, text=True, timeout=600)
+            if p.returncode != 0:
+                fails.append(f"fork while reports are written: status {p.returncode}\n{p.stdout}{p.stderr[-2000:]}")
             for f in fails:
                 print(f"FAIL {name}: {f}")
             if fails:

@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +120,7 @@ static void check_write_errors(write_fn *w) {
 /* Forks while another thread writes reports: each child writes one of
  * its own and _exits (a child that inherited a report's lock held would
  * wait for ever: the alarm turns that into a failure). */
+#define FORKS 100
 static write_fn *reporter_w;
 static _Atomic int reporter_stop;
 
@@ -133,7 +135,7 @@ static void check_fork_during_reports(write_fn *w) {
   pthread_t t;
   CHECK(pthread_create(&t, NULL, reporter, NULL) == 0);
   int good = 0;
-  for (int i = 0; i < 30; i++) {
+  for (int i = 0; i < FORKS; i++) {
     pid_t pid = fork();
     if (pid == 0) {
       alarm(10);
@@ -142,13 +144,13 @@ static void check_fork_during_reports(write_fn *w) {
     int st = 0;
     if (pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0) good++;
     else {
-      fprintf(stderr, "profile_keep_index: child %d of 30: status 0x%x\n", i, st);
+      fprintf(stderr, "profile_keep_index: child %d of %d: status 0x%x\n", i, FORKS, st);
       break;
     }
   }
   reporter_stop = 1;
   pthread_join(t, NULL);
-  CHECK(good == 30);
+  CHECK(good == FORKS);
 }
 
 int main(int argc, char **argv) {
@@ -159,11 +161,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "profile_keep_index: no scr_profile_write: run it with LD_PRELOAD=libscralloc.so\n");
     return 2;
   }
-  if (argc > 1 && strcmp(argv[1], "fork") == 0) {
-    keep_index(20 * MIB / KIB); /* samples to report */
-    check_fork_during_reports(w);
-    return preload_check_done();
-  }
+  bool fork_check = argc > 1 && strcmp(argv[1], "fork") == 0;
+  if (fork_check) argc = 1; /* the default sizes */
   if (index_bytes / KIB > INDEX_MAX) index_bytes = (size_t)INDEX_MAX * KIB;
   /* the index grows in steps of 100 KiB, with churn's share in between */
   size_t steps = index_bytes / (100 * KIB) ? index_bytes / (100 * KIB) : 1;
@@ -172,6 +171,10 @@ int main(int argc, char **argv) {
     keep_index(index_bytes / KIB * (i + 1) / steps - index_n);
   }
   churn_free_all();
+  if (fork_check) { /* with the heaps and samples of a run */
+    check_fork_during_reports(w);
+    return preload_check_done();
+  }
   printf("index_bytes=%zu\n", index_n * KIB);
   check_write_errors(w);
   if (argc > 3) CHECK(w(NULL, argv[3], SCR_PROFILE_TOP) == SCR_OK);

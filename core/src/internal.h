@@ -199,13 +199,6 @@ SCR_INTERNAL void _scr_large_cache_flush(scr_heap *h);
  * live blocks go back (MADV_DONTNEED, or MADV_FREE below
  * madv_free_below); bytes given back, *lazy_bytes of them lazily. */
 SCR_INTERNAL size_t _scr_heap_return_interior(scr_heap *h, size_t *lazy_bytes);
-/* Holes (types.h: scr_page.holes): the slots that start in the OS pages
- * of mask back on pg's free list (its list ran dry, or the pages were not
- * given back); a page with holes whose last block was freed forgets its
- * slots; the slots that start in holes. */
-SCR_INTERNAL void _scr_holes_refill(scr_page *pg, uint32_t mask);
-SCR_INTERNAL void _scr_holes_forget(scr_heap *h, scr_page *pg);
-SCR_INTERNAL uint32_t _scr_holes_slot_count(const scr_page *pg);
 
 /* profile.c: sampled allocation sites */
 #define SCR_PROF_IDLE ((int64_t)4 << 20) /* bytes between looks at the rate while sampling is off */
@@ -228,12 +221,6 @@ static inline void _scr_prof_free(const void *p) {
 SCR_INTERNAL void _scr_prof_drop_heap(const scr_heap *h); /* h is being destroyed */
 SCR_INTERNAL void _scr_prof_lock(void);   /* fork: every lock of the sampler */
 SCR_INTERNAL void _scr_prof_unlock(void);
-/* The slot at offset off of small page pg starts in a hole: it is free
- * (the classifiers' test; any thread, hence the atomic load). */
-static inline bool _scr_slot_in_hole(const scr_page *pg, uintptr_t off) {
-  uint32_t holes = __atomic_load_n(&pg->holes, __ATOMIC_RELAXED);
-  return holes != 0 && ((holes >> (off / _scr_os_page_size())) & 1);
-}
 
 /* classify.c: what an address is for a heap */
 SCR_INTERNAL int _scr_classify(const scr_heap *h, const void *p);

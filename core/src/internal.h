@@ -77,15 +77,10 @@ SCR_INTERNAL void _scr_env_unknown_names(void);
 /* size_class.c */
 SCR_INTERNAL extern const uint32_t _scr_class_sizes[SCR_CLASS_COUNT];
 /* The class of a request n <= SCR_SMALL_MAX (size_class.c: one table,
- * by 16-byte step up to 16 KiB, then by 4 KiB). */
-/* The 4 KiB steps' entries follow the 1,025 of the 16-byte steps (n up to
- * 16 KiB); (n + 4095) >> 12 is 16384 / 4096 + 1 for the first of them. */
-#define SCR_CLASS_BY4K_BASE (16384 / 16 + 1 - (16384 / 4096 + 1))
-#define SCR_CLASS_INDEX_LEN (SCR_CLASS_BY4K_BASE + SCR_SMALL_MAX / 4096 + 1)
+ * by 16-byte step). */
+#define SCR_CLASS_INDEX_LEN (SCR_SMALL_MAX / 16 + 1)
 SCR_INTERNAL extern const uint8_t _scr_class_index[SCR_CLASS_INDEX_LEN];
-static inline unsigned _scr_class_of(size_t n) {
-  return _scr_class_index[SCR_LIKELY(n <= 16384) ? (n + 15) >> 4 : SCR_CLASS_BY4K_BASE + ((n + 4095) >> 12)];
-}
+static inline unsigned _scr_class_of(size_t n) { return _scr_class_index[(n + 15) >> 4]; }
 /* What a realloc from a block of `usable` bytes to n allocates: n, but a
  * block that grows into the medium classes gets the largest one, so that
  * a buffer growing by steps (Python's lists and strings grow by 1/8)

@@ -13,6 +13,10 @@
  *   base       os_linux.c options.c state.c misuse.c                process.h
  *              (and the core heap, core/src/)
  * (top first; within a layer a file uses only those to its left).
+ * The words these files use (arena, owner, holder, claim, park, borrow,
+ * drain, lend, tick, pool, remote stack, discard, decay, keep, over) are
+ * defined, beside mimalloc's, tcmalloc's and jemalloc's, in
+ * docs/process.md's glossary.
  *
  * Each thread claims an arena (one scr_heap, a lock-free stack of blocks
  * other threads freed, and a state) on its first allocation and keeps it in
@@ -73,7 +77,7 @@ SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
 /* Atomic: scr_process_option_set changes them under the process lock
  * while other threads read them without it (plain reads and writes of
  * them are atomic, seq_cst: a mov on x86 for a read; every read is on a
- * slow path).  Found by tests/c/test_process_fuzz.c under TSan. */
+ * slow path). */
 typedef struct scr_proc_options {
 #define SCR_PROC_OPT_FIELD_(type, name, def, lo, hi, doc) _Atomic uint64_t name;
   SCR_PROC_OPTIONS(SCR_PROC_OPT_FIELD_)
@@ -143,8 +147,7 @@ typedef struct scr_arena {
   scr_prof_countdown prof;          /* the sampler's countdown of scr_malloc & co. (holder; profile.c) */
   /* Recycled blocks per class (holder).  On a line boundary, so that no
    * list's 32 bytes straddle two lines: the malloc and free fast paths
-   * touch one line per call (an earlier layout put every
-   * fourth class's head and count on two).  One list more, for tag
+   * touch one line per call.  One list more, for tag
    * SCR_TAG_OTHER, always empty and full (room 0): a free looks a
    * block's list up by its page's tag without testing the tag first, and
    * a block of no size class finds no room there. */

@@ -40,8 +40,11 @@ void _scr_proc_init_slow(void) {
      * retained page per class at most, with dirty ones); freed pages past
      * that go back in batches (decommit_batch), reused first meanwhile:
      * one process_madvise instead of an madvise per page.
-     * With purge_delay_ms set, the heap's large cache holds huge mappings
-     * only, and the arenas send those to the process's huge cache. */
+     * The heap's large cache: an arena sends its huge mappings to the
+     * process's huge cache (huge_cache.c) and, with purge_delay_ms set
+     * (decay_ms > 0, the default), caches no other large block, so
+     * large_cache and large_cache_bytes take effect only under
+     * decay_ms=0. */
     P->heap_opt.retain = 1;
     P->heap_opt.retain_bytes = (size_t)512 << 10;
     P->heap_opt.decommit_batch = (size_t)256 << 10;

@@ -71,10 +71,15 @@ CORE_ALLOWED = {
     "scr_segment.free_mask": "return",
     # purge up to a time: the decay, its refaults, what a heap could give
     "_scr_heap_decay": "purge", "_scr_heap_refault_bytes": "purge", "_scr_heap_unused_bytes": "purge",
-    # reports, statistics, options
+    # reports, statistics, options (core/src/options.c: the one parser)
     "_scr_report": "report", "_scr_verbose": "report", "_scr_assert_fail": "report",
     "_scr_out_put": "report", "_scr_owned_large": "report",
     "_scr_option_find": "options", "_scr_option_parse": "options", "_scr_option_env": "options",
+    "_scr_env_option": "options",
+    # sample an allocation site (profile.c): the countdown, the sample
+    # taken at malloc and dropped at free
+    "_scr_prof_due": "profile", "_scr_prof_next": "profile", "_scr_prof_take": "profile",
+    "_scr_prof_free": "profile",
     # the core's OS calls (prim/os.c: counted, with the failure injection)
     "_scr_os_map_aligned": "os", "_scr_os_advise": "os", "_scr_os_page_size": "os", "_scr_os_now_ms": "os",
 }

@@ -158,8 +158,8 @@ enum scr_option_scope { SCR_SCOPE_HEAP = 1, SCR_SCOPE_PROCESS = 2, SCR_SCOPE_BOT
     "1: say on stderr every misuse (SCRALLOC_ON_ERROR=ignore too) and every internal failure (a failed munmap) the allocator meets") \
   E(X, PROCESS, uint64_t, on_error, 0, 0, 2, "abort=0 warn=1 ignore=2",         \
     "what free, realloc, malloc_usable_size of a bad pointer (double free, interior, never allocated, not scralloc's) does: abort (0) says it on stderr and calls abort(), warn (1) says it and ignores the call, ignore (2) only counts it")
-/* The entries of one scope, without scope and words: X(type, name,
- * default, min, max, description). */
+/* Helpers: SCR_OPTION_TABLE passes every entry on; SCR_OPTIONS those of
+ * scope heap or both, without their scope and words. */
 #define SCR_OPTION_ALL_(X, scope, ...) X(SCR_SCOPE_##scope, __VA_ARGS__)
 #define SCR_OPTION_IN_HEAP_(X, scope, ...) SCR_OPTION_HEAP_##scope(X, __VA_ARGS__)
 #define SCR_OPTION_HEAP_HEAP(X, type, name, def, lo, hi, words, doc) X(type, name, def, lo, hi, doc)

@@ -77,9 +77,9 @@ CORE_ALLOWED = {
     "_scr_option_find": "options", "_scr_option_parse": "options", "_scr_option_env": "options",
     "_scr_env_option": "options",
     # sample an allocation site (profile.c): the countdown, the sample
-    # taken at malloc and dropped at free
+    # taken at malloc and dropped at free, the sampler's locks across fork
     "_scr_prof_due": "profile", "_scr_prof_next": "profile", "_scr_prof_take": "profile",
-    "_scr_prof_free": "profile",
+    "_scr_prof_free": "profile", "_scr_prof_lock": "profile", "_scr_prof_unlock": "profile",
     # the core's OS calls (prim/os.c: counted, with the failure injection)
     "_scr_os_map_aligned": "os", "_scr_os_advise": "os", "_scr_os_page_size": "os", "_scr_os_now_ms": "os",
 }

@@ -64,14 +64,33 @@ SCR_INTERNAL size_t _scr_os_page_size(void);
 SCR_INTERNAL uint64_t _scr_os_now_ms(void);
 SCR_INTERNAL uint64_t _scr_os_random_u64(void);
 
-/* options.c */
+/* options.c: the one parser of SCR_OPTION_TABLE's names and values, for
+ * the heap's setters and the process allocator's (process/options.c). */
+enum {
+#define SCR_OPT_ID_(scope, type, name, ...) SCR_OPT_##name,
+  SCR_OPTION_TABLE(SCR_OPT_ID_)
+#undef SCR_OPT_ID_
+  SCR_OPT_COUNT
+};
+enum { SCR_OPT_BAD = 1, SCR_OPT_RANGE = 2 }; /* _scr_option_parse's failures */
 SCR_INTERNAL void _scr_options_clamp(scr_options *opt);
-SCR_INTERNAL int _scr_parse_size(const char *s, uint64_t *out);
+/* The id of the option named name (any case) if its scope meets scope;
+ * -1 otherwise (NULL name, no such option, another scope's). */
+SCR_INTERNAL int _scr_option_find(const char *name, unsigned scope);
+/* Text (any case) as option id's value: SCR_OK (*out set), SCR_OPT_BAD
+ * (not a value; NULL text), SCR_OPT_RANGE (outside the option's range). */
+SCR_INTERNAL int _scr_option_parse(int id, const char *text, uint64_t *out);
+/* The value of SCRALLOC_<NAME> (name in any case; NULL when unset or
+ * empty); env (at least 64 bytes) receives the variable's name. */
 SCR_INTERNAL const char *_scr_env_option(const char *name, char *env, size_t len);
-/* process/options.c, which knows the names of both tables: each
- * SCRALLOC_<NAME> of the environment that names no option (nor a tool's
- * variable) gets a warning (_scr_report_unknown_env).  scr_options_from_env
- * and the process allocator's first call run it. */
+/* SCRALLOC_<NAME> of option id: true with its value; false when the
+ * option's scope does not meet scope, when unset, or when bad (then
+ * reported: _scr_report_env, once per variable). */
+SCR_INTERNAL bool _scr_option_env(int id, unsigned scope, uint64_t *out);
+/* Each SCRALLOC_<NAME> of the environment that names no option of any
+ * scope (nor a tool's variable) gets a warning with the closest name
+ * (_scr_report_unknown_env).  scr_options_from_env and the process
+ * allocator's first call run it. */
 SCR_INTERNAL void _scr_env_unknown_names(void);
 
 /* size_class.c */

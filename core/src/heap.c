@@ -160,13 +160,7 @@ static scr_page *page_for_class(scr_heap *h, unsigned c) {
 static scr_page *page_with_room(scr_heap *h, unsigned c, bool *added) {
   scr_page *pg;
   *added = false;
-  while ((pg = h->queue[c]) != NULL && !_scr_page_has_room(pg)) {
-    if (pg->holes) { /* its list ran dry: the slots of its holes serve (interior.c) */
-      _scr_holes_refill(pg, pg->holes);
-      return pg;
-    }
-    _scr_queue_remove(h, pg); /* full */
-  }
+  while ((pg = h->queue[c]) != NULL && !_scr_page_has_room(pg)) _scr_queue_remove(h, pg); /* full */
   if (pg != NULL) return pg;
   pg = page_for_class(h, c);
   if (pg == NULL) {
@@ -216,7 +210,6 @@ static void page_release(scr_heap *h, scr_page *pg) {
 
 void _scr_heap_page_emptied(scr_heap *h, scr_page *pg) {
   unsigned c = pg->cls;
-  if (pg->holes) _scr_holes_forget(h, pg); /* types.h: holes only on pages with live blocks */
   if (_scr_page_keep(h, pg)) {
     h->empty_count[c]++;
     h->retained_pages += pg->span;
@@ -391,7 +384,7 @@ static inline bool heap_block_suspect(const scr_segment *seg, const void *p) {
   if (!_scr_block_suspect(seg, idx, p, tag)) return false;
   if (tag >= SCR_CLASS_COUNT) return true;
   const scr_page *pg = _scr_class_page((scr_segment *)seg, idx, tag);
-  if (pg->sampled == 0 || pg->holes != 0) return true;
+  if (pg->sampled == 0) return true;
   const _scr_slot_geom *g = &_scr_misuse.geom[tag];
   uint64_t limit = (uint64_t)pg->capacity * g->step;
   return (((uintptr_t)p & g->mask) * g->magic) >= limit || _scr_block_word1(p) == _scr_misuse.key;

@@ -80,6 +80,8 @@ CORE_ALLOWED = {
     # taken at malloc and dropped at free, the sampler's locks across fork
     "_scr_prof_due": "profile", "_scr_prof_next": "profile", "_scr_prof_take": "profile",
     "_scr_prof_free": "profile", "_scr_prof_lock": "profile", "_scr_prof_unlock": "profile",
+    # and its reports at exit (profile_report.c: SCRALLOC_PROFILE's files, the top sites)
+    "_scr_profile_at_exit": "profile", "_scr_profile_report_top": "profile",
     # the core's OS calls (prim/os.c: counted, with the failure injection)
     "_scr_os_map_aligned": "os", "_scr_os_advise": "os", "_scr_os_page_size": "os", "_scr_os_now_ms": "os",
 }

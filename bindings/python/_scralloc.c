@@ -1825,6 +1825,30 @@ mod_profile_symbol(PyObject *module, PyObject *arg)
   return r;
 }
 
+/* What the frames hook writes here, for tests. */
+static PyObject *
+mod_python_frames(PyObject *module, PyObject *arg)
+{
+  char buf[4096];
+  Py_ssize_t len = PyLong_AsSsize_t(arg);
+  size_t n;
+  if (len < 0 || len > (Py_ssize_t)sizeof buf) {
+    if (!PyErr_Occurred())
+      PyErr_Format(PyExc_ValueError, "len: 0 to %zu", sizeof buf);
+    return NULL;
+  }
+  n = python_frames(buf, (size_t)len, NULL);
+  return PyUnicode_DecodeUTF8(buf, (Py_ssize_t)n, "replace");
+}
+
+/* The frames hook's address, for a libscralloc.so preloaded in this
+ * process (python -m scralloc run --preload --profile). */
+static PyObject *
+mod_lang_hook(PyObject *module, PyObject *unused)
+{
+  return PyLong_FromVoidPtr((void *)python_frames);
+}
+
 static PyObject *
 mod_profile_write(PyObject *module, PyObject *args, PyObject *kwds)
 {
@@ -2139,6 +2163,12 @@ static PyMethodDef module_methods[] = {
   {"_profile_samples", mod_profile_samples, METH_NOARGS,
    "_profile_samples($module, /)\n--\n\nThe live samples of every heap and the process "
    "allocator, as tuples (scralloc.sites reads them)."},
+  {"_python_frames", mod_python_frames, METH_O,
+   "_python_frames($module, len, /)\n--\n\nWhat the frames hook writes on this thread into a "
+   "buffer of len bytes (at most 4096), for tests."},
+  {"_lang_hook", mod_lang_hook, METH_NOARGS,
+   "_lang_hook($module, /)\n--\n\nThe address of the Python frames hook "
+   "(scr_profile_lang_hook), for a preloaded libscralloc.so."},
   {"_profile_symbol", mod_profile_symbol, METH_O,
    "_profile_symbol($module, pc, /)\n--\n\nThe name of the code at a return address."},
   {"write_profile", (PyCFunction)(void (*)(void))mod_profile_write, METH_VARARGS | METH_KEYWORDS,

@@ -416,8 +416,9 @@ typedef struct scr_profile_sample {
                                 "function\tfile\tline", or NULL */
 } scr_profile_sample;
 
-/* Calls fn for each live sampled block of heap h (NULL: of the process
- * allocator) until fn returns nonzero; returns the samples visited.
+/* Calls fn for each live sampled block of heap h (NULL: of every heap
+ * and of the process allocator) until fn returns nonzero; returns the
+ * samples visited.
  * The samples are a snapshot: fn may allocate and free (they and their
  * frames stay valid until fn returns).  Thread-safe. */
 typedef int scr_profile_visit(const scr_profile_sample *s, void *arg);
@@ -440,7 +441,8 @@ SCR_API void scr_profile_set_lang_hook(scr_profile_lang_hook *fn, void *arg);
  * like snprintf. */
 SCR_API size_t scr_profile_symbol(const void *pc, char *buf, size_t len);
 
-/* Writes the live samples of heap h (NULL: the process allocator's) to
+/* Writes the live samples of heap h (NULL: every heap's and the process
+ * allocator's) to
  * path in one format: SCR_PROFILE_FOLDED ("outer;...;inner bytes" lines,
  * flamegraph.pl's input, bytes the estimated live bytes),
  * SCR_PROFILE_PPROF (pprof's gzipped protobuf, sample types

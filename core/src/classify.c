@@ -109,7 +109,10 @@ int scr_heap_free_checked(scr_heap *h, void *p) {
   if (!_scr_heap_live(h)) return SCR_EINVAL;
   if (p == NULL) return SCR_OK;
   int r = _scr_classify(h, p);
-  if (r == SCR_OK) _scr_heap_free_block(h, p);
+  if (r == SCR_OK) {
+    _scr_prof_free(p);
+    _scr_heap_free_block(h, p);
+  }
   return r;
 }
 
@@ -125,6 +128,7 @@ int scr_heap_realloc_checked(scr_heap *h, void *p, size_t n, void **out) {
   if (p != NULL) {
     int r = _scr_classify(h, p);
     if (r != SCR_OK) return r;
+    _scr_prof_free(p);
   }
   if (p != NULL && n == 0) {
     _scr_heap_free_block(h, p);

@@ -64,6 +64,7 @@ scr_heap *scr_heap_new(const scr_options *opt) {
   _scr_options_clamp(&h->opt);
   pthread_mutex_init(&h->lock, NULL);
   h->magic = SCR_HEAP_MAGIC;
+  (void)_scr_prof_next(&h->prof, h->opt.profile_rate);
   scr_validate_heap(h);
   return h;
 }
@@ -71,6 +72,7 @@ scr_heap *scr_heap_new(const scr_options *opt) {
 void scr_heap_destroy(scr_heap *h) {
   if (h == NULL) return;
   HEAP_OR_RETURN("scr_heap_destroy", h);
+  _scr_prof_drop_heap(h);
   h->magic = 0;
   while (h->segments) {
     scr_segment *seg = h->segments;
@@ -241,13 +243,31 @@ void *_scr_heap_malloc(scr_heap *h, size_t n) {
   return _scr_large_alloc(h, n, SCR_PAGE_SIZE, &zero);
 }
 
+/* The countdown of h's sampler ran out at p, an allocation of n bytes
+ * (NULL: it failed); caller: the entry point's return address. */
+static __attribute__((noinline)) void *heap_sampled(scr_heap *h, void *p, size_t n, const void *caller) {
+  uint64_t rate = _scr_prof_next(&h->prof, h->opt.profile_rate);
+  if (p != NULL && rate != 0) _scr_prof_take(h, p, n, rate, caller);
+  return p;
+}
+/* p, n bytes an entry point of h just allocated, after the countdown. */
+#define HEAP_COUNTED(h, p, n) \
+  (_scr_prof_due(&(h)->prof, (n)) ? heap_sampled((h), (p), (n), __builtin_return_address(0)) : (p))
+
+void scr_heap_profile_rate(scr_heap *h, size_t rate) {
+  HEAP_OR_RETURN("scr_heap_profile_rate", h);
+  h->opt.profile_rate = rate;
+  (void)_scr_prof_next(&h->prof, rate); /* a countdown at the new rate */
+}
+
 void *scr_heap_malloc(scr_heap *h, size_t n) {
   if (SCR_UNLIKELY(!_scr_heap_live(h))) {
     _scr_heap_bad("scr_heap_malloc", h);
     errno = EINVAL;
     return NULL;
   }
-  return _scr_heap_malloc(h, n);
+  void *p = _scr_heap_malloc(h, n);
+  return HEAP_COUNTED(h, p, n);
 }
 
 void *scr_heap_calloc(scr_heap *h, size_t count, size_t size) {
@@ -261,11 +281,29 @@ void *scr_heap_calloc(scr_heap *h, size_t count, size_t size) {
     errno = ENOMEM;
     return NULL;
   }
-  if (n <= SCR_SMALL_MAX) return small_calloc(h, _scr_class_of(n), n);
-  bool zero = false;
-  void *p = _scr_large_alloc(h, n, SCR_PAGE_SIZE, &zero);
-  if (p && !zero) memset(p, 0, n);
-  return p;
+  void *p;
+  if (n <= SCR_SMALL_MAX) {
+    p = small_calloc(h, _scr_class_of(n), n);
+  } else {
+    bool zero = false;
+    p = _scr_large_alloc(h, n, SCR_PAGE_SIZE, &zero);
+    if (p && !zero) memset(p, 0, n);
+  }
+  return HEAP_COUNTED(h, p, n);
+}
+
+static void *heap_aligned_alloc(scr_heap *h, size_t align, size_t n) {
+  if (align <= SCR_MIN_ALIGN) return _scr_heap_malloc(h, n);
+  size_t want = n < align ? align : n;
+  if (want <= SCR_SMALL_MAX) {
+    /* A class whose size is a multiple of align: every slot is aligned,
+     * since pages start on 64 KiB boundaries (runs of medium classes on
+     * 256 KiB ones). */
+    for (unsigned c = _scr_class_of(want); c < SCR_CLASS_COUNT; c++)
+      if (_scr_class_sizes[c] % align == 0) return _scr_small_alloc(h, c);
+  }
+  bool zero;
+  return _scr_large_alloc(h, n, align < SCR_PAGE_SIZE ? SCR_PAGE_SIZE : align, &zero);
 }
 
 void *scr_heap_aligned_alloc(scr_heap *h, size_t align, size_t n) {
@@ -282,17 +320,8 @@ void *scr_heap_aligned_alloc(scr_heap *h, size_t align, size_t n) {
     errno = ENOMEM;
     return NULL;
   }
-  if (align <= SCR_MIN_ALIGN) return _scr_heap_malloc(h, n);
-  size_t want = n < align ? align : n;
-  if (want <= SCR_SMALL_MAX) {
-    /* A class whose size is a multiple of align: every slot is aligned,
-     * since pages start on 64 KiB boundaries (runs of medium classes on
-     * 256 KiB ones). */
-    for (unsigned c = _scr_class_of(want); c < SCR_CLASS_COUNT; c++)
-      if (_scr_class_sizes[c] % align == 0) return _scr_small_alloc(h, c);
-  }
-  bool zero;
-  return _scr_large_alloc(h, n, align < SCR_PAGE_SIZE ? SCR_PAGE_SIZE : align, &zero);
+  void *p = heap_aligned_alloc(h, align, n);
+  return HEAP_COUNTED(h, p, n);
 }
 
 /* The segment of h that holds p, or NULL (NULL p, another heap's or no
@@ -389,6 +418,7 @@ void scr_heap_free(scr_heap *h, void *p) {
   }
   if (p == NULL) return;
   if (heap_checked_segment(h, p, "scr_heap_free") == NULL) return;
+  _scr_prof_free(p); /* (a sampled block's page sends its frees here: slot_limit 0) */
   _scr_heap_free_block(h, p);
 }
 
@@ -459,7 +489,9 @@ void *scr_heap_realloc(scr_heap *h, void *p, size_t n) {
     errno = EINVAL;
     return NULL;
   }
-  return _scr_heap_realloc(h, p, n);
+  if (p != NULL) _scr_prof_free(p); /* (a block realloc keeps in place is counted anew too) */
+  void *q = _scr_heap_realloc(h, p, n);
+  return q == NULL ? NULL : HEAP_COUNTED(h, q, n);
 }
 
 /* ---- trim ---- */

@@ -6,14 +6,26 @@
 
 #include "internal.h"
 
-/* The page carved one more slot: its slot_limit (types.h) grows by the
- * class's step, for each page of its run. */
-static inline void _scr_page_carved(const scr_page *pg) {
+/* What a page's slot_limit (types.h) is: 0 while it has holes or live
+ * sampled blocks (every free of one of its blocks then takes the slow
+ * side), else its carved slots' limit. */
+static inline uint64_t _scr_page_slot_limit(const scr_page *pg) {
+  if (__atomic_load_n(&pg->holes, __ATOMIC_RELAXED) | __atomic_load_n(&pg->sampled, __ATOMIC_RELAXED)) return 0;
+  return (uint64_t)__atomic_load_n(&pg->capacity, __ATOMIC_RELAXED) * _scr_misuse.geom[pg->cls].step;
+}
+/* The page's slot_limit becomes what it is, for each page of its run.
+ * A thread that frees a page's last sampled block publishes it too,
+ * racing its holder's carve: either store may win, and both are at most
+ * the true limit (the capacity only grows while the block lives), which
+ * only sends a free to the exact slow side. */
+static inline void _scr_page_publish_limit(const scr_page *pg) {
   scr_segment *seg = _scr_page_segment(pg);
   unsigned first = _scr_page_index(seg, pg);
-  uint64_t v = seg->slot_limit[first] + _scr_misuse.geom[pg->cls].step;
+  uint64_t v = _scr_page_slot_limit(pg);
   for (unsigned i = first; i < first + pg->span; i++) __atomic_store_n(&seg->slot_limit[i], v, __ATOMIC_RELAXED);
 }
+/* The page carved one more slot: its slot_limit grows. */
+static inline void _scr_page_carved(const scr_page *pg) { _scr_page_publish_limit(pg); }
 
 /* y >= seg->slot_limit[idx] (the slot test, _scr_block_suspect), the limit read as a
  * relaxed atomic (its holder may be carving a slot): one compare with the

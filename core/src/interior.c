@@ -145,10 +145,7 @@ static void holes_slots_of(const scr_page *pg, uintptr_t ps, unsigned j, uint32_
  * while it has holes, else its carved slots' limit). */
 static void holes_set(scr_page *pg, uint32_t holes) {
   __atomic_store_n(&pg->holes, holes, __ATOMIC_RELAXED);
-  scr_segment *seg = _scr_page_segment(pg);
-  unsigned i = _scr_page_index(seg, pg);
-  uint64_t limit = holes ? 0 : (uint64_t)pg->capacity * _scr_misuse.geom[pg->cls].step;
-  __atomic_store_n(&seg->slot_limit[i], limit, __ATOMIC_RELAXED);
+  _scr_page_publish_limit(pg);
 }
 
 uint32_t _scr_holes_slot_count(const scr_page *pg) {

@@ -206,6 +206,26 @@ SCR_INTERNAL size_t _scr_heap_return_interior(scr_heap *h, size_t *lazy_bytes);
 SCR_INTERNAL void _scr_holes_refill(scr_page *pg, uint32_t mask);
 SCR_INTERNAL void _scr_holes_forget(scr_heap *h, scr_page *pg);
 SCR_INTERNAL uint32_t _scr_holes_slot_count(const scr_page *pg);
+
+/* profile.c: sampled allocation sites */
+#define SCR_PROF_IDLE ((int64_t)4 << 20) /* bytes between looks at the rate while sampling is off */
+SCR_INTERNAL extern _Atomic size_t _scr_prof_live; /* live samples: 0, and a free has none to look up */
+/* The countdown takes an allocation of n bytes; true when it ran out. */
+static inline bool _scr_prof_due(scr_prof_countdown *c, size_t n) {
+  return SCR_UNLIKELY((c->left -= (int64_t)n) < 0);
+}
+/* The countdown ran out: draws the next at rate `now` (0: off) and
+ * returns the rate the allocation is sampled at (0: not sampled). */
+SCR_INTERNAL uint64_t _scr_prof_next(scr_prof_countdown *c, uint64_t now);
+/* Sample p, n bytes just allocated by heap key (NULL: the process
+ * allocator), at rate; caller: the entry point's return address. */
+SCR_INTERNAL void _scr_prof_take(const scr_heap *key, void *p, size_t n, uint64_t rate, const void *caller);
+/* p, a live block, is being freed: its sample goes. */
+SCR_INTERNAL void _scr_prof_freed(const void *p);
+static inline void _scr_prof_free(const void *p) {
+  if (SCR_UNLIKELY(atomic_load_explicit(&_scr_prof_live, memory_order_relaxed) != 0)) _scr_prof_freed(p);
+}
+SCR_INTERNAL void _scr_prof_drop_heap(const scr_heap *h); /* h is being destroyed */
 /* The slot at offset off of small page pg starts in a hole: it is free
  * (the classifiers' test; any thread, hence the atomic load). */
 static inline bool _scr_slot_in_hole(const scr_page *pg, uintptr_t off) {

@@ -51,7 +51,9 @@ int _scr_parse_size(const char *s, uint64_t *out) {
 
 int scr_options_set(scr_options *opt, const char *name, const char *value) {
   uint64_t v;
-  if (opt == NULL || name == NULL || _scr_parse_size(value, &v) != SCR_OK) return SCR_EINVAL;
+  if (opt == NULL || name == NULL) return SCR_EINVAL;
+  if (value && strcasecmp(name, "profile_rate") == 0 && strcmp(value, "on") == 0) value = "512K"; /* SCR_PROFILE_DEFAULT_RATE */
+  if (_scr_parse_size(value, &v) != SCR_OK) return SCR_EINVAL;
 #define X(type, oname, def, lo, hi, doc)                              \
   if (strcasecmp(name, #oname) == 0) {                                 \
     if (outside(v, (uint64_t)(lo), (uint64_t)(hi))) return SCR_EINVAL;   \

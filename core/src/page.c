@@ -4,6 +4,7 @@
  * SCR_MEDIUM_SPAN pages: the first descriptor is the page's, the others
  * are RUN_TAIL and point at it. */
 #include "internal.h"
+#include "heap_fast.h"
 #include <string.h>
 
 void _scr_page_format(scr_page *pg, unsigned cls) {
@@ -20,6 +21,7 @@ void _scr_page_format(scr_page *pg, unsigned cls) {
   pg->used = 0;
   pg->free = NULL;
   __atomic_store_n(&pg->holes, 0, __ATOMIC_RELAXED); /* (_scr_slot_in_hole's readers) */
+  __atomic_store_n(&pg->sampled, 0, __ATOMIC_RELAXED);
   pg->in_queue = 0;
   pg->next = pg->prev = NULL;
   pg->start = _scr_page_start(seg, pg);
@@ -72,9 +74,13 @@ bool _scr_page_validate(const scr_page *pg) {
     seen[slot / 64] |= (uint64_t)1 << (slot % 64);
     nfree++;
   }
-  uint64_t limit = pg->holes ? 0 : (uint64_t)pg->capacity * _scr_misuse.geom[pg->cls].step;
-  for (unsigned i = first; i < first + pg->span; i++)
-    if (__atomic_load_n(&seg->slot_limit[i], __ATOMIC_RELAXED) != limit) return false;
+  /* (0 is always safe: a thread that freed the page's last sampled block
+   * may have lost the race to publish, heap_fast.h) */
+  uint64_t limit = _scr_page_slot_limit(pg);
+  for (unsigned i = first; i < first + pg->span; i++) {
+    uint64_t v = __atomic_load_n(&seg->slot_limit[i], __ATOMIC_RELAXED);
+    if (v != limit && v != 0) return false;
+  }
   if (pg->holes) {
     size_t ps = _scr_os_page_size();
     if (pg->capacity != pg->reserved || pg->span != 1 || pg->block_size >= 2 * ps ||

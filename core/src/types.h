@@ -69,6 +69,7 @@ typedef enum scr_page_kind {
  *   holes != 0  =>  used > 0, capacity == reserved, span == 1, in_queue,
  *                   and the page's slot_limit is 0 (every free of one of
  *                   its blocks takes the slow side, which reads `holes`)
+ *   sampled != 0 => the page's slot_limit is 0 (heap_fast.h: _scr_page_slot_limit)
  * Empty pages (used == 0) sit at the tail of their class queue and are
  * the heap's retained pages.  For a LARGE page: used is 1 while the block
  * is live, 0 while it sits in the large cache. */
@@ -81,7 +82,9 @@ typedef struct scr_page {
   uint32_t block_size;         /* bytes per slot (SMALL) */
   uint32_t holes;              /* SMALL: OS pages given back while the page holds live blocks (interior.c);
                                   read by other threads' checks: relaxed atomics */
-  uint32_t pad_;
+  uint32_t sampled;            /* SMALL: live sampled blocks (profile.c); while nonzero the page's
+                                  slot_limit is 0, so that their frees take the slow side, which
+                                  finds their samples.  Atomic: any thread that frees one writes it */
   uint8_t kind;                /* scr_page_kind */
   uint8_t cls;                 /* size class (SMALL, RUN_TAIL) */
   uint8_t zero;                /* bytes not yet carved read as zero */
@@ -173,6 +176,18 @@ typedef struct scr_os_counters {
 } scr_os_counters;
 
 /* A freed large block kept for reuse. */
+/* A sampler's countdown (profile.c), one per heap and one per arena of
+ * the process allocator: each allocation takes its bytes off `left`, and
+ * the one that takes it below zero is sampled (when `rate` is not 0) or
+ * only draws the next countdown (rate 0: sampling was off when it was
+ * drawn, and `left` was SCR_PROF_IDLE).  Written by the heap's holder
+ * alone. */
+typedef struct scr_prof_countdown {
+  int64_t left;  /* bytes still to allocate before the next sample */
+  uint64_t rate; /* the rate `left` was drawn at (0: off) */
+  uint64_t rng;  /* xorshift state (0: not seeded yet) */
+} scr_prof_countdown;
+
 typedef struct scr_cached {
   void *block;                  /* start of the block */
   size_t size;                  /* usable bytes */
@@ -274,6 +289,7 @@ struct scr_heap {
   uintptr_t map_mark;                    /* its segments' mark in the segment map (0: none) */
   struct _scr_heap_hooks hooks;          /* process allocator's hooks */
   struct scr_heap *meta_next;            /* descriptor pool free list */
+  scr_prof_countdown prof;               /* sampling of scr_heap_* calls (profile.c) */
 };
 
 #endif /* SCR_TYPES_H */

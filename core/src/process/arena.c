@@ -152,6 +152,7 @@ scr_arena *_scr_arena_claim(bool *alone) {
   unsigned poisoned = a->poisoned;
   pthread_mutex_unlock(&P->lock);
   proc_adopt(a, poisoned);
+  (void)_scr_prof_next(&a->prof, atomic_load_explicit(&P->opt.profile_rate, memory_order_relaxed)); /* the new holder's countdown */
   return a;
 }
 

@@ -70,6 +70,38 @@ static __attribute__((noinline)) void *proc_malloc_slow(scr_arena *a, uintptr_t 
   return proc_malloc_general(a, n);
 }
 
+/* The countdown of a's sampler ran out at p, an allocation of n bytes
+ * (NULL: it failed); caller: the entry point's return address.  A block
+ * of another arena (the thread's cache holds some) is sampled where it
+ * is: its page's holder may be carving a slot as the page is marked, and
+ * the sample then stays until the address is freed through a marked
+ * page or scr_trim... rare enough not to cost the hit paths a test. */
+static __attribute__((noinline)) void *proc_sampled(scr_arena *a, void *p, size_t n, const void *caller) {
+  uint64_t rate = _scr_prof_next(&a->prof, atomic_load_explicit(&_scr_proc.opt.profile_rate, memory_order_relaxed));
+  if (p != NULL && rate != 0) _scr_prof_take(NULL, p, n, rate, caller);
+  return p;
+}
+/* p, n bytes an entry point just allocated for a's holder (a may be NULL
+ * when the allocation failed), after the countdown. */
+#define PROC_COUNTED(a, p, n) \
+  ((a) != NULL && _scr_prof_due(&(a)->prof, (n)) ? proc_sampled((a), (p), (n), __builtin_return_address(0)) : (p))
+
+/* scr_malloc's countdown ran out at a small request: a block of a's own
+ * heap, whose pages only a's holder carves (see proc_sampled). */
+static __attribute__((noinline)) void *proc_malloc_sampled(scr_arena *a, size_t n, const void *caller) {
+  void *p = _scr_small_alloc(a->heap, _scr_class_of(n));
+  _scr_holder_tick(a);
+  return proc_sampled(a, p, n, caller);
+}
+
+/* scr_malloc of a large block, or before the thread holds an arena. */
+static __attribute__((noinline)) void *proc_malloc_other(scr_arena *a, size_t n, const void *caller) {
+  void *p = proc_malloc_general(a, n);
+  a = _scr_tl_arena;
+  if (a != NULL && _scr_prof_due(&a->prof, n)) return proc_sampled(a, p, n, caller);
+  return p;
+}
+
 /* The fast path, a block of the thread's cache, needs no stack frame: the
  * rest is a tail call (a frame for the slow side's registers cost every
  * call about ten instructions).  It and scr_free start a cache line, so
@@ -85,11 +117,12 @@ __attribute__((aligned(64))) void *scr_malloc(size_t n) {
      * list's address is copied (three instructions fewer) */
     uintptr_t at = (uintptr_t)_scr_class_of(n) * sizeof(scr_recycled);
     __asm__("" : "+r"(at));
+    if (_scr_prof_due(&a->prof, n)) return proc_malloc_sampled(a, n, __builtin_return_address(0));
     void *p = _scr_recycle_take_at(a, at);
     if (SCR_LIKELY(p != NULL)) return p; /* no tick: the heap did not change */
     return proc_malloc_slow(a, at, n);
   }
-  return proc_malloc_general(a, n);
+  return proc_malloc_other(a, n, __builtin_return_address(0));
 }
 
 void *scr_calloc(size_t count, size_t size) {
@@ -100,13 +133,13 @@ void *scr_calloc(size_t count, size_t size) {
   size_t n;
   if (SCR_LIKELY(a != NULL) && !__builtin_mul_overflow(count, size, &n) && n <= SCR_SMALL_MAX) {
     void *p = _scr_recycle_take(a, _scr_class_of(n));
-    if (p != NULL) return memset(p, 0, n);
+    if (p != NULL) return PROC_COUNTED(a, memset(p, 0, n), n);
   }
   a = _scr_holder_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   void *p = proc_heap_calloc(a->heap, count, size);
   _scr_holder_tick(a);
-  return p;
+  return p ? PROC_COUNTED(a, p, count * size) : NULL;
 }
 
 void *scr_aligned_alloc(size_t alignment, size_t n) {
@@ -117,7 +150,7 @@ void *scr_aligned_alloc(size_t alignment, size_t n) {
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   void *p = proc_heap_aligned_alloc(a->heap, alignment, n);
   _scr_holder_tick(a);
-  return p;
+  return p ? PROC_COUNTED(a, p, n) : NULL;
 }
 
 /* The arena of a heap, or NULL when the heap is not one of ours (a
@@ -131,6 +164,7 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
   if (p == NULL) return;
   if (SCR_UNLIKELY(_scr_proc_check("free", p) != SCR_OK)) return; /* reported (misuse.c) */
   if (SCR_UNLIKELY(!_scr_proc_claim(p))) return _scr_proc_misuse("free", p, SCR_EDOUBLEFREE); /* lost a race */
+  _scr_prof_free(p); /* (a sampled block's page sends its frees here: slot_limit 0) */
   scr_segment *seg = _scr_segmap_seg(e);
   scr_heap *h = seg ? seg->heap : NULL;
   uintptr_t idx = 0;
@@ -267,9 +301,10 @@ void *scr_realloc(void *p, size_t n) {
   scr_arena *a = _scr_holder_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   if (SCR_LIKELY(a->heap == h)) {
+    _scr_prof_free(p); /* (a block realloc keeps in place is counted anew too) */
     void *q = proc_heap_realloc(h, p, n);
     _scr_holder_tick(a);
-    return q;
+    return q ? PROC_COUNTED(a, q, n) : NULL;
   }
   /* A block of another arena: move it into ours. */
   if (n == 0) {
@@ -286,6 +321,7 @@ void *scr_realloc(void *p, size_t n) {
     errno = EINVAL;
     return NULL;
   }
+  _scr_prof_free(p);
   _scr_remote_push(proc_arena_of_heap(h), p);
   SCR_PC_ADD(realloc_moves, 1);
   return q;

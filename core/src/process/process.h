@@ -156,6 +156,7 @@ typedef struct scr_arena {
   uint64_t snap_sent;               /* remote_sent as of the last publish */
   uintptr_t own_mark;               /* its segments' mark in the segment map (UINTPTR_MAX: none) */
   uint64_t cache_grown;             /* bytes its lists' caps grew past their base (recycle.c) (holder) */
+  scr_prof_countdown prof;          /* the sampler's countdown of scr_malloc & co. (holder; profile.c) */
   /* Recycled blocks per class (holder).  On a line boundary, so that no
    * list's 32 bytes straddle two lines: the malloc and free fast paths
    * touch one line per call (an earlier layout put every

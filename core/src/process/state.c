@@ -30,6 +30,9 @@ void _scr_proc_init_slow(void) {
     _scr_misuse_init();
     _scr_proc_options_init(&P->opt);
     _scr_proc_options_from_env(&P->opt);
+    char env[64];
+    if (_scr_env_option("profile", env, sizeof env) && !_scr_env_option("profile_rate", env, sizeof env))
+      P->opt.profile_rate = SCR_PROFILE_DEFAULT_RATE; /* SCRALLOC_PROFILE=PATH alone: sampling on */
     scr_options_init(&P->heap_opt);
     /* Arena defaults.  Freed pages stay committed (dirty), taken first by
      * any class or large block, until the decay gives them back

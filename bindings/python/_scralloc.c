@@ -1514,8 +1514,8 @@ python_frames(char *buf, size_t len, void *arg)
     for (k = 0; k < numlen && n < len; k++)
       buf[n++] = num[k];
     Py_DECREF(co);
-    if (n >= len) {             /* no room for the whole line: drop it */
-      n = start > 0 ? start - 1 : 0;
+    if (n >= len) {             /* no room for the whole line: drop it (and its newline) */
+      n = start;
       break;
     }
     back = PyFrame_GetBack(f);

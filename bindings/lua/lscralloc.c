@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "lauxlib.h"
@@ -823,6 +824,111 @@ static void lscr_on_report(int err, const char *msg, void *arg) {
 }
 
 /* reports([collect]) -> count, last message, last code */
+/* ---- sampled allocation sites (docs/profile.md) ---- */
+
+/* The samples are copied out first (malloc), then turned into tables:
+ * a Lua error (out of memory) then cannot leave the library's snapshot
+ * behind. */
+typedef struct {
+  scr_profile_sample *v;
+  size_t n, cap;
+  int failed;
+} lscr_samples;
+
+static int lscr_collect(const scr_profile_sample *s, void *arg) {
+  lscr_samples *c = arg;
+  if (c->n == c->cap) {
+    size_t cap = c->cap ? 2 * c->cap : 64;
+    scr_profile_sample *v = realloc(c->v, cap * sizeof *v);
+    if (v == NULL) {
+      c->failed = 1;
+      return 1;
+    }
+    c->v = v;
+    c->cap = cap;
+  }
+  c->v[c->n++] = *s; /* (frames and lang are the site's: they stay) */
+  return 0;
+}
+
+/* {size=, bytes=, blocks=, pinned=, site=, frames={innermost first},
+ * lang=} for each live sample of heap h (NULL: every heap's and the
+ * process allocator's). */
+static int lscr_pushprofile(lua_State *L, const scr_heap *h) {
+  lscr_samples c = {0};
+  scr_profile_samples(h, lscr_collect, &c);
+  if (c.failed) {
+    free(c.v);
+    return luaL_error(L, "scralloc: out of memory for the profile");
+  }
+  lua_createtable(L, (int)c.n, 0);
+  for (size_t i = 0; i < c.n; i++) {
+    const scr_profile_sample *s = &c.v[i];
+    lua_createtable(L, 0, 7);
+    lscr_pushu64(L, s->size);
+    lua_setfield(L, -2, "size");
+    lua_pushnumber(L, s->bytes);
+    lua_setfield(L, -2, "bytes");
+    lua_pushnumber(L, s->blocks);
+    lua_setfield(L, -2, "blocks");
+    lua_pushnumber(L, s->pinned);
+    lua_setfield(L, -2, "pinned");
+    lua_pushfstring(L, "%p", (void *)(uintptr_t)s->site);
+    lua_setfield(L, -2, "site");
+    lua_createtable(L, (int)s->depth, 0);
+    for (unsigned k = 0; k < s->depth; k++) {
+      char name[512];
+      scr_profile_symbol(s->frames[k], name, sizeof name);
+      lua_pushstring(L, name);
+      lua_rawseti(L, -2, (lua_Integer)k + 1);
+    }
+    lua_setfield(L, -2, "frames");
+    if (s->lang) {
+      lua_pushstring(L, s->lang);
+      lua_setfield(L, -2, "lang");
+    }
+    lua_rawseti(L, -2, (lua_Integer)i + 1);
+  }
+  free(c.v);
+  return 1;
+}
+
+static const char *const lscr_profile_formats[] = {"folded", "pprof", "blame", "top", NULL};
+
+static int lscr_pushwritten(lua_State *L, const scr_heap *h, int path_arg) {
+  const char *path = luaL_checkstring(L, path_arg);
+  int fmt = luaL_checkoption(L, path_arg + 1, "folded", lscr_profile_formats) + SCR_PROFILE_FOLDED;
+  int r = scr_profile_write(h, path, (unsigned)fmt | SCR_PROFILE_NATIVE);
+  if (r == SCR_OK) {
+    lua_pushboolean(L, 1);
+    return 1;
+  }
+  lua_pushnil(L);
+  lua_pushfstring(L, "%s: %s", path, r == SCR_EINVAL ? scr_strerror(r) : strerror(errno));
+  return 2;
+}
+
+/* a:profile() -> samples; a:profile_rate([bytes]) -> the rate (set first
+ * when given); a:profile_write(path [, format]) -> true | nil, message. */
+static int lscr_profile(lua_State *L) { return lscr_pushprofile(L, lscr_checkopen(L)->acct.heap); }
+static int lscr_profile_rate(lua_State *L) {
+  lscr_alloc *A = lscr_checkopen(L);
+  if (!lua_isnoneornil(L, 2)) {
+    lua_Integer r = luaL_checkinteger(L, 2);
+    luaL_argcheck(L, r >= 0, 2, "a rate in bytes, 0 = off");
+    scr_heap_profile_rate(A->acct.heap, (size_t)r);
+  }
+  scr_options o;
+  scr_heap_options(A->acct.heap, &o);
+  lscr_pushu64(L, o.profile_rate);
+  return 1;
+}
+static int lscr_profile_write(lua_State *L) { return lscr_pushwritten(L, lscr_checkopen(L)->acct.heap, 2); }
+/* scralloc.profile() and scralloc.profile_write(path [, format]): every
+ * heap's samples and the process allocator's. */
+static int lscr_profile_all(lua_State *L) { return lscr_pushprofile(L, NULL); }
+static int lscr_profile_write_all(lua_State *L) { return lscr_pushwritten(L, NULL, 1); }
+
 static int lscr_reports(lua_State *L) {
   if (!lua_isnone(L, 1)) {
     luaL_checktype(L, 1, LUA_TBOOLEAN);
@@ -875,6 +981,9 @@ static const luaL_Reg lscr_methods[] = {
   {"limit", lscr_limit},
   {"usage", lscr_usage},
   {"run", lscr_runchunk},
+  {"profile", lscr_profile},
+  {"profile_rate", lscr_profile_rate},
+  {"profile_write", lscr_profile_write},
   {"close", lscr_close},
   {NULL, NULL}
 };
@@ -896,6 +1005,8 @@ static const luaL_Reg lscr_funcs[] = {
   {"debug_os_calls", lscr_os_calls},
   {"debug_advance_clock", lscr_advance_clock},
   {"reports", lscr_reports},
+  {"profile", lscr_profile_all},
+  {"profile_write", lscr_profile_write_all},
   {NULL, NULL}
 };
 

@@ -226,6 +226,8 @@ static inline void _scr_prof_free(const void *p) {
   if (SCR_UNLIKELY(atomic_load_explicit(&_scr_prof_live, memory_order_relaxed) != 0)) _scr_prof_freed(p);
 }
 SCR_INTERNAL void _scr_prof_drop_heap(const scr_heap *h); /* h is being destroyed */
+SCR_INTERNAL void _scr_prof_lock(void);   /* fork: every lock of the sampler */
+SCR_INTERNAL void _scr_prof_unlock(void);
 /* The slot at offset off of small page pg starts in a hole: it is free
  * (the classifiers' test; any thread, hence the atomic load). */
 static inline bool _scr_slot_in_hole(const scr_page *pg, uintptr_t off) {

@@ -83,14 +83,21 @@ static uint64_t prof_mix(uint64_t x) { /* splitmix64's finalizer */
   return x ^ (x >> 31);
 }
 
-/* ln(x) for x in (0, 1]: x = m * 2^e with m in [1, 2), ln m = 2 atanh(s),
- * s = (m - 1) / (m + 1) < 1/3 (libm is not among the library's links). */
+/* ln(x) for a normal x > 0: x = m * 2^e with m in [sqrt(1/2), sqrt(2)),
+ * ln m = 2 atanh(s), s = (m - 1) / (m + 1), |s| < 0.172, whose series
+ * to s^11 is within 1e-10 (libm is not among the library's links). */
 static double prof_ln(double x) {
-  int e = 0;
-  while (x < 1.0) x *= 2.0, e--;
-  double s = (x - 1.0) / (x + 1.0), s2 = s * s, term = s, sum = 0;
-  for (int k = 1; k < 40; k += 2, term *= s2) sum += term / k;
-  return 2.0 * sum + e * 0.6931471805599453;
+  union {
+    double d;
+    uint64_t u;
+  } b = {x};
+  int e = (int)((b.u >> 52) & 0x7ff) - 1023;
+  b.u = (b.u & 0x000fffffffffffffull) | 0x3ff0000000000000ull;
+  double m = b.d;
+  if (m > 1.4142135623730951) m *= 0.5, e++;
+  double s = (m - 1.0) / (m + 1.0), s2 = s * s;
+  double p = s2 * (1.0 / 3 + s2 * (1.0 / 5 + s2 * (1.0 / 7 + s2 * (1.0 / 9 + s2 * (1.0 / 11)))));
+  return 2.0 * (s + s * p) + e * 0.6931471805599453;
 }
 
 /* exp(-x) for x >= 0: 2^-k * exp(-r), r = x - k ln 2 in [0, ln 2). */
@@ -131,10 +138,25 @@ uint64_t _scr_prof_next(scr_prof_countdown *c, uint64_t now) {
   return was;
 }
 
-/* ---- stacks ---- */
+/* ---- stacks ----
+ *
+ * libgcc's unwinder interprets each frame's call-frame information, some
+ * thousand instructions a frame.  Most frames have the same size at the
+ * same return address every time (the stack pointer's distance to the
+ * frame's CFA there does not change): a walk that knows that size for
+ * every return address on the stack needs no interpretation, the frame
+ * above starting at CFA and its return address at CFA - 8 (the x86-64
+ * ABI).  So every walk of the unwinder records each return address's
+ * frame size, and a later walk whose addresses all have a size recorded,
+ * seen twice alike, follows them; one that meets an address without one
+ * (or one that changed: alloca, a realigned stack) asks the unwinder
+ * again.  libunwind's unw_backtrace keeps a cache of the same kind.  The
+ * walk reads the stack only between the sampler's frame and the highest
+ * CFA the unwinder found on this thread. */
 
 typedef struct {
   const void **pcs;
+  uintptr_t *cfas;
   unsigned n, max;
 } prof_walk;
 
@@ -142,29 +164,107 @@ static _Unwind_Reason_Code prof_frame(struct _Unwind_Context *ctx, void *arg) {
   prof_walk *w = arg;
   uintptr_t ip = _Unwind_GetIP(ctx);
   if (ip == 0 || w->n == w->max) return _URC_END_OF_STACK;
-  w->pcs[w->n++] = (const void *)ip;
+  w->pcs[w->n] = (const void *)ip;
+  w->cfas[w->n++] = _Unwind_GetCFA(ctx);
   return _URC_NO_REASON;
 }
 
+/* Frame sizes by return address: key 0 empty; val = size << 8 | state
+ * (PROF_FS_SEEN once, PROF_FS_SURE twice alike, PROF_FS_NEVER differed,
+ * PROF_FS_LAST the unwinder's walks end there).  Written under
+ * prof_fs_lock, read without it. */
+#define PROF_FS_SLOTS 8192
+enum { PROF_FS_SEEN = 1, PROF_FS_SURE = 2, PROF_FS_NEVER = 3, PROF_FS_LAST = 4 };
+static struct {
+  _Atomic uintptr_t key;
+  _Atomic uint64_t val;
+} prof_fs[PROF_FS_SLOTS];
+static pthread_mutex_t prof_fs_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread uintptr_t prof_stack_top; /* the highest CFA the unwinder found on this thread */
+
+static uint64_t prof_fs_get(uintptr_t ip) {
+  for (size_t i = (size_t)prof_mix(ip) % PROF_FS_SLOTS, n = 0; n < 16; i = (i + 1) % PROF_FS_SLOTS, n++) {
+    uintptr_t k = atomic_load_explicit(&prof_fs[i].key, memory_order_acquire);
+    if (k == ip) return atomic_load_explicit(&prof_fs[i].val, memory_order_relaxed);
+    if (k == 0) return 0;
+  }
+  return 0;
+}
+
+/* (under prof_fs_lock) */
+static void prof_fs_learn(uintptr_t ip, uint64_t size, unsigned state) {
+  for (size_t i = (size_t)prof_mix(ip) % PROF_FS_SLOTS, n = 0; n < 16; i = (i + 1) % PROF_FS_SLOTS, n++) {
+    uintptr_t k = atomic_load_explicit(&prof_fs[i].key, memory_order_relaxed);
+    if (k != 0 && k != ip) continue;
+    uint64_t v = atomic_load_explicit(&prof_fs[i].val, memory_order_relaxed), now;
+    if (k == 0) now = size << 8 | state;
+    else if ((v & 0xff) == PROF_FS_NEVER) return;
+    else if (state == PROF_FS_LAST) now = (v & 0xff) == PROF_FS_LAST ? v : (uint64_t)PROF_FS_NEVER;
+    else if ((v & 0xff) == PROF_FS_LAST) now = PROF_FS_NEVER;
+    else now = (v >> 8) == size ? size << 8 | PROF_FS_SURE : (uint64_t)PROF_FS_NEVER;
+    atomic_store_explicit(&prof_fs[i].val, now, memory_order_relaxed);
+    if (k == 0) atomic_store_explicit(&prof_fs[i].key, ip, memory_order_release);
+    return;
+  }
+}
+
 #define PROF_SKIP_MAX 12 /* the allocator's own frames above the caller's */
+#define PROF_WALK_MAX (SCR_PROFILE_MAX_FRAMES + PROF_SKIP_MAX)
+
+/* The return addresses on the stack from the caller of this function,
+ * innermost first, by the recorded frame sizes, else by the unwinder
+ * (which records what it finds).  One function, so that both walks start
+ * at the same return address. */
+static __attribute__((noinline)) unsigned prof_walk_stack(const void **pcs) {
+  uintptr_t cfa = (uintptr_t)__builtin_dwarf_cfa(), bound = prof_stack_top;
+  uintptr_t ip = (uintptr_t)__builtin_return_address(0);
+  unsigned n = 0;
+  while (bound != 0) {
+    pcs[n++] = (const void *)ip;
+    uint64_t v = prof_fs_get(ip);
+    if ((v & 0xff) == PROF_FS_LAST || n == PROF_WALK_MAX) return n;
+    if ((v & 0xff) != PROF_FS_SURE) break;
+    uintptr_t next = cfa + (v >> 8);
+    if (next <= cfa || next > bound) break;
+    cfa = next;
+    ip = *(const uintptr_t *)(cfa - 8);
+  }
+  uintptr_t cfas[PROF_WALK_MAX + 1];
+  const void *all[PROF_WALK_MAX + 1];
+  prof_walk w = {all, cfas, 0, PROF_WALK_MAX + 1};
+  _Unwind_Backtrace(prof_frame, &w); /* frame 0: this function */
+  if (w.n < 2) return 0;
+  n = w.n - 1;
+  memcpy(pcs, all + 1, n * sizeof *pcs);
+  pthread_mutex_lock(&prof_fs_lock);
+  /* (callback i reports return address all[i] with the CFA of the frame
+   * that returns there: the stack pointer at all[i] in its function,
+   * whose own CFA is callback i + 1's) */
+  for (unsigned i = 1; i < w.n; i++) {
+    if (i + 1 == w.n && w.n <= PROF_WALK_MAX) prof_fs_learn((uintptr_t)all[i], 0, PROF_FS_LAST);
+    else if (i + 1 < w.n && cfas[i + 1] > cfas[i]) prof_fs_learn((uintptr_t)all[i], cfas[i + 1] - cfas[i], PROF_FS_SEEN);
+  }
+  pthread_mutex_unlock(&prof_fs_lock);
+  if (cfas[w.n - 1] > prof_stack_top) prof_stack_top = cfas[w.n - 1];
+  return n;
+}
 
 /* The caller's stack into pcs (innermost first), from the frame that
  * `caller` (the entry point's return address) returns into. */
 static unsigned prof_stack(const void **pcs, const void *caller) {
-  const void *all[SCR_PROFILE_MAX_FRAMES + PROF_SKIP_MAX];
-  prof_walk w = {all, 0, SCR_PROFILE_MAX_FRAMES + PROF_SKIP_MAX};
-  _Unwind_Backtrace(prof_frame, &w);
-  unsigned from = 1; /* this function */
-  for (unsigned i = 0; i < w.n && i < PROF_SKIP_MAX; i++)
+  const void *all[PROF_WALK_MAX];
+  unsigned n = prof_walk_stack(all);
+  unsigned from = 0;
+  for (unsigned i = 0; i < n && i < PROF_SKIP_MAX; i++)
     if (all[i] == caller) {
       from = i;
       break;
     }
-  if (w.n <= from) { /* no unwind information: the caller alone */
+  if (n <= from) { /* no unwind information: the caller alone */
     pcs[0] = caller;
     return caller != NULL;
   }
-  unsigned n = w.n - from < SCR_PROFILE_MAX_FRAMES ? w.n - from : SCR_PROFILE_MAX_FRAMES;
+  n = n - from < SCR_PROFILE_MAX_FRAMES ? n - from : SCR_PROFILE_MAX_FRAMES;
   memcpy(pcs, all + from, n * sizeof *pcs);
   return n;
 }
@@ -321,6 +421,16 @@ void _scr_prof_drop_heap(const scr_heap *h) {
       atomic_store_explicit(&t->rec[i].addr, 1, memory_order_relaxed);
       atomic_fetch_sub_explicit(&_scr_prof_live, 1, memory_order_relaxed);
     }
+  pthread_mutex_unlock(&prof.lock);
+}
+
+/* Across fork (process/fork.c): the child finds the tables whole. */
+void _scr_prof_lock(void) {
+  pthread_mutex_lock(&prof.lock);
+  pthread_mutex_lock(&prof_fs_lock);
+}
+void _scr_prof_unlock(void) {
+  pthread_mutex_unlock(&prof_fs_lock);
   pthread_mutex_unlock(&prof.lock);
 }
 

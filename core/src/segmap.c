@@ -60,3 +60,5 @@ void _scr_segmap_clear(uintptr_t base, size_t size) {
     if (l) atomic_store_explicit(&l->slot[s & (LEAF_SLOTS - 1)], 0, memory_order_release);
   }
 }
+
+#undef top /* (the unity build: no later file meets it) */

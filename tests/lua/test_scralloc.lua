@@ -59,7 +59,7 @@ local STATS_FIELDS = {
 }
 local CLASS_FIELDS = { "block_size", "live", "pages", "retained" }
 local OPTIONS = { "retain", "retain_bytes", "large_cache", "large_cache_bytes",
-  "huge_threshold", "madv_free_below", "limit_bytes", "purge_delay_ms", "decommit_batch" }
+  "huge_threshold", "madv_free_below", "limit_bytes", "purge_delay_ms", "decommit_batch", "profile_rate" }
 
 -- Every block freed and the heap trimmed: nothing is left.
 local function assert_empty(a, what)
@@ -890,6 +890,46 @@ p:close()
   assert(out:find("scralua: heap at exit:", 1, true), out) -- on stderr instead
   os.remove(script)
   os.remove(file)
+end)
+
+test("profile: sampled blocks, their frames, the files", function()
+  local a <close> = scralloc.new{ profile_rate = 1 }
+  eq(a:options().profile_rate, 1, "profile_rate option")
+  local ptrs = {}
+  for i = 1, 50 do ptrs[i] = a:malloc(100) end
+  local samples = a:profile()
+  eq(#samples, 50, "every block sampled at rate 1")
+  local s = samples[1]
+  eq(s.size, 100, "size")
+  assert(math.abs(s.bytes - 100) < 1e-6 and math.abs(s.blocks - 1) < 1e-6, "rate 1: exact")
+  assert(#s.frames > 0, "frames")
+  local named = false
+  for _, f in ipairs(s.frames) do
+    assert(type(f) == "string" and #f > 0)
+    if f:find("lscr_malloc", 1, true) then named = true end
+  end
+  assert(named, "a frame names the binding's malloc: " .. table.concat(s.frames, " | "))
+  eq(#scralloc.profile() >= 50, true, "the process-wide list has them")
+  local file = os.tmpname()
+  assert(a:profile_write(file, "folded"))
+  local f = assert(io.open(file))
+  local text = f:read("a")
+  f:close()
+  for line in text:gmatch("[^\n]+") do assert(line:match("^.+ %d+$"), line) end
+  assert(text:find("lscr_malloc", 1, true), text)
+  local ok, msg = a:profile_write("/nonexistent/dir/x", "top")
+  eq(ok, nil, "unwritable")
+  assert(msg:find("/nonexistent/dir/x", 1, true), msg)
+  raises(function() a:profile_write(file, "svg") end)
+  os.remove(file)
+  for i = 1, 25 do a:free(ptrs[i]) end
+  eq(#a:profile(), 25, "freed blocks leave")
+  eq(a:profile_rate(0), 0, "off")
+  local q = a:malloc(100)
+  eq(#a:profile(), 25, "no sample while off")
+  a:free(q)
+  for i = 26, 50 do a:free(ptrs[i]) end
+  eq(#a:profile(), 0, "all gone")
 end)
 
 test("the fuzzer prints the seed and a shrunk failing list", function()

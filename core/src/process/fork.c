@@ -11,6 +11,7 @@
 
 static void proc_fork_prepare(void) {
   scr_proc *P = &_scr_proc;
+  _scr_prof_lock(); /* (never taken inside the others) */
   pthread_mutex_lock(&P->lock);
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_lock(&a->snap_lock);
   _scr_pool_lock_all();
@@ -25,6 +26,7 @@ static void proc_fork_parent(void) {
   _scr_pool_unlock_all();
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);
   pthread_mutex_unlock(&P->lock);
+  _scr_prof_unlock();
 }
 
 static void proc_fork_child(void) {
@@ -36,6 +38,7 @@ static void proc_fork_child(void) {
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);
   SCR_PC_ADD(forks, 1);
   pthread_mutex_unlock(&P->lock);
+  _scr_prof_unlock();
 }
 
 /* pthread_atfork may allocate, so it runs here and not in the first

@@ -1480,6 +1480,22 @@ put_text(char *buf, size_t len, size_t n, PyObject *s)
   return n;
 }
 
+/* This thread holds the GIL and has a thread state to walk.  Before 3.12
+ * PyGILState_Check answers 1 for any thread once a subinterpreter was
+ * made, and the current thread state is the process's, not the thread's:
+ * both are checked against the thread's own (PyGILState_GetThisThreadState;
+ * a subinterpreter's thread gets no frames). */
+static int
+hook_holds_gil(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+  return thread_holds_gil();
+#else
+  PyThreadState *ts = _PyThreadState_UncheckedGet();
+  return ts != NULL && PyGILState_Check() && ts == PyGILState_GetThisThreadState();
+#endif
+}
+
 static size_t
 python_frames(char *buf, size_t len, void *arg)
 {
@@ -1488,7 +1504,7 @@ python_frames(char *buf, size_t len, void *arg)
   size_t n = 0;
   int depth = 0, gc_was;
 
-  if (len == 0 || !thread_holds_gil() || !_scr_py_frames_ok() || interpreter_finalizing())
+  if (len == 0 || !hook_holds_gil() || !_scr_py_frames_ok() || interpreter_finalizing())
     return 0;
   gc_was = PyGC_Disable();
   pending = exc_take();

@@ -14,6 +14,7 @@ import pytest
 
 import scralloc
 from scralloc import _scralloc
+from scralloc.__main__ import find_library
 
 PKG = os.path.dirname(os.path.dirname(os.path.abspath(scralloc.__file__)))
 HERE = os.path.abspath(__file__)
@@ -338,3 +339,31 @@ def test_run_profile_usage_errors(tmp_path):
     assert r.returncode == 2 and "--native needs --profile FILE" in r.stderr
     r = run_cli(tmp_path, "--profile", str(tmp_path / "no" / "f"), "PROG", "10")
     assert r.returncode == 2 and "no such directory" in r.stderr
+
+
+PRELOAD_SCRIPT = '''
+def make():
+    return [bytearray(2000) for _ in range(20000)]
+
+
+keep = make()
+'''
+
+
+@pytest.mark.skipif(find_library() is None,
+                    reason="no libscralloc.so (make build/release/libscralloc.so)")
+def test_run_preload_profile_has_python_frames(tmp_path):
+    prog = tmp_path / "prog.py"
+    prog.write_text(PRELOAD_SCRIPT)
+    out = tmp_path / "prof"
+    r = run_cli(tmp_path, "--preload", "--profile", str(out), "--profile-rate", "64K",
+                "--json", "-o", str(tmp_path / "s.json"), str(prog))
+    assert r.returncode == 0, r.stderr
+    for suffix in ("", ".pb.gz", ".blame"):
+        assert (tmp_path / ("prof" + suffix)).exists()
+    s = json.loads((tmp_path / "s.json").read_text())
+    top = s["profile"]["top"][0]
+    # the bytearrays' 2001-byte buffers are malloc's (above pymalloc's 512):
+    # 40 MB at the list comprehension's line, in the library's samples
+    assert f"prog.py:3" in top["where"] and "make" in top["where"], s["profile"]
+    assert 0.8 * 20000 * 2001 < top["bytes"] < 1.25 * 20000 * 2100

@@ -1657,8 +1657,22 @@ make_records(PyObject *raw, PyObject *native, PyObject *peak_used)
   return r;
 }
 
+static PyObject *Allocator_profile_routed(PyObject *op, PyObject *args, PyObject *kwds);
+
+/* The records are made off the served heaps, so profiling inside a
+ * serve_python() block neither grows the heap nor samples itself. */
 static PyObject *
 Allocator_profile(PyObject *op, PyObject *args, PyObject *kwds)
+{
+  PyObject *r;
+  _scr_py_pause_routing(1);
+  r = Allocator_profile_routed(op, args, kwds);
+  _scr_py_pause_routing(0);
+  return r;
+}
+
+static PyObject *
+Allocator_profile_routed(PyObject *op, PyObject *args, PyObject *kwds)
 {
   static char *kwlist[] = {"native", "peak", NULL};
   AllocatorObject *a = (AllocatorObject *)op;
@@ -1814,9 +1828,13 @@ Allocator_set_profile_rate(PyObject *op, PyObject *value, void *closure)
 }
 
 static PyObject *
-mod_profile_samples(PyObject *module, PyObject *unused)
+mod_profile(PyObject *module, PyObject *native)
 {
-  return collect_samples(get_state(module), NULL);
+  PyObject *r;
+  _scr_py_pause_routing(1);
+  r = make_records(collect_samples(get_state(module), NULL), native, Py_None);
+  _scr_py_pause_routing(0);
+  return r;
 }
 
 static PyObject *
@@ -2176,9 +2194,9 @@ static PyMethodDef module_methods[] = {
    "disables).  Process-wide; for tests."},
   {"debug_os_calls", mod_debug_os_calls, METH_NOARGS,
    "debug_os_calls($module, /)\n--\n\nOS calls made by the whole process so far."},
-  {"_profile_samples", mod_profile_samples, METH_NOARGS,
-   "_profile_samples($module, /)\n--\n\nThe live samples of every heap and the process "
-   "allocator, as tuples (scralloc.sites reads them)."},
+  {"_profile", mod_profile, METH_O,
+   "_profile($module, native, /)\n--\n\nThe live samples of every heap and the process "
+   "allocator, as scralloc.sites makes them into a Profile."},
   {"_python_frames", mod_python_frames, METH_O,
    "_python_frames($module, len, /)\n--\n\nWhat the frames hook writes on this thread into a "
    "buffer of len bytes (at most 4096), for tests."},

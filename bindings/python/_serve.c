@@ -1099,6 +1099,7 @@ struct ServingObject {
 };
 
 static ServingObject *serving_top;  /* innermost open block */
+static int routing_paused;          /* > 0: new blocks go to the bases (a profile's records) */
 
 /* routers[d].target = the innermost open block's record that serves d.
  * GIL and raw_mutex held. */
@@ -1114,8 +1115,17 @@ retarget(void)
         t = s->rec;
         break;
       }
-    routers[d].target = t;
+    routers[d].target = routing_paused ? NULL : t;
   }
+}
+
+void
+_scr_py_pause_routing(int pause)
+{
+  pthread_mutex_lock(&raw_mutex);
+  routing_paused += pause ? 1 : -1;
+  retarget();
+  pthread_mutex_unlock(&raw_mutex);
 }
 
 static void

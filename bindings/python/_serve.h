@@ -84,6 +84,10 @@ scr_heap *_scr_py_record_heap(scr_py_record *r);
  * each sample of the copy (kind 1: a block of the Allocator's methods, 2:
  * Python's), with *used the heap_used it was taken at; returns the
  * samples visited, -1 when fn returned nonzero (fn's exception set). */
+/* pause 1: Python's new blocks go to the allocators that were there
+ * before serve_python (a profile's records stay off the heaps they
+ * describe) until the matching pause 0.  GIL held. */
+void _scr_py_pause_routing(int pause);
 typedef int scr_py_snap_visit(const scr_profile_sample *s, int kind, void *arg);
 void _scr_py_watch_peak(scr_py_record *r, uint64_t from);
 long long _scr_py_peak_samples(scr_py_record *r, scr_py_snap_visit *fn, void *arg,

@@ -367,3 +367,25 @@ def test_run_preload_profile_has_python_frames(tmp_path):
     # 40 MB at the list comprehension's line, in the library's samples
     assert f"prog.py:3" in top["where"] and "make" in top["where"], s["profile"]
     assert 0.8 * 20000 * 2001 < top["bytes"] < 1.25 * 20000 * 2100
+
+
+def test_profile_inside_serve_python_stays_off_the_heap():
+    with scralloc.Allocator(profile_rate=1) as a:
+        with a.serve_python():
+            keep = make_bytearrays(10)
+            n = a.python_blocks
+            p = a.profile()
+            p2 = scralloc.profile()
+            assert a.python_blocks == n            # no record was made on the heap
+            # (the frames hook's own blocks, frame objects, are not sampled)
+            assert 10 <= len(p) <= n and all(s.kind == "python" for s in p)
+            assert sorted(s.address for s in p2 if s.allocator is a) == sorted(s.address for s in p)
+            # routing is back after the call
+            more = make_bytearrays(1)
+            assert a.python_blocks > n
+        del keep, more, p, p2
+        import gc
+        gc.collect()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", scralloc.ScrallocWarning)
+            a.close()

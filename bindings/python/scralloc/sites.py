@@ -137,7 +137,7 @@ def profile(native=True):
     as a :class:`Profile` of :class:`Sample` records.  Sampling is off
     until a heap has a profile_rate (``Allocator(profile_rate=...)``,
     ``Allocator.profile_rate = ...``)."""
-    return _records(_scralloc._profile_samples(), native, None)
+    return _scralloc._profile(bool(native))
 
 
 def write_profile(path, format="folded", *, native=False):

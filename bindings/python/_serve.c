@@ -66,11 +66,11 @@ typedef struct {
   int64_t bytes;                /* their usable bytes */
 } domain_figures;
 
+typedef struct peak_snap peak_snap;
+
 /* A set of block addresses: open addressing, linear probing, 0 marks an
  * empty slot (no block is at 0); cap is 0 or a power of two, and
  * count < cap / 2 after every scr_set_reserve. */
-typedef struct peak_snap peak_snap;
-
 typedef struct {
   uintptr_t *slot;              /* cap slots (libc memory: no Python domain reaches it) */
   size_t cap;

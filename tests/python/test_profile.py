@@ -389,3 +389,25 @@ def test_profile_inside_serve_python_stays_off_the_heap():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", scralloc.ScrallocWarning)
             a.close()
+
+
+def test_samples_of_another_thread_carry_its_frames():
+    import threading
+
+    out = []
+    with scralloc.Allocator(profile_rate=4096) as a:
+        with a.serve_python():
+            t = threading.Thread(target=lambda: out.append(make_bytearrays(2000)))
+            t.start()
+            t.join()
+        p = a.profile(native=False)
+        top = p.top(1)[0]
+        assert top.where.line == line_of(make_bytearrays, "bytearray(1000)")
+        biggest = max(p, key=lambda s: s.bytes)
+        assert any(f.function == "Thread.run" for f in biggest.python)   # the thread's own stack
+        out.clear()
+        import gc
+        gc.collect()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", scralloc.ScrallocWarning)
+            a.close()

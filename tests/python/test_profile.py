@@ -353,7 +353,7 @@ keep = make()
 @pytest.mark.skipif(find_library() is None,
                     reason="no libscralloc.so (make build/release/libscralloc.so)")
 def test_run_preload_profile_has_python_frames(tmp_path):
-    prog = tmp_path / "prog.py"
+    prog = tmp_path / "pre.py"
     prog.write_text(PRELOAD_SCRIPT)
     out = tmp_path / "prof"
     r = run_cli(tmp_path, "--preload", "--profile", str(out), "--profile-rate", "64K",
@@ -365,7 +365,7 @@ def test_run_preload_profile_has_python_frames(tmp_path):
     top = s["profile"]["top"][0]
     # the bytearrays' 2001-byte buffers are malloc's (above pymalloc's 512):
     # 40 MB at the list comprehension's line, in the library's samples
-    assert f"prog.py:3" in top["where"] and "make" in top["where"], s["profile"]
+    assert "pre.py:3" in top["where"] and "make" in top["where"], s["profile"]
     assert 0.8 * 20000 * 2001 < top["bytes"] < 1.25 * 20000 * 2100
 
 

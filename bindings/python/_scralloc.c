@@ -1496,12 +1496,26 @@ hook_holds_gil(void)
 #endif
 }
 
+/* A runner's frames (python -m scralloc run: run_program's and the
+ * runpy frames just below it) are no part of the program's stacks: the
+ * walk stops at frames_root's code and drops the frames of
+ * frames_trim_file above it.  Strong references; set under the GIL. */
+static PyObject *frames_root, *frames_trim_file;
+
+static int
+same_file(PyObject *a, PyObject *b)
+{
+  return a == b || (a != NULL && b != NULL && PyUnicode_Check(a) && PyUnicode_Check(b) &&
+                    PyUnicode_Compare(a, b) == 0);
+}
+
 static size_t
 python_frames(char *buf, size_t len, void *arg)
 {
   PyFrameObject *f;
   PyObject *pending;
-  size_t n = 0;
+  size_t n = 0, starts[PROFILE_PY_DEPTH];
+  unsigned char trimmable[PROFILE_PY_DEPTH];
   int depth = 0, gc_was;
 
   if (len == 0 || !hook_holds_gil() || !_scr_py_frames_ok() || interpreter_finalizing())
@@ -1516,6 +1530,14 @@ python_frames(char *buf, size_t len, void *arg)
     size_t start = n, k, numlen;
     int line = PyFrame_GetLineNumber(f);
 
+    if (frames_root != NULL && (PyObject *)co == frames_root) {
+      Py_DECREF(co);
+      while (depth > 0 && trimmable[depth - 1])
+        n = starts[--depth];
+      break;
+    }
+    starts[depth] = n;
+    trimmable[depth] = frames_trim_file != NULL && same_file(co->co_filename, frames_trim_file);
     if (depth > 0 && n < len)
       buf[n++] = '\n';
 #if PY_VERSION_HEX >= 0x030B0000
@@ -1859,6 +1881,23 @@ mod_profile_symbol(PyObject *module, PyObject *arg)
   return r;
 }
 
+static PyObject *
+mod_set_frames_root(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "_set_frames_root(code, trim_file): two arguments");
+    return NULL;
+  }
+  if ((args[0] != Py_None && !PyCode_Check(args[0])) ||
+      (args[1] != Py_None && !PyUnicode_Check(args[1]))) {
+    PyErr_SetString(PyExc_TypeError, "_set_frames_root(code or None, str or None)");
+    return NULL;
+  }
+  Py_XSETREF(frames_root, args[0] == Py_None ? NULL : Py_NewRef(args[0]));
+  Py_XSETREF(frames_trim_file, args[1] == Py_None ? NULL : Py_NewRef(args[1]));
+  Py_RETURN_NONE;
+}
+
 /* What the frames hook writes here, for tests. */
 static PyObject *
 mod_python_frames(PyObject *module, PyObject *arg)
@@ -2197,6 +2236,10 @@ static PyMethodDef module_methods[] = {
   {"_profile", mod_profile, METH_O,
    "_profile($module, native, /)\n--\n\nThe live samples of every heap and the process "
    "allocator, as scralloc.sites makes them into a Profile."},
+  {"_set_frames_root", (PyCFunction)(void (*)(void))mod_set_frames_root, METH_FASTCALL,
+   "_set_frames_root($module, code, trim_file, /)\n--\n\nSamples' Python frames stop below "
+   "the frames of code, and leave out those of trim_file just below it (a runner's); None, "
+   "None: every frame."},
   {"_python_frames", mod_python_frames, METH_O,
    "_python_frames($module, len, /)\n--\n\nWhat the frames hook writes on this thread into a "
    "buffer of len bytes (at most 4096), for tests."},

@@ -56,6 +56,27 @@ def test_frames_hook_keeps_whole_lines_and_depth():
         assert all(len(ln.split("\t")) == 3 for ln in part.split("\n") if ln)
 
 
+def frames_below(fn):
+    return fn()
+
+
+def test_frames_root_cuts_the_runner_off():
+    def leaf():
+        return _scralloc._python_frames(4096)
+
+    try:
+        _scralloc._set_frames_root(frames_below.__code__, None)
+        assert [ln.split("\t")[0] for ln in frames_below(leaf).split("\n")] == [
+            "test_frames_root_cuts_the_runner_off.<locals>.leaf"]
+        # the frames of trim_file just below the root go too (runpy's, for run)
+        _scralloc._set_frames_root(frames_below.__code__, HERE)
+        assert frames_below(leaf) == ""
+        assert len(leaf().split("\n")) > 2            # not under the root: every frame
+    finally:
+        _scralloc._set_frames_root(None, None)
+    assert "frames_below" in frames_below(leaf)
+
+
 # ---- Allocator.profile() --------------------------------------------------
 
 def make_blocks(a, n, size):
@@ -321,6 +342,8 @@ def test_run_profile_writes_the_files_and_names_the_site(tmp_path):
     lines = out.read_text().splitlines()
     assert lines and all(ln.rsplit(" ", 1)[1].isdigit() for ln in lines)
     assert any("prog.py:5)" in ln for ln in lines)
+    # the runner's frames (run_program, runpy) are left out: stacks start at the program's
+    assert all(ln.startswith("<module> (prog.py:7)") for ln in lines), lines
     with gzip.open(str(out) + ".pb.gz") as f:
         assert f.read()
 

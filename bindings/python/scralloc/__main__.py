@@ -314,6 +314,12 @@ def run_program(module, args, keep=None):
     return 0
 
 
+def profile_from_the_program():
+    """Samples' Python frames start at the program's: run_program's and
+    the runpy frames between it and the program are left out."""
+    scralloc._scralloc._set_frames_root(run_program.__code__, runpy._run_code.__code__.co_filename)
+
+
 def profile_rate(opts):
     """The rate --profile samples at: the core option --profile-rate, else
     (or 0) the default."""
@@ -349,6 +355,8 @@ def run_serve(opts, module, args):
         core["profile_rate"] = profile_rate(opts)
     a = scralloc.Allocator(**core)
     keep = [] if opts["profile"] else None
+    if opts["profile"]:
+        profile_from_the_program()
     sampler = None
     if opts["timeline"]:
         sampler = scralloc.Sampler(a, interval=opts["interval"] / 1000.0)
@@ -434,6 +442,8 @@ if profile:
     lib = ctypes.CDLL(None)
     lib.scr_profile_set_lang_hook.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
     lib.scr_profile_write.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint]
+    from scralloc.__main__ import profile_from_the_program
+    profile_from_the_program()
     lib.scr_profile_set_lang_hook(scralloc._scralloc._lang_hook(), None)
 sampler = Sampler("process", interval=interval / 1000.0)
 children_before = children_peak_rss()

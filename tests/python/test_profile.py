@@ -346,6 +346,20 @@ def test_run_profile_writes_the_files_and_names_the_site(tmp_path):
     assert all(ln.startswith("<module> (prog.py:7)") for ln in lines), lines
     with gzip.open(str(out) + ".pb.gz") as f:
         assert f.read()
+    reader = os.path.join(os.path.dirname(HERE), "..", "tools", "pprof_read.py")
+    if os.path.exists(reader):                  # the tests' pure-Python pprof reader
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("pprof_read", reader)
+        pprof_read = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(pprof_read)
+        pb = pprof_read.read(str(out) + ".pb.gz")
+        types = [t for t, _ in pb["sample_type"]]
+        space = types.index("inuse_space")
+        best = max(pb["samples"], key=lambda x: x["values"][space])
+        name, file, line = pprof_read.stack(pb, best)[0]
+        assert (file, line) == ("prog.py", 5) and "build" in name
+        assert pprof_read.stack(pb, best)[-1][:2] == ("<module>", "prog.py")
 
 
 def test_run_profile_native_and_rate(tmp_path):

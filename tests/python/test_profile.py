@@ -449,3 +449,24 @@ def test_samples_of_another_thread_carry_its_frames():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", scralloc.ScrallocWarning)
             a.close()
+
+
+def test_write_profile_formats_and_errors(tmp_path):
+    with scralloc.Allocator(profile_rate=1) as a:
+        keep = make_blocks(a, 5, 4000)
+        for fmt in ("folded", "pprof", "blame", "top"):
+            a.write_profile(tmp_path / fmt, fmt)
+            assert (tmp_path / fmt).stat().st_size > 0, fmt
+        folded = (tmp_path / "folded").read_text().splitlines()
+        assert sum(int(ln.rsplit(" ", 1)[1]) for ln in folded) == 5 * 4000
+        assert any("make_blocks" in ln for ln in folded)
+        a.write_profile(tmp_path / "native", native=True)
+        assert len((tmp_path / "native").read_text()) > len((tmp_path / "folded").read_text())
+        scralloc.write_profile(tmp_path / "all", "folded")
+        assert "make_blocks" in (tmp_path / "all").read_text()
+        with pytest.raises(ValueError):
+            a.write_profile(tmp_path / "x", "svg")
+        with pytest.raises(OSError):
+            a.write_profile(tmp_path / "no" / "such" / "file")
+        for p in keep:
+            a.free(p)

@@ -1448,8 +1448,8 @@ Allocator_repr(PyObject *op)
 
 /* The Python frames of a sampled allocation, for the core's profile
  * (scr_profile_set_lang_hook): innermost first, "function\tfile\tline" a
- * line.  Only on a thread that holds the GIL, and not under a record's
- * lock (materializing a frame object allocates, perhaps on that heap).
+ * line.  Only on a thread that holds the GIL; the frame objects it may
+ * make go to Python's allocators of before serve_python (_scr_py_hook_begin).
  * The collector is kept off meanwhile: since 3.11 PyThreadState_GetFrame
  * and PyFrame_GetBack may make frame objects, and a collection started by
  * that allocation would run arbitrary code inside an allocator call. */
@@ -1518,8 +1518,9 @@ python_frames(char *buf, size_t len, void *arg)
   unsigned char trimmable[PROFILE_PY_DEPTH];
   int depth = 0, gc_was;
 
-  if (len == 0 || !hook_holds_gil() || !_scr_py_frames_ok() || interpreter_finalizing())
+  if (len == 0 || !hook_holds_gil() || interpreter_finalizing())
     return 0;
+  _scr_py_hook_begin();
   gc_was = PyGC_Disable();
   pending = exc_take();
   f = PyThreadState_GetFrame(PyThreadState_Get());
@@ -1565,6 +1566,7 @@ python_frames(char *buf, size_t len, void *arg)
   exc_put(pending);
   if (gc_was)
     PyGC_Enable();
+  _scr_py_hook_end();
   return n;
 }
 

@@ -126,33 +126,42 @@ static int any_locked;          /* a heap served raw once */
 
 /* ---- accounting ---------------------------------------------------- */
 
-/* Record locks this thread holds: the profile's frame hook, which may
- * allocate through the routers, must not run under one (it would wait for
- * the lock it holds). */
-static _Thread_local int locks_held;
-
 static inline void
 rec_lock(scr_py_record *r)
 {
-  if (r->locked) {
+  if (r->locked)
     pthread_mutex_lock(&r->lock);
-    locks_held++;
-  }
 }
 
 static inline void
 rec_unlock(scr_py_record *r)
 {
-  if (r->locked) {
-    locks_held--;
+  if (r->locked)
     pthread_mutex_unlock(&r->lock);
-  }
 }
 
-int
-_scr_py_frames_ok(void)
+/* The frames hook runs with the GIL and never nests (the sampler takes
+ * no sample inside it): while it walks, Python's new mem and obj blocks
+ * (frame objects) go to the bases, so they neither take a record's lock
+ * that this thread may hold (a heap that serves raw) nor land on the heap
+ * being sampled.  Those targets change only under the GIL, which the hook
+ * holds; raw's stays (the walk makes no raw block). */
+static scr_py_record *hook_saved[D_COUNT];
+
+void
+_scr_py_hook_begin(void)
 {
-  return locks_held == 0;
+  hook_saved[D_MEM] = routers[D_MEM].target;
+  hook_saved[D_OBJ] = routers[D_OBJ].target;
+  routers[D_MEM].target = NULL;
+  routers[D_OBJ].target = NULL;
+}
+
+void
+_scr_py_hook_end(void)
+{
+  routers[D_MEM].target = hook_saved[D_MEM];
+  routers[D_OBJ].target = hook_saved[D_OBJ];
 }
 
 static void peak_snapshot(scr_py_record *r);

@@ -72,11 +72,12 @@ int _scr_py_heap_stats(scr_py_record *r, struct scr_stats *out);
 void _scr_py_lock(scr_py_record *r);
 void _scr_py_unlock(scr_py_record *r);
 
-/* Profiles.  _scr_py_frames_ok: 0 while this thread holds a record's
- * lock (the frame hook must not allocate through the routers then).
- * _scr_py_record_heap: the record's heap, NULL once destroyed (a closed
+/* Profiles.  _scr_py_hook_begin/_end bracket the frames hook (GIL held):
+ * Python's mem and obj blocks go to the allocators that were there before
+ * serve_python meanwhile.  _scr_py_record_heap: the record's heap, NULL once destroyed (a closed
  * Allocator's heap lives on while Python's blocks do). */
-int _scr_py_frames_ok(void);
+void _scr_py_hook_begin(void);
+void _scr_py_hook_end(void);
 scr_heap *_scr_py_record_heap(scr_py_record *r);
 /* watch_peak: from > 0 keeps a copy of the heap's live samples each time
  * heap_used reaches a new high of at least from (1/8 above the last

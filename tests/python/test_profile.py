@@ -471,3 +471,19 @@ def test_write_profile_formats_and_errors(tmp_path):
             a.write_profile(tmp_path / "no" / "such" / "file")
         for p in keep:
             a.free(p)
+
+
+@pytest.mark.parametrize("domains", [("mem", "obj"), ("raw", "mem", "obj")])
+def test_frames_with_every_domain_and_no_frame_objects_on_the_heap(domains):
+    with scralloc.Allocator(profile_rate=512) as a:
+        with a.serve_python(domains=domains):       # raw: the heap takes a lock
+            keep = make_bytearrays(3000)
+        p = a.profile(native=False)
+        assert p and all(s.python for s in p if s.kind == "python")
+        assert p.top(1)[0].where.line == line_of(make_bytearrays, "bytearray(1000)")
+        del keep
+        import gc
+        gc.collect()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", scralloc.ScrallocWarning)
+            a.close()

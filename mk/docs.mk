@@ -12,7 +12,8 @@
 .PHONY: test-docs readme-tables
 TEST_STEPS += test-docs
 
-test-docs: python lua $(B)/debug/libscralloc.a $(B)/release/libscralloc.so $(B)/release/bench/bench_pairs
+test-docs: python lua $(B)/debug/libscralloc.a $(B)/release/libscralloc.so $(B)/release/bench/bench_pairs \
+  $(B)/release/bench/proc_reuse $(B)/release/bench/proc_idle
 	@echo "== docs: every example of README.md and docs/*.md"
 	$(PYTHON) tests/docs/run_examples.py
 	@echo "== docs: make readme-tables replaces the README's tables and nothing else"

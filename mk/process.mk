@@ -1,5 +1,6 @@
 # The process allocator (core/src/process/): the direction of its layers
-# (tests/tools/process_layers.py: a new cycle or a call up fails), its tests in the ThreadSanitizer
+# (tests/tools/process_layers.py: a new cycle, a call up or a core internal
+# outside its CORE_ALLOWED list fails), its tests in the ThreadSanitizer
 # build (the Makefile's test-c already runs tests/c/test_process_*.c in the
 # debug and ASan+UBSan builds), real programs under LD_PRELOAD, and the
 # whole-program benchmark against glibc, jemalloc, mimalloc and tcmalloc.

@@ -82,30 +82,94 @@ SCR_API void scr_set_error_handler(scr_error_handler *fn, void *arg);
 
 /* ---- options ------------------------------------------------------- */
 
-/* X(type, name, default, min, max, description).  Every option has an
- * environment name SCRALLOC_<NAME> (upper case), read by
- * scr_options_from_env().  Sizes accept K, M, G suffixes there. */
-#define SCR_OPTIONS(X)                                                          \
-  X(unsigned, retain, 1, 0, 1u << 20,                                           \
+/* One table of every option, the heap's and the process allocator's:
+ * X(scope, type, name, default, min, max, words, description).
+ *   scope  SCR_SCOPE_HEAP: a field of scr_options (scr_options_set, a
+ *          heap's option); SCR_SCOPE_PROCESS: the process allocator's
+ *          (scr_process_option_set, _get); SCR_SCOPE_BOTH: both, one value
+ *          each.  Each setter refuses a name outside its scope.
+ *   words  the option's own words, "word=value ..." ("" for none).
+ * Every option has an environment name SCRALLOC_<NAME>, the name in upper
+ * case, read by scr_options_from_env() (heap and both) and by the process
+ * allocator's first call (process and both).
+ * Values (one parser for every setter and the environment): a number,
+ * with K, M, G (binary) for sizes ("64K", "4MiB"), the option's words,
+ * and on/true/yes (1), off/false/no (0).
+ * Case: names and words match in any case ("RETAIN", "On"); the
+ * environment is the one exception, its variable's name is upper case
+ * exactly (SCRALLOC_retain is not read: it gets the unknown-name
+ * warning). */
+enum scr_option_scope { SCR_SCOPE_HEAP = 1, SCR_SCOPE_PROCESS = 2, SCR_SCOPE_BOTH = 3 };
+#define SCR_OPTION_TABLE(X) SCR_OPTION_TABLE_(SCR_OPTION_ALL_, X)
+#define SCR_OPTION_TABLE_(E, X)                                                 \
+  E(X, HEAP, unsigned, retain, 1, 0, 1u << 20, "",                              \
     "empty pages kept per size class before they are decommitted")             \
-  X(size_t, retain_bytes, (size_t)8 << 20, 0, SIZE_MAX,                         \
+  E(X, HEAP, size_t, retain_bytes, (size_t)8 << 20, 0, SIZE_MAX, "",            \
     "cap on the bytes of empty pages a heap keeps committed (retained pages and pages waiting for the purge)") \
-  X(unsigned, large_cache, 8, 0, 1024,                                          \
+  E(X, HEAP, unsigned, large_cache, 8, 0, 1024, "",                             \
     "freed large blocks kept for reuse (with purge_delay_ms, huge mappings only)") \
-  X(size_t, large_cache_bytes, (size_t)16 << 20, 0, SIZE_MAX,                   \
+  E(X, HEAP, size_t, large_cache_bytes, (size_t)16 << 20, 0, SIZE_MAX, "",      \
     "cap on the bytes of cached large blocks")                                 \
-  X(size_t, huge_threshold, (size_t)1 << 20, SCR_SMALL_MAX, SCR_SEGMENT_SIZE / 2, \
+  E(X, HEAP, size_t, huge_threshold, (size_t)1 << 20, SCR_SMALL_MAX, SCR_SEGMENT_SIZE / 2, "", \
     "blocks above this get a mapping of their own")                            \
-  X(size_t, madv_free_below, 0, 0, SIZE_MAX,                                    \
+  E(X, HEAP, size_t, madv_free_below, 0, 0, SIZE_MAX, "",                       \
     "decommit runs shorter than this with MADV_FREE, longer with MADV_DONTNEED")\
-  X(size_t, limit_bytes, 0, 0, SIZE_MAX,                                        \
+  E(X, HEAP, size_t, limit_bytes, 0, 0, SIZE_MAX, "",                           \
     "refuse (ENOMEM) to hold more than this many committed bytes; 0 = no limit")\
-  X(unsigned, purge_delay_ms, 0, 0, 3600000,                                    \
+  E(X, HEAP, unsigned, purge_delay_ms, 0, 0, 3600000, "",                       \
     "keep freed pages committed (reused first, no fault) this long before decommitting them; 0 = at once") \
-  X(size_t, decommit_batch, 0, 0, SIZE_MAX,                                     \
+  E(X, HEAP, size_t, decommit_batch, 0, 0, SIZE_MAX, "",                        \
     "freed pages past retain_bytes wait (reused first) until this many bytes of them gather or the next purge, then go back in one call; 0 = each run at once") \
-  X(size_t, profile_rate, 0, 0, (size_t)1 << 40,                                \
-    "mean bytes allocated between sampled blocks, whose allocation sites the profile keeps (docs/profile.md); 0 = off")
+  E(X, BOTH, size_t, profile_rate, 0, 0, (size_t)1 << 40, "on=512K",            \
+    "mean bytes allocated between sampled blocks, whose allocation sites the profile keeps (docs/profile.md); 0 = off, on = 512 KiB (SCR_PROFILE_DEFAULT_RATE)") \
+  E(X, PROCESS, uint64_t, discard, 1, 0, 2, "poison=2",                         \
+    "return parked arenas' free pages: 0 off, 1 on, 2 = poison")               \
+  E(X, PROCESS, uint64_t, discard_delay_ms, 1000, 0, 3600000, "",               \
+    "first delay before a parked arena is discarded")                          \
+  E(X, PROCESS, uint64_t, discard_delay_max_ms, 10000, 0, 3600000, "",          \
+    "cap of the doubling delay")                                               \
+  E(X, PROCESS, uint64_t, lend, 1, 0, 1, "",                                    \
+    "a thread about to carve fresh memory for a size class first takes that class's free slots from a parked arena: 0 off, 1 on") \
+  E(X, PROCESS, uint64_t, pool, 1, 0, 1, "",                                    \
+    "full cache lists hand other arenas' blocks to a process-wide pool per size class, for threads whose lists run empty: 0 off (they go home), 1 on") \
+  E(X, PROCESS, uint64_t, cache_bytes, 16384, 0, (uint64_t)1 << 20, "",         \
+    "bytes of one size class a thread's cache keeps (at most 64 blocks)")      \
+  E(X, PROCESS, uint64_t, cache_medium, 2, 0, 64, "",                           \
+    "blocks of one medium class (20-64 KiB) a thread's cache keeps")           \
+  E(X, PROCESS, uint64_t, cache_medium_after, 16, 0, 65535, "",                 \
+    "mallocs of a medium class a thread that claimed its arena while no other was held (the main thread, as a rule) makes before its cache keeps blocks of that class (0: from the first)") \
+  E(X, PROCESS, uint64_t, cache_max, 65536, 0, 65536, "",                       \
+    "blocks above this size skip the thread's cache (0: no cache)")            \
+  E(X, PROCESS, uint64_t, cache_grow, (uint64_t)2 << 20, 0, (uint64_t)1 << 30, "", \
+    "bytes by which the caps of the threads' cache lists may grow together (below 4 KiB up to 1024 blocks, with the thread's own blocks; the others up to 64), a block at a time when a full list is freed into; each thread's share is this over the threads holding arenas (0: the caps stay as cache_bytes and cache_medium set them)") \
+  E(X, PROCESS, uint64_t, decay_ms, 1000, 0, 3600000, "",                       \
+    "free memory unused this long goes back to the OS (pages between half of it and all of it after they were freed, cached huge blocks after it), by the helper thread, without a call from the program; 0: at once") \
+  E(X, PROCESS, uint64_t, decay_max_ms, 10000, 0, 3600000, "",                  \
+    "the longest the decay delay grows to while memory that went back is faulted in again soon after (refaults)") \
+  E(X, PROCESS, uint64_t, retain_max, 0, 0, UINT64_MAX, "",                     \
+    "a hard cap on the free memory the arenas and the huge cache keep committed (shared by the threads holding arenas): above it, freed memory goes back at once (0: no cap; the decay alone decides)") \
+  E(X, PROCESS, uint64_t, dontdump, 2, 0, 2, "",                                \
+    "MADV_DONTDUMP on segments: 0 never, 1 always, 2 auto (when no core would be written)") \
+  E(X, PROCESS, uint64_t, stats, 0, 0, 3, "json=3",                             \
+    "print statistics at exit: 1 summary, 2 also per arena, 3 (json) scr_process_stats_json's object on one line") \
+  E(X, PROCESS, uint64_t, stats_fd, 2, 0, 1 << 20, "",                          \
+    "file descriptor the exit report goes to (stderr by default)")             \
+  E(X, PROCESS, uint64_t, verbose, 0, 0, 1, "",                                 \
+    "1: say on stderr every misuse (SCRALLOC_ON_ERROR=ignore too) and every internal failure (a failed munmap) the allocator meets") \
+  E(X, PROCESS, uint64_t, on_error, 0, 0, 2, "abort=0 warn=1 ignore=2",         \
+    "what free, realloc, malloc_usable_size of a bad pointer (double free, interior, never allocated, not scralloc's) does: abort (0) says it on stderr and calls abort(), warn (1) says it and ignores the call, ignore (2) only counts it")
+/* Helpers: SCR_OPTION_TABLE passes every entry on; SCR_OPTIONS those of
+ * scope heap or both, without their scope and words. */
+#define SCR_OPTION_ALL_(X, scope, ...) X(SCR_SCOPE_##scope, __VA_ARGS__)
+#define SCR_OPTION_IN_HEAP_(X, scope, ...) SCR_OPTION_HEAP_##scope(X, __VA_ARGS__)
+#define SCR_OPTION_HEAP_HEAP(X, type, name, def, lo, hi, words, doc) X(type, name, def, lo, hi, doc)
+#define SCR_OPTION_HEAP_BOTH(X, type, name, def, lo, hi, words, doc) X(type, name, def, lo, hi, doc)
+#define SCR_OPTION_HEAP_PROCESS(X, ...)
+
+/* The options of a heap (scope heap or both), the fields of scr_options
+ * in this order: X(type, name, default, min, max, description).  Sizes
+ * accept K, M, G suffixes. */
+#define SCR_OPTIONS(X) SCR_OPTION_TABLE_(SCR_OPTION_IN_HEAP_, X)
 
 typedef struct scr_options {
 #define SCR_OPTION_FIELD_(type, name, def, lo, hi, doc) type name;

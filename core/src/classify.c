@@ -32,7 +32,6 @@ static int classify_slot(const scr_heap *h, const scr_segment *seg, uintptr_t id
   if (off / size >= (uintptr_t)_scr_class_span(tag) * SCR_PAGE_SIZE / size) return SCR_ENOTALLOC; /* page tail */
   if (off % size != 0) return SCR_EINTERIOR;
   if (off / size >= _scr_page_capacity(pg)) return SCR_ENOTALLOC;
-  if (_scr_slot_in_hole(pg, off)) return SCR_EDOUBLEFREE; /* free, its OS page given back (interior.c) */
   /* Free or live: a heap the program made has every free block on its
    * page's list (exact); an arena's may wait in any thread's cache, the
    * pool or a remote stack, where only the key tells (misuse.c). */

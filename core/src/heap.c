@@ -160,13 +160,7 @@ static scr_page *page_for_class(scr_heap *h, unsigned c) {
 static scr_page *page_with_room(scr_heap *h, unsigned c, bool *added) {
   scr_page *pg;
   *added = false;
-  while ((pg = h->queue[c]) != NULL && !_scr_page_has_room(pg)) {
-    if (pg->holes) { /* its list ran dry: the slots of its holes serve (interior.c) */
-      _scr_holes_refill(pg, pg->holes);
-      return pg;
-    }
-    _scr_queue_remove(h, pg); /* full */
-  }
+  while ((pg = h->queue[c]) != NULL && !_scr_page_has_room(pg)) _scr_queue_remove(h, pg); /* full */
   if (pg != NULL) return pg;
   pg = page_for_class(h, c);
   if (pg == NULL) {
@@ -216,7 +210,6 @@ static void page_release(scr_heap *h, scr_page *pg) {
 
 void _scr_heap_page_emptied(scr_heap *h, scr_page *pg) {
   unsigned c = pg->cls;
-  if (pg->holes) _scr_holes_forget(h, pg); /* types.h: holes only on pages with live blocks */
   if (_scr_page_keep(h, pg)) {
     h->empty_count[c]++;
     h->retained_pages += pg->span;
@@ -380,11 +373,21 @@ void _scr_heap_free_block(scr_heap *h, void *p) {
 }
 
 /* p, an address in seg (a segment of h), is not plainly a live block of
- * size class (_scr_block_suspect); true for every large one (classified). */
+ * size class (_scr_block_suspect); true for every large one (classified).
+ * A page with live sampled blocks fails the hit path's slot test (its
+ * slot_limit is 0: profile.c); here it takes the test against its carved
+ * slots, so that its frees do not walk its free list (classify.c). */
 static inline bool heap_block_suspect(const scr_segment *seg, const void *p) {
   if (seg->kind != SCR_SEG_NORMAL) return true;
   uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
-  return _scr_block_suspect(seg, idx, p, seg->page_tag[idx]);
+  unsigned tag = seg->page_tag[idx];
+  if (!_scr_block_suspect(seg, idx, p, tag)) return false;
+  if (tag >= SCR_CLASS_COUNT) return true;
+  const scr_page *pg = _scr_class_page((scr_segment *)seg, idx, tag);
+  if (pg->sampled == 0) return true;
+  const _scr_slot_geom *g = &_scr_misuse.geom[tag];
+  uint64_t limit = (uint64_t)pg->capacity * g->step;
+  return (((uintptr_t)p & g->mask) * g->magic) >= limit || _scr_block_word1(p) == _scr_misuse.key;
 }
 
 /* The exact verdict on p for h's unchecked entry points (call names the

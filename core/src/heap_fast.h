@@ -6,11 +6,11 @@
 
 #include "internal.h"
 
-/* What a page's slot_limit (types.h) is: 0 while it has holes or live
- * sampled blocks (every free of one of its blocks then takes the slow
- * side), else its carved slots' limit. */
+/* What a page's slot_limit (types.h) is: 0 while it has live sampled
+ * blocks (every free of one of its blocks then takes the slow side),
+ * else its carved slots' limit. */
 static inline uint64_t _scr_page_slot_limit(const scr_page *pg) {
-  if (__atomic_load_n(&pg->holes, __ATOMIC_RELAXED) | __atomic_load_n(&pg->sampled, __ATOMIC_RELAXED)) return 0;
+  if (__atomic_load_n(&pg->sampled, __ATOMIC_RELAXED)) return 0;
   return (uint64_t)__atomic_load_n(&pg->capacity, __ATOMIC_RELAXED) * _scr_misuse.geom[pg->cls].step;
 }
 /* The page's slot_limit becomes what it is, for each page of its run.
@@ -47,7 +47,7 @@ static inline bool _scr_slot_beyond(const scr_segment *seg, uintptr_t idx, uint6
 /* p, on page idx of the NORMAL segment seg, whose tag is `tag`, is not
  * plainly a live block of a size class: not a slot the page carved (the
  * slot test against the page's slot_limit, misuse.c: 0 for a page of no
- * size class and for a page with holes, interior.c), or it holds the
+ * size class and for a page with live sampled blocks), or it holds the
  * freed-block key.  False for every live small block (but one holding the
  * key by chance).  || : the key is read only at a carved slot, memory
  * that is mapped and readable.  The exact verdict is classify.c's. */
@@ -118,7 +118,7 @@ static inline void _scr_small_free(scr_heap *h, scr_page *pg, void *p) {
   pg->used--;
   scr_validate_page(pg);
   if (SCR_UNLIKELY(pg->used == 0)) {
-    if (h->queue_tail[pg->cls] == pg && pg->holes == 0 && _scr_page_keep(h, pg)) {
+    if (h->queue_tail[pg->cls] == pg && _scr_page_keep(h, pg)) {
       h->empty_count[pg->cls]++;
       h->retained_pages += pg->span;
     } else {

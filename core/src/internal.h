@@ -64,28 +64,42 @@ SCR_INTERNAL size_t _scr_os_page_size(void);
 SCR_INTERNAL uint64_t _scr_os_now_ms(void);
 SCR_INTERNAL uint64_t _scr_os_random_u64(void);
 
-/* options.c */
+/* options.c: the one parser of SCR_OPTION_TABLE's names and values, for
+ * the heap's setters and the process allocator's (process/options.c). */
+enum {
+#define SCR_OPT_ID_(scope, type, name, ...) SCR_OPT_##name,
+  SCR_OPTION_TABLE(SCR_OPT_ID_)
+#undef SCR_OPT_ID_
+  SCR_OPT_COUNT
+};
+enum { SCR_OPT_BAD = 1, SCR_OPT_RANGE = 2 }; /* _scr_option_parse's failures */
 SCR_INTERNAL void _scr_options_clamp(scr_options *opt);
-SCR_INTERNAL int _scr_parse_size(const char *s, uint64_t *out);
+/* The id of the option named name (any case) if its scope meets scope;
+ * -1 otherwise (NULL name, no such option, another scope's). */
+SCR_INTERNAL int _scr_option_find(const char *name, unsigned scope);
+/* Text (any case) as option id's value: SCR_OK (*out set), SCR_OPT_BAD
+ * (not a value; NULL text), SCR_OPT_RANGE (outside the option's range). */
+SCR_INTERNAL int _scr_option_parse(int id, const char *text, uint64_t *out);
+/* The value of SCRALLOC_<NAME> (name in any case; NULL when unset or
+ * empty); env (at least 64 bytes) receives the variable's name. */
 SCR_INTERNAL const char *_scr_env_option(const char *name, char *env, size_t len);
-/* process/options.c, which knows the names of both tables: each
- * SCRALLOC_<NAME> of the environment that names no option (nor a tool's
- * variable) gets a warning (_scr_report_unknown_env).  scr_options_from_env
- * and the process allocator's first call run it. */
+/* SCRALLOC_<NAME> of option id: true with its value; false when the
+ * option's scope does not meet scope, when unset, or when bad (then
+ * reported: _scr_report_env, once per variable). */
+SCR_INTERNAL bool _scr_option_env(int id, unsigned scope, uint64_t *out);
+/* Each SCRALLOC_<NAME> of the environment that names no option of any
+ * scope (nor a tool's variable) gets a warning with the closest name
+ * (_scr_report_unknown_env).  scr_options_from_env and the process
+ * allocator's first call run it. */
 SCR_INTERNAL void _scr_env_unknown_names(void);
 
 /* size_class.c */
 SCR_INTERNAL extern const uint32_t _scr_class_sizes[SCR_CLASS_COUNT];
 /* The class of a request n <= SCR_SMALL_MAX (size_class.c: one table,
- * by 16-byte step up to 16 KiB, then by 4 KiB). */
-/* The 4 KiB steps' entries follow the 1,025 of the 16-byte steps (n up to
- * 16 KiB); (n + 4095) >> 12 is 16384 / 4096 + 1 for the first of them. */
-#define SCR_CLASS_BY4K_BASE (16384 / 16 + 1 - (16384 / 4096 + 1))
-#define SCR_CLASS_INDEX_LEN (SCR_CLASS_BY4K_BASE + SCR_SMALL_MAX / 4096 + 1)
+ * by 16-byte step). */
+#define SCR_CLASS_INDEX_LEN (SCR_SMALL_MAX / 16 + 1)
 SCR_INTERNAL extern const uint8_t _scr_class_index[SCR_CLASS_INDEX_LEN];
-static inline unsigned _scr_class_of(size_t n) {
-  return _scr_class_index[SCR_LIKELY(n <= 16384) ? (n + 15) >> 4 : SCR_CLASS_BY4K_BASE + ((n + 4095) >> 12)];
-}
+static inline unsigned _scr_class_of(size_t n) { return _scr_class_index[(n + 15) >> 4]; }
 /* What a realloc from a block of `usable` bytes to n allocates: n, but a
  * block that grows into the medium classes gets the largest one, so that
  * a buffer growing by steps (Python's lists and strings grow by 1/8)
@@ -199,13 +213,6 @@ SCR_INTERNAL void _scr_large_cache_flush(scr_heap *h);
  * live blocks go back (MADV_DONTNEED, or MADV_FREE below
  * madv_free_below); bytes given back, *lazy_bytes of them lazily. */
 SCR_INTERNAL size_t _scr_heap_return_interior(scr_heap *h, size_t *lazy_bytes);
-/* Holes (types.h: scr_page.holes): the slots that start in the OS pages
- * of mask back on pg's free list (its list ran dry, or the pages were not
- * given back); a page with holes whose last block was freed forgets its
- * slots; the slots that start in holes. */
-SCR_INTERNAL void _scr_holes_refill(scr_page *pg, uint32_t mask);
-SCR_INTERNAL void _scr_holes_forget(scr_heap *h, scr_page *pg);
-SCR_INTERNAL uint32_t _scr_holes_slot_count(const scr_page *pg);
 
 /* profile.c: sampled allocation sites */
 #define SCR_PROF_IDLE ((int64_t)4 << 20) /* bytes between looks at the rate while sampling is off */
@@ -228,12 +235,6 @@ static inline void _scr_prof_free(const void *p) {
 SCR_INTERNAL void _scr_prof_drop_heap(const scr_heap *h); /* h is being destroyed */
 SCR_INTERNAL void _scr_prof_lock(void);   /* fork: every lock of the sampler */
 SCR_INTERNAL void _scr_prof_unlock(void);
-/* The slot at offset off of small page pg starts in a hole: it is free
- * (the classifiers' test; any thread, hence the atomic load). */
-static inline bool _scr_slot_in_hole(const scr_page *pg, uintptr_t off) {
-  uint32_t holes = __atomic_load_n(&pg->holes, __ATOMIC_RELAXED);
-  return holes != 0 && ((holes >> (off / _scr_os_page_size())) & 1);
-}
 
 /* classify.c: what an address is for a heap */
 SCR_INTERNAL int _scr_classify(const scr_heap *h, const void *p);

@@ -37,7 +37,7 @@ static _Atomic int misuse_state; /* 0 not yet, 1 being filled, 2 ready */
  * So  off * magic < n * step  <=>  off is one of the first n slots'
  * starts, for any n <= 4096 (n * step < 2^28): n = the page's capacity
  * gives the page's slot_limit (types.h: in the segment header; heap_fast.h keeps it, and
- * interior.c sets it to 0 while the page has holes). */
+ * profile.c has it 0 while the page holds live sampled blocks). */
 static _scr_slot_geom slot_geom(unsigned c) {
   uint64_t size = _scr_class_sizes[c];
   uint64_t span = (uint64_t)_scr_class_span(c) * SCR_PAGE_SIZE;

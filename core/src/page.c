@@ -20,7 +20,6 @@ void _scr_page_format(scr_page *pg, unsigned cls) {
   for (unsigned i = first; i < first + span; i++) __atomic_store_n(&seg->slot_limit[i], 0, __ATOMIC_RELAXED);
   pg->used = 0;
   pg->free = NULL;
-  __atomic_store_n(&pg->holes, 0, __ATOMIC_RELAXED); /* (_scr_slot_in_hole's readers) */
   __atomic_store_n(&pg->sampled, 0, __ATOMIC_RELAXED);
   pg->in_queue = 0;
   pg->next = pg->prev = NULL;
@@ -37,20 +36,17 @@ void _scr_page_format(scr_page *pg, unsigned cls) {
   SCR_UNPOISON(pg->start, span * SCR_PAGE_SIZE); /* a retained page changing class */
 }
 
-/* Is block p, a slot the page carved, free: on the page's free list, or
- * in a hole (interior.c)?  O(free slots): checked calls only. */
+/* Is block p, a slot the page carved, free: on the page's free list?
+ * O(free slots): checked calls only. */
 bool _scr_page_slot_is_free(const scr_page *pg, const void *p) {
-  if (_scr_slot_in_hole(pg, (uintptr_t)((const uint8_t *)p - pg->start))) return true;
   for (const scr_block *b = pg->free; b; b = scr_block_next(b))
     if (b == p) return true;
   return false;
 }
 
-/* used + length(free) + (slots in holes) == capacity <= reserved; every
- * free slot is a slot start inside the carved part of the page, listed
- * once, not in a hole; a page with holes is one interior.c makes them on
- * (all carved, one page, slots below two OS pages), and its slot_limit is
- * 0, else the limit of its carved slots (types.h). */
+/* used + length(free) == capacity <= reserved; every free slot is a
+ * slot start inside the carved part of the page, listed once; its
+ * slot_limit is _scr_page_slot_limit's (types.h). */
 bool _scr_page_validate(const scr_page *pg) {
   if (pg->kind != SCR_PAGE_SMALL) return true;
   const scr_segment *seg = _scr_page_segment(pg);
@@ -70,7 +66,6 @@ bool _scr_page_validate(const scr_page *pg) {
     uint32_t slot = (uint32_t)(off / pg->block_size);
     if (slot >= pg->capacity) return false;
     if ((seen[slot / 64] >> (slot % 64)) & 1) return false; /* listed twice: a cycle */
-    if (_scr_slot_in_hole(pg, off)) return false;
     seen[slot / 64] |= (uint64_t)1 << (slot % 64);
     nfree++;
   }
@@ -81,11 +76,5 @@ bool _scr_page_validate(const scr_page *pg) {
     uint64_t v = __atomic_load_n(&seg->slot_limit[i], __ATOMIC_RELAXED);
     if (v != limit && v != 0) return false;
   }
-  if (pg->holes) {
-    size_t ps = _scr_os_page_size();
-    if (pg->capacity != pg->reserved || pg->span != 1 || pg->block_size >= 2 * ps ||
-        (pg->holes >> (SCR_PAGE_SIZE / ps - 1) >> 1) != 0)
-      return false;
-  }
-  return pg->used + nfree + _scr_holes_slot_count(pg) == pg->capacity;
+  return pg->used + nfree == pg->capacity;
 }

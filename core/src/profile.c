@@ -443,8 +443,8 @@ void scr_profile_set_lang_hook(scr_profile_lang_hook *fn, void *arg) {
 
 /* ---- the snapshot and the blame ---- */
 
-/* The free bytes of page pg's carved slots that are still committed
- * (not in a hole): what its live blocks keep from going back.  The page
+/* The free bytes of page pg's carved slots: what its live blocks keep
+ * from going back.  The page
  * may be another thread's, whose holder writes `used` as it goes: the
  * figure is a report's, read without stopping that thread (hence no
  * ThreadSanitizer here: the race is the design). */
@@ -456,8 +456,7 @@ void scr_profile_set_lang_hook(scr_profile_lang_hook *fn, void *arg) {
 PROF_RACY static double prof_page_free(const scr_page *pg) {
   uint32_t cap = __atomic_load_n(&pg->capacity, __ATOMIC_RELAXED), used = __atomic_load_n(&pg->used, __ATOMIC_RELAXED);
   if (used == 0 || used >= cap) return 0;
-  uint32_t freed = cap - used, holes = __atomic_load_n(&pg->holes, __ATOMIC_RELAXED) ? _scr_holes_slot_count(pg) : 0;
-  return freed > holes ? (double)(freed - holes) * pg->block_size : 0;
+  return (double)(cap - used) * pg->block_size;
 }
 
 /* The free bytes of every partly used page of h (its segment list under

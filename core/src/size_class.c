@@ -36,14 +36,13 @@ _Static_assert(SCR_MEDIUM_MIN == 20480, "SCR_MEDIUM_FIRST is the class of 20 KiB
  * class up to 16 KiB is a multiple of 16), then one entry per 4 KiB up to
  * 64 KiB (every medium class is a multiple of 4 KiB).  Two tables, by 16
  * up to 1 KiB and by 128 up to 16 KiB, took a branch between them that
- * mispredicts where sizes straddle 1 KiB: bench/proc_pairs.c's medium mix
- * (128 B-4 KiB) took 17.3 ns a pair that way and 14.2 with one table, its
- * stress mix 13.4 and 12.4 (nine alternating runs, pinned).
- * BY16(prev, size, c): the requests in (prev, size] are of class c, for
- * sizes up to 16 KiB; BY4K the same above.  test_size_classes checks
- * every n. */
+ * mispredicts where sizes straddle 1 KiB (docs/process.md).  The medium
+ * classes by 16-byte step too (4 KiB of table, of which a program touches
+ * the lines of the sizes it asks for): one index, no test on the size on
+ * malloc's hit path.
+ * BY16(prev, size, c): the requests in (prev, size] are of class c.
+ * test_size_classes checks every n. */
 #define BY16(prev, size, c) [(prev) / 16 + 1 ... (size) / 16] = (c)
-#define BY4K(prev, size, c) [SCR_CLASS_BY4K_BASE + (prev) / 4096 + 1 ... SCR_CLASS_BY4K_BASE + (size) / 4096] = (c)
 const uint8_t _scr_class_index[SCR_CLASS_INDEX_LEN] = {
     BY16(0, 16, 0), BY16(16, 32, 1), BY16(32, 48, 2), BY16(48, 64, 3),
     BY16(64, 80, 4), BY16(80, 96, 5), BY16(96, 112, 6), BY16(112, 128, 7),
@@ -59,12 +58,11 @@ const uint8_t _scr_class_index[SCR_CLASS_INDEX_LEN] = {
     BY16(3840, 4096, 35), BY16(4096, 5120, 36), BY16(5120, 6144, 37),
     BY16(6144, 7168, 38), BY16(7168, 8192, 39), BY16(8192, 10240, 40),
     BY16(10240, 12288, 41), BY16(12288, 14336, 42), BY16(14336, 16384, 43),
-    BY4K(16384, 20480, 44), BY4K(20480, 24576, 45), BY4K(24576, 28672, 46),
-    BY4K(28672, 32768, 47), BY4K(32768, 40960, 48), BY4K(40960, 49152, 49),
-    BY4K(49152, 57344, 50), BY4K(57344, 65536, 51),
+    BY16(16384, 20480, 44), BY16(20480, 24576, 45), BY16(24576, 28672, 46),
+    BY16(28672, 32768, 47), BY16(32768, 40960, 48), BY16(40960, 49152, 49),
+    BY16(49152, 57344, 50), BY16(57344, 65536, 51),
 };
 #undef BY16
-#undef BY4K
 
 size_t scr_class_size(unsigned cls) {
   return cls < SCR_CLASS_COUNT ? _scr_class_sizes[cls] : 0;

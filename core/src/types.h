@@ -58,17 +58,10 @@ typedef enum scr_page_kind {
 } scr_page_kind;
 
 /* A page descriptor.  For a SMALL page:
- *   used + length(free) + (slots in holes) == capacity <= reserved
- *   slot i is live  <=>  i < capacity, slot i is not on `free` and does
- *                        not start in a hole
+ *   used + length(free) == capacity <= reserved
+ *   slot i is live  <=>  i < capacity and slot i is not on `free`
  * (the checked API walks `free` to tell a live block from a freed one,
  * which keeps the fast paths free of any per-slot bookkeeping)
- * Holes (interior.c): bit j of `holes` set <=> OS page j of the page
- * went back to the OS at a trim or discard while every slot overlapping
- * it was free; the slots that start in it are on no list.
- *   holes != 0  =>  used > 0, capacity == reserved, span == 1, in_queue,
- *                   and the page's slot_limit is 0 (every free of one of
- *                   its blocks takes the slow side, which reads `holes`)
  *   sampled != 0 => the page's slot_limit is 0 (heap_fast.h: _scr_page_slot_limit)
  * Empty pages (used == 0) sit at the tail of their class queue and are
  * the heap's retained pages.  For a LARGE page: used is 1 while the block
@@ -80,11 +73,10 @@ typedef struct scr_page {
   uint32_t capacity;           /* slots carved so far (bump index) */
   uint32_t reserved;           /* slots that fit in the page */
   uint32_t block_size;         /* bytes per slot (SMALL) */
-  uint32_t holes;              /* SMALL: OS pages given back while the page holds live blocks (interior.c);
-                                  read by other threads' checks: relaxed atomics */
   uint32_t sampled;            /* SMALL: live sampled blocks (profile.c); while nonzero the page's
                                   slot_limit is 0, so that their frees take the slow side, which
                                   finds their samples.  Atomic: any thread that frees one writes it */
+  uint32_t pad_;
   uint8_t kind;                /* scr_page_kind */
   uint8_t cls;                 /* size class (SMALL, RUN_TAIL) */
   uint8_t zero;                /* bytes not yet carved read as zero */
@@ -142,10 +134,11 @@ typedef struct scr_segment {
    * capacity times the class's slot step (misuse.c), so that
    *   off * magic < slot_limit[i]  <=>  off is a slot the page carved,
    * the free fast path's test, whose load needs only the page's index (not
-   * its tag); 0 for every other page, and for a page with holes (the test
-   * then fails for every address: its frees are checked on the slow side,
-   * which knows the holes).  Written by the holder when the page carves a
-   * slot or its holes change, read by any thread: relaxed atomics.  Lines
+   * its tag); 0 for every other page, and for a page with live sampled
+   * blocks (the test then fails for every address: its frees take the
+   * slow side, which finds the samples: profile.c).  Written when the page
+   * carves a slot or its samples change, read by any thread: relaxed
+   * atomics.  Lines
    * of their own.  64 bits (the value fits 19), so that the test compares
    * a 64-bit product with it in memory, one instruction (process.h). */
   _Alignas(64) uint64_t slot_limit[SCR_PAGES_PER_SEGMENT];

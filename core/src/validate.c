@@ -37,8 +37,6 @@ static bool validate(const scr_heap *h) {
         class_live[pg->cls] += pg->used;
         bool room = pg->free || pg->capacity < pg->reserved;
         if (room && !pg->in_queue) FAIL("page %u of %p: has room but is not queued", i, (void *)seg);
-        if (pg->holes && (pg->used == 0 || !pg->in_queue))
-          FAIL("page %u of %p: holes on a page without live blocks or off its queue", i, (void *)seg);
       } else if (pg->kind == SCR_PAGE_RUN_TAIL) {
         const scr_page *head = &seg->pages[pg->head];
         if (pg->head >= i || head->kind != SCR_PAGE_SMALL || head->cls != pg->cls || i >= pg->head + head->span)

@@ -37,11 +37,16 @@ static const char *const heap_names[] = {
     SCR_OPTIONS(NAME_)
 #undef NAME_
 };
-/* The process allocator's options (its table is internal; each name is
- * checked against scr_process_option_get below). */
+/* The process allocator's own options (scope process; profile_rate, of
+ * scope both, is among the heap's), each checked against
+ * scr_process_option_get below. */
 static const char *const proc_names[] = {
-    "discard", "discard_delay_ms", "discard_delay_max_ms", "lend", "pool", "cache_bytes", "cache_medium",
-    "cache_medium_after", "cache_max", "cache_grow", "decay_ms", "decay_max_ms", "retain_max", "dontdump", "stats", "stats_fd", "verbose", "on_error",
+#define PROC_NAME_(scope, type, n, ...) SCR_OPTION_PROC_ONLY_##scope(n)
+#define SCR_OPTION_PROC_ONLY_SCR_SCOPE_HEAP(n)
+#define SCR_OPTION_PROC_ONLY_SCR_SCOPE_BOTH(n)
+#define SCR_OPTION_PROC_ONLY_SCR_SCOPE_PROCESS(n) #n,
+    SCR_OPTION_TABLE(PROC_NAME_)
+#undef PROC_NAME_
 };
 #define COUNT(a) (sizeof a / sizeof a[0])
 

@@ -6,8 +6,8 @@
  * blocks to each other through a shared array, leave blocks behind when
  * they exit, sleep (so that they block, as threads that take turns do), and free sets
  * with scr_free_many (now and then one of 16,384 blocks, which it frees in
- * address order), keep a few of a run of small blocks and trim (holes
- * among them: core/src/interior.c), while the main thread changes
+ * address order), keep a few of a run of small blocks and trim (big
+ * slots' insides go back: core/src/interior.c), while the main thread changes
  * options, trims, takes statistics, runs the validator and forks (the
  * child frees blocks the parent's threads made, allocates, starts a
  * thread).  Every block
@@ -161,8 +161,8 @@ typedef struct {
 
 /* A run of blocks of one small size of which about one in 128 stays live
  * (into the thread's local blocks) and the rest are freed, then a trim:
- * pages with live blocks and whole free OS pages among them, which go
- * back as holes (core/src/interior.c) that later mallocs and callocs of
+ * pages with live blocks and free slots among them (the insides of big
+ * ones go back: core/src/interior.c) that later mallocs and callocs of
  * the size take again, and frees of the blocks left check. */
 enum { SIEVE = 2048 };
 static void sieve(void **local, uint64_t *s) {

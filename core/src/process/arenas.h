@@ -7,7 +7,8 @@
  * (caches.h, entry.h): where an arena changes hands with a cache, the
  * caches' layer flushes or sets the cache and then calls down here
  * (holder.c).  Files, bottom up: hooks.c huge_cache.c decay.c
- * validate.c arena.c discard.c helper.c. */
+ * validate.c arena.c discard.c helper.c.  Words: docs/process.md's
+ * glossary. */
 #ifndef SCR_PROCESS_ARENAS_H
 #define SCR_PROCESS_ARENAS_H
 

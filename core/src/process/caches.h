@@ -6,7 +6,8 @@
  * (holder.c: claim and park with the cache set and flushed, the tick,
  * trim).  Uses the arenas' layer (arenas.h); knows nothing of the
  * entry points (entry.h).  Files, bottom up:
- * remote.c pool.c recycle.c lend.c holder.c. */
+ * remote.c pool.c recycle.c lend.c holder.c.  Words: docs/process.md's
+ * glossary. */
 #ifndef SCR_PROCESS_CACHES_H
 #define SCR_PROCESS_CACHES_H
 
@@ -156,8 +157,8 @@ static inline scr_arena *_scr_holder_get(void) {
 #define SCR_ARENA_PUBLISH_EVERY 65536 /* calls between stats snapshots */
 /* Counts the holder's heap calls: a malloc or free that the thread's cache
  * serves (recycle.c) changes nothing in the heap and does not tick (a
- * read-modify-write of `ops` on both sides of every malloc/free pair cost
- * 2-3 ns of its 16-22: bench/proc_pairs.c).  Every SCR_ARENA_POLL_EVERY heap
+ * count on the cache's hits would tax every pair: docs/process.md, "Why
+ * it is built this way").  Every SCR_ARENA_POLL_EVERY heap
  * calls the slow side frees what other threads pushed (reading the remote
  * stack's cache line, which pushers keep writing, on every call would
  * cost a miss each time), applies retain_max's share and now and then

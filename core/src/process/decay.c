@@ -19,7 +19,7 @@
  *     delay (huge_cache.c); a request that grows what the process holds
  *     gives back as many bytes of the oldest cached blocks.  Pages do not
  *     do that: dirty pages that do not fit a run now fit one after the
- *     next frees, and giving them back as the heap grew faulted them in
+ *     next frees, and giving them back as the heap grows faults them in
  *     again at every step of a program that reuses large blocks
  *     (docs/process.md has the figure).
  *   - Refaults: memory that went back and is taken again within twice

@@ -14,9 +14,8 @@ static void proc_segment_mapped(scr_heap *h, void *base, size_t size, void *arg)
   /* THP "always": small pages, as in madvise mode.  Why: the first touch
    * of a 2 MiB region makes all of it resident, most of it memory the
    * arena never carves (its last, partly carved region, and the pages it
-   * keeps free); the churn benchmark (16 arenas of 8-14 MiB) peaked
-   * 16 MiB higher with huge pages on segments when mapped than with none
-   * (15 runs: 209.8 against 193.9 MiB, glibc 199.3). */
+   * keeps free): a higher peak (docs/process.md, "Why it is built this
+   * way"). */
   if (P->thp_mode == 2) (void)_scr_os_advise(base, size, MADV_NOHUGEPAGE, &h->os);
 #endif
 #ifdef MADV_DONTDUMP

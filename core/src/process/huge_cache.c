@@ -4,9 +4,9 @@
  * any thread that needs a huge block takes the best one and resizes it
  * (its tail unmapped, or grown with mremap, which moves pages without
  * copying them), so the pages it keeps are reused resident instead of a
- * munmap and a fresh mapping faulted in page by page (the issue's
- * large-block program: 20 live blocks of 1-32 MiB, one replaced per step,
- * took 2.3x glibc's time).
+ * munmap and a fresh mapping faulted in page by page (a program that
+ * replaces large blocks pays a fault per page otherwise: docs/process.md,
+ * "Why it is built this way").
  *
  * Bounds: a block cached longer than the decay delay goes back, by the
  * helper thread (decay.c), without a call from the program; a request

@@ -2,15 +2,15 @@
  * batches per size class, for any thread whose cache list of the class
  * runs empty.
  *
- * Why: a thread whose list was full sent each further block of another
- * arena to its owner's remote stack, where it waited until the owner ran
- * and drained it; meanwhile threads whose lists ran empty carved fresh
- * memory.  With more threads than CPUs the owners sleep most of the time,
- * so the freed blocks sat idle while other arenas grew (threaded stress,
- * 8 threads on 2 CPUs: 240-1,240 blocks waiting at the peak in three
- * runs, mostly of 1-64 KiB, whose classes' lists hold few blocks and
- * overflow often).  A batch in the pool is taken by the next thread that needs the
- * class and finds no free slot in its own pages.  The blocks stay live in
+ * Why: without it, a thread whose list is full sends each further block
+ * of another arena to its owner's remote stack, where it waits until the
+ * owner runs and drains it; meanwhile threads whose lists run empty carve
+ * fresh memory.  With more threads than CPUs the owners sleep most of the
+ * time, so the freed blocks sit idle while other arenas grow (most of
+ * them of 1-64 KiB, whose classes' lists hold few blocks and overflow
+ * often; the figure: docs/process.md, "Why it is built this way").  A
+ * batch in the pool is taken by the next thread that needs the class and
+ * finds no free slot in its own pages.  The blocks stay live in
  * their owners' heaps all along, as in the caches (recycle.c).
  *
  * A batch is made of the other arenas' blocks among the older half of a

@@ -13,6 +13,10 @@
  *   base       os_linux.c options.c state.c misuse.c                process.h
  *              (and the core heap, core/src/)
  * (top first; within a layer a file uses only those to its left).
+ * The words these files use (arena, owner, holder, claim, park, borrow,
+ * drain, lend, tick, pool, remote stack, discard, decay, keep, over) are
+ * defined, beside mimalloc's, tcmalloc's and jemalloc's, in
+ * docs/process.md's glossary.
  *
  * Each thread claims an arena (one scr_heap, a lock-free stack of blocks
  * other threads freed, and a state) on its first allocation and keeps it in
@@ -55,30 +59,14 @@ SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
 #define proc_heap_free _scr_heap_free_block
 #define proc_heap_usable_size _scr_heap_usable_size
 
-/* ---- options (one table; environment SCRALLOC_<NAME>) ---- */
-/* X(name, default, min, max, description); every value is a uint64_t.
- * discard: 0 keep every parked arena's memory, 1 return it after the
- * delay, 2 ("poison") make returned pages inaccessible (tests). */
-#define SCR_PROC_OPTIONS(X)                                                         \
-  X(discard, 1, 0, 2, "return parked arenas' free pages: 0 off, 1 on, 2 = poison")  \
-  X(discard_delay_ms, 1000, 0, 3600000, "first delay before a parked arena is discarded") \
-  X(discard_delay_max_ms, 10000, 0, 3600000, "cap of the doubling delay")           \
-  X(lend, 1, 0, 1, "a thread about to carve fresh memory for a size class first takes that class's free slots from a parked arena: 0 off, 1 on") \
-  X(pool, 1, 0, 1, "full cache lists hand other arenas' blocks to a process-wide pool per size class, for threads whose lists run empty: 0 off (they go home), 1 on") \
-  X(cache_bytes, 16384, 0, (uint64_t)1 << 20, "bytes of one size class a thread's cache keeps (at most 64 blocks)") \
-  X(cache_medium, 2, 0, 64, "blocks of one medium class (20-64 KiB) a thread's cache keeps") \
-  X(cache_medium_after, 16, 0, 65535, "mallocs of a medium class a thread that claimed its arena while no other was held (the main thread, as a rule) makes before its cache keeps blocks of that class (0: from the first)") \
-  X(cache_max, 65536, 0, 65536, "blocks above this size skip the thread's cache (0: no cache)") \
-  X(cache_grow, (uint64_t)2 << 20, 0, (uint64_t)1 << 30, "bytes by which the caps of the threads' cache lists may grow together (below 4 KiB up to 1024 blocks, with the thread's own blocks; the others up to 64), a block at a time when a full list is freed into; each thread's share is this over the threads holding arenas (0: the caps stay as cache_bytes and cache_medium set them)") \
-  X(decay_ms, 1000, 0, 3600000, "free memory unused this long goes back to the OS (pages between half of it and all of it after they were freed, cached huge blocks after it), by the helper thread, without a call from the program; 0: at once") \
-  X(decay_max_ms, 10000, 0, 3600000, "the longest the decay delay grows to while memory that went back is faulted in again soon after (refaults)") \
-  X(retain_max, 0, 0, UINT64_MAX, "a hard cap on the free memory the arenas and the huge cache keep committed (shared by the threads holding arenas): above it, freed memory goes back at once (0: no cap; the decay alone decides)") \
-  X(dontdump, 2, 0, 2, "MADV_DONTDUMP on segments: 0 never, 1 always, 2 auto (when no core would be written)") \
-  X(stats, 0, 0, 3, "print statistics at exit: 1 summary, 2 also per arena, 3 (json) scr_process_stats_json's object on one line") \
-  X(stats_fd, 2, 0, 1 << 20, "file descriptor the exit report goes to (stderr by default)") \
-  X(verbose, 0, 0, 1, "1: say on stderr every misuse (SCRALLOC_ON_ERROR=ignore too) and every internal failure (a failed munmap) the allocator meets") \
-  X(profile_rate, 0, 0, (uint64_t)1 << 40, "mean bytes allocated between sampled blocks, whose allocation sites the profile keeps (docs/profile.md): 0 off, on = 512 KiB") \
-  X(on_error, 0, 0, 2, "what free, realloc, malloc_usable_size of a bad pointer (double free, interior, never allocated, not scralloc's) does: abort (0) says it on stderr and calls abort(), warn (1) says it and ignores the call, ignore (2) only counts it")
+/* ---- options: SCR_OPTION_TABLE's entries of scope process or both
+ * (scralloc.h); X(type, name, default, min, max, description), each
+ * stored as a uint64_t ---- */
+#define SCR_PROC_OPTIONS(X) SCR_OPTION_TABLE_(SCR_PROC_OPTION_, X)
+#define SCR_PROC_OPTION_(X, scope, ...) SCR_PROC_OPTION_##scope(X, __VA_ARGS__)
+#define SCR_PROC_OPTION_HEAP(X, ...)
+#define SCR_PROC_OPTION_BOTH(X, type, name, def, lo, hi, words, doc) X(type, name, def, lo, hi, doc)
+#define SCR_PROC_OPTION_PROCESS(X, type, name, def, lo, hi, words, doc) X(type, name, def, lo, hi, doc)
 
 /* on_error's values (the option's words: abort, warn, ignore) */
 #define SCR_STATS_JSON 3 /* stats=json */
@@ -89,9 +77,9 @@ SCR_HIDDEN_ALIAS(proc_heap_aligned_alloc, scr_heap_aligned_alloc);
 /* Atomic: scr_process_option_set changes them under the process lock
  * while other threads read them without it (plain reads and writes of
  * them are atomic, seq_cst: a mov on x86 for a read; every read is on a
- * slow path).  Found by tests/c/test_process_fuzz.c under TSan. */
+ * slow path). */
 typedef struct scr_proc_options {
-#define SCR_PROC_OPT_FIELD_(name, def, lo, hi, doc) _Atomic uint64_t name;
+#define SCR_PROC_OPT_FIELD_(type, name, def, lo, hi, doc) _Atomic uint64_t name;
   SCR_PROC_OPTIONS(SCR_PROC_OPT_FIELD_)
 #undef SCR_PROC_OPT_FIELD_
 } scr_proc_options;
@@ -159,8 +147,7 @@ typedef struct scr_arena {
   scr_prof_countdown prof;          /* the sampler's countdown of scr_malloc & co. (holder; profile.c) */
   /* Recycled blocks per class (holder).  On a line boundary, so that no
    * list's 32 bytes straddle two lines: the malloc and free fast paths
-   * touch one line per call (an earlier layout put every
-   * fourth class's head and count on two).  One list more, for tag
+   * touch one line per call.  One list more, for tag
    * SCR_TAG_OTHER, always empty and full (room 0): a free looks a
    * block's list up by its page's tag without testing the tag first, and
    * a block of no size class finds no room there. */
@@ -265,7 +252,10 @@ SCR_INTERNAL extern scr_proc_counters _scr_pc;
 /* options.c */
 SCR_INTERNAL void _scr_proc_options_init(scr_proc_options *o);
 SCR_INTERNAL void _scr_proc_options_from_env(scr_proc_options *o);
+/* The option's id (internal.h: SCR_OPT_<name>), or -1 when nothing was
+ * set (no process option of that name, a bad value, out of range). */
 SCR_INTERNAL int _scr_proc_option_set(scr_proc_options *o, const char *name, const char *value);
+SCR_INTERNAL uint64_t _scr_proc_option_get(const scr_proc_options *o, const char *name);
 
 /* os_linux.c: the OS calls of the process layer */
 SCR_INTERNAL int _scr_proc_thp_mode(void);

@@ -13,23 +13,18 @@
  * scr_trim (the flush).  Blocks of a parked arena are kept only while
  * another thread holds an arena too: a program freeing what its finished
  * threads left, with nobody else running, sends them home so that their
- * pages can go back (the churn: 2.3 MiB 1.5 s after its frees, 4.5-5.1
- * when its main thread kept them), where threads still running reuse
- * them (the threaded stress, whose threads free blocks of the arenas of
- * threads that finished first: otherwise each such free is a push onto a parked arena's remote stack,
- * a batch of them a drain under the process lock, and the freeing thread
- * carves fresh memory meanwhile: 3.5-3.6k faults -> 3.2k, wall 0.97-1.00x
- * over four runs of 40-150 paired rounds).  The figures of
- * _scr_holder_publish (holder.c) leave the kept blocks out of what is used.
+ * pages can go back, where threads still running reuse them (otherwise
+ * each such free is a push onto a parked arena's remote stack, a batch of
+ * them a drain under the process lock, and the freeing thread carves
+ * fresh memory meanwhile).  The figures of _scr_holder_publish (holder.c)
+ * leave the kept blocks out of what is used.
  *
  * The cost: a kept block keeps its page in use, so a page of a class the
  * thread stopped using cannot empty and serve another class.  A program
- * of threads taking turns (Python's GIL) multiplies that by its threads:
- * the Python benchmark with four threads switching every 0.2 ms peaked at
- * 40.1 MiB with these defaults, 38.2 with cache_max=4096, 37.9 with no
- * cache at all (glibc 38.6), while the threaded stress with cache_max=4096
- * faulted 10.5k pages instead of 3.6k and took 0.098 s instead of 0.068
- * (10 and 9 interleaved runs).  Hence options and defaults for speed.
+ * of threads taking turns (Python's GIL) multiplies that by its threads.
+ * Hence options, and defaults for speed.  The measurements of these
+ * choices and of the caps below: docs/process.md, "Why it is built this
+ * way"; the words (holder, park, remote stack, drain): its glossary.
  *
  * Layer: caches.  Owns each arena's lists (rc, medium_cap,
  * medium_mallocs, cache_grown): its holder alone touches them. */
@@ -41,11 +36,7 @@
 /* cache_medium, 2: a thread's frees and mallocs of medium blocks come in
  * runs, and each one past the cap goes back to its run, whose emptying
  * the arena's cap on kept pages may decommit for the next malloc to
- * fault in again.  Threaded stress, 11 interleaved runs: 1 a class, 5.7k
- * faults; 2, 4.9k; 4, 4.6k; max RSS the same within its noise, but 4 a
- * class are 32 blocks a thread, and the churn's peak looked 5-10 MiB
- * higher with them in four sweeps out of four (within its 40 MiB
- * spread). */
+ * fault in again; more a class hold pages in use for every thread. */
 
 /* cache_medium_after, 16: the medium lists of an arena claimed while no
  * other is held (the main thread's, as a rule) open at the holder's
@@ -53,15 +44,11 @@
  * medium size a few times and moving on keeps two blocks of each such
  * class in its cache, and their pages in use.  Python's start reads each
  * module's code into a buffer of the file's size, so almost every buffer
- * is of another medium class: python3 -c pass peaked 0.8 MiB above glibc,
- * 0.3-0.4 of it these blocks (30 paired rounds: 14.0 -> 13.6 MiB, 2,108
- * -> 2,031 faults, the same as with no medium block kept; opening at the
- * 8th, another run: 13.9 -> 13.7 MiB, 2,055 faults).  Not for every arena: the threaded
- * stress's threads, each freeing its first blocks of a class into the
- * class's run while the list was closed, emptied the run, which went back
- * and was taken again fresh (max RSS 11.2 -> 11.7 MiB, 3.4k -> 3.7k
- * faults, 40 paired rounds).  A program that allocates a medium class
- * over and over opens its list within its first calls. */
+ * is of another medium class.  Not for every arena: threads that free
+ * their first blocks of a class into the class's run while the list is
+ * closed empty the run, which goes back and is taken again fresh.  A
+ * program that allocates a medium class over and over opens its list
+ * within its first calls. */
 
 /* List c's cap as the options set it (its base: what a grown cap goes
  * back to). */
@@ -133,19 +120,17 @@ static void recycle_empty_list(scr_arena *a, unsigned c, uint32_t max) {
  *
  * Small classes (while no other thread holds an arena): a thread that
  * mallocs a run of blocks and frees it (containers built and dropped)
- * had 64 of them from its list and the rest through its pages, twice the cost of a pair each
- * (bench/proc_runs.c, runs of 1,000 blocks of 24-64 B).  Grown to the
- * run's length, the list serves all of them; the run's bytes (48 KiB for
- * 1,000 blocks of 48 B) come out of the same budget.
+ * would get 64 of them from its list and the rest through its pages, each
+ * at a higher cost.  Grown to the run's length, the list serves all of
+ * them; the run's bytes (48 KiB for 1,000 blocks of 48 B) come out of the
+ * same budget.
  *
  * Why: a list of blocks of 4 KiB and more holds 1-4 of them
  * (cache_bytes, cache_medium), and a thread whose frees and mallocs of
  * such a class come in runs longer than that takes its heap's path for
  * every other one: its page's free list, the run emptied and carved
- * again, and past the kept pages a decommit and fresh faults.  One
- * thread with 32 blocks of 4-16 KiB live (bench/proc_pairs.c page): 25
- * ns a malloc/free pair, 13 with caps of 64 KiB a class (tcmalloc 12).
- * A list grows only as far as its thread's runs need, and the budget,
+ * again, and past the kept pages a decommit and fresh faults (figures:
+ * docs/process.md, "Why it is built this way").  A list grows only as far as its thread's runs need, and the budget,
  * shared by the threads holding arenas, bounds what all lists of all
  * threads keep past their bases, so a program of many threads keeps
  * about what one would.  The caps go back to their bases at park and

@@ -9,7 +9,6 @@
  * that parks a thread's arena is the caches' layer's (holder.c), created
  * at the first claim of a thread's own arena. */
 #include "process.h"
-#include <string.h>
 
 scr_proc _scr_proc = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -41,8 +40,11 @@ void _scr_proc_init_slow(void) {
      * retained page per class at most, with dirty ones); freed pages past
      * that go back in batches (decommit_batch), reused first meanwhile:
      * one process_madvise instead of an madvise per page.
-     * With purge_delay_ms set, the heap's large cache holds huge mappings
-     * only, and the arenas send those to the process's huge cache. */
+     * The heap's large cache: an arena sends its huge mappings to the
+     * process's huge cache (huge_cache.c) and, with purge_delay_ms set
+     * (decay_ms > 0, the default), caches no other large block, so
+     * large_cache and large_cache_bytes take effect only under
+     * decay_ms=0. */
     P->heap_opt.retain = 1;
     P->heap_opt.retain_bytes = (size_t)512 << 10;
     P->heap_opt.decommit_batch = (size_t)256 << 10;
@@ -66,22 +68,17 @@ int scr_process_option_set(const char *name, const char *value) {
   if (name == NULL || value == NULL) return SCR_EINVAL;
   _scr_proc_init();
   pthread_mutex_lock(&_scr_proc.lock);
-  int r = _scr_proc_option_set(&_scr_proc.opt, name, value);
-  if (r == SCR_OK && (strcmp(name, "discard_delay_ms") == 0))
-    _scr_proc.delay_ms = _scr_proc.opt.discard_delay_ms;
-  if (r == SCR_OK && strncmp(name, "decay_", 6) == 0) /* the back-off starts again from the new values */
+  int id = _scr_proc_option_set(&_scr_proc.opt, name, value);
+  if (id == SCR_OPT_discard_delay_ms) _scr_proc.delay_ms = _scr_proc.opt.discard_delay_ms;
+  if (id == SCR_OPT_decay_ms || id == SCR_OPT_decay_max_ms) /* the back-off starts again from the new values */
     atomic_store_explicit(&_scr_proc.decay_delay_ms, 0, memory_order_relaxed);
-  if (r == SCR_OK && strcmp(name, "verbose") == 0) atomic_store(&_scr_verbose, _scr_proc.opt.verbose != 0);
+  if (id == SCR_OPT_verbose) atomic_store(&_scr_verbose, _scr_proc.opt.verbose != 0);
   pthread_mutex_unlock(&_scr_proc.lock);
-  return r;
+  return id < 0 ? SCR_EINVAL : SCR_OK;
 }
 
 uint64_t scr_process_option_get(const char *name) {
   if (name == NULL) return UINT64_MAX;
   _scr_proc_init();
-#define SCR_PROC_OPT_GET_(n, def, lo, hi, doc) \
-  if (strcmp(name, #n) == 0) return _scr_proc.opt.n;
-  SCR_PROC_OPTIONS(SCR_PROC_OPT_GET_)
-#undef SCR_PROC_OPT_GET_
-  return UINT64_MAX;
+  return _scr_proc_option_get(&_scr_proc.opt, name);
 }

@@ -108,8 +108,8 @@ static bool proc_read_file(const char *path, char *buf, size_t len) {
 
 /* The kernel's LazyFree for the process (/proc/self/smaps_rollup), the
  * bytes advised MADV_FREE that it has not reclaimed: only the kernel
- * knows when it takes a page, and a read walks the page tables (2.3 ms at
- * 300 MiB resident), so at most once a second, and never while no byte
+ * knows when it takes a page, and a read walks the page tables
+ * (milliseconds for a large process), so at most once a second, and never while no byte
  * went back that way (lazy_advised: the arenas' lazy_free_bytes; the
  * default madv_free_below of 0 never does). */
 static uint64_t proc_lazy_free_pending(uint64_t lazy_advised) {

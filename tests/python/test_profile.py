@@ -137,8 +137,6 @@ def test_profile_rate_settable_and_off_by_default():
             del a.profile_rate
 
 
-@pytest.mark.xfail(reason="scr_heap_realloc_checked drops the old block's sample but does not "
-                          "count the new block (core/src/classify.c)")
 def test_realloc_moves_the_sample():
     with scralloc.Allocator(profile_rate=1) as a:
         p = a.malloc(100)

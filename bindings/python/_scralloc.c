@@ -30,6 +30,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <frameobject.h>
 
 #include <errno.h>
 #include <stddef.h>
@@ -1443,6 +1444,492 @@ Allocator_repr(PyObject *op)
       (unsigned long long)s.heap_total);
 }
 
+/* ---- sampled allocation sites (docs/profile.md) -------------------- */
+
+/* The Python frames of a sampled allocation, for the core's profile
+ * (scr_profile_set_lang_hook): innermost first, "function\tfile\tline" a
+ * line.  Only on a thread that holds the GIL; the frame objects it may
+ * make go to Python's allocators of before serve_python (_scr_py_hook_begin).
+ * The collector is kept off meanwhile: since 3.11 PyThreadState_GetFrame
+ * and PyFrame_GetBack may make frame objects, and a collection started by
+ * that allocation would run arbitrary code inside an allocator call. */
+#define PROFILE_PY_DEPTH 64
+
+static size_t
+put_text(char *buf, size_t len, size_t n, PyObject *s)
+{
+  Py_ssize_t sz = 0;
+  const char *t = NULL;
+  size_t i;
+  if (s != NULL && PyUnicode_Check(s)) {
+    if (PyUnicode_IS_COMPACT_ASCII(s)) {
+      t = (const char *)PyUnicode_DATA(s);
+      sz = PyUnicode_GET_LENGTH(s);
+    } else {
+      t = PyUnicode_AsUTF8AndSize(s, &sz);
+      if (t == NULL)
+        PyErr_Clear();
+    }
+  }
+  if (t == NULL) {
+    t = "?";
+    sz = 1;
+  }
+  for (i = 0; i < (size_t)sz && n < len; i++)  /* tabs and newlines would split the line */
+    buf[n++] = t[i] == '\t' || t[i] == '\n' ? ' ' : t[i];
+  return n;
+}
+
+/* This thread holds the GIL and has a thread state to walk.  Before 3.12
+ * PyGILState_Check answers 1 for any thread once a subinterpreter was
+ * made, and the current thread state is the process's, not the thread's:
+ * both are checked against the thread's own (PyGILState_GetThisThreadState;
+ * a subinterpreter's thread gets no frames). */
+static int
+hook_holds_gil(void)
+{
+#if PY_VERSION_HEX >= 0x030C0000
+  return thread_holds_gil();
+#else
+  PyThreadState *ts = _PyThreadState_UncheckedGet();
+  return ts != NULL && PyGILState_Check() && ts == PyGILState_GetThisThreadState();
+#endif
+}
+
+/* A runner's frames (python -m scralloc run: run_program's and the
+ * runpy frames just below it) are no part of the program's stacks: the
+ * walk stops at frames_root's code and drops the frames of
+ * frames_trim_file above it.  Strong references; set under the GIL. */
+static PyObject *frames_root, *frames_trim_file;
+
+static int
+same_file(PyObject *a, PyObject *b)
+{
+  return a == b || (a != NULL && b != NULL && PyUnicode_Check(a) && PyUnicode_Check(b) &&
+                    PyUnicode_Compare(a, b) == 0);
+}
+
+static size_t
+python_frames(char *buf, size_t len, void *arg)
+{
+  PyFrameObject *f;
+  PyObject *pending;
+  size_t n = 0, starts[PROFILE_PY_DEPTH];
+  unsigned char trimmable[PROFILE_PY_DEPTH];
+  int depth = 0, gc_was;
+
+  if (len == 0 || !hook_holds_gil() || interpreter_finalizing())
+    return 0;
+  _scr_py_hook_begin();
+  gc_was = PyGC_Disable();
+  pending = exc_take();
+  f = PyThreadState_GetFrame(PyThreadState_Get());
+  while (f != NULL && depth < PROFILE_PY_DEPTH) {
+    PyCodeObject *co = PyFrame_GetCode(f);
+    PyFrameObject *back;
+    char num[24];
+    size_t start = n, k, numlen;
+    int line = PyFrame_GetLineNumber(f);
+
+    if (frames_root != NULL && (PyObject *)co == frames_root) {
+      Py_DECREF(co);
+      while (depth > 0 && trimmable[depth - 1])
+        n = starts[--depth];
+      break;
+    }
+    starts[depth] = n;
+    trimmable[depth] = frames_trim_file != NULL && same_file(co->co_filename, frames_trim_file);
+    if (depth > 0 && n < len)
+      buf[n++] = '\n';
+#if PY_VERSION_HEX >= 0x030B0000
+    n = put_text(buf, len, n, co->co_qualname);
+#else
+    n = put_text(buf, len, n, co->co_name);
+#endif
+    if (n < len)
+      buf[n++] = '\t';
+    n = put_text(buf, len, n, co->co_filename);
+    numlen = (size_t)PyOS_snprintf(num, sizeof num, "\t%d", line);
+    for (k = 0; k < numlen && n < len; k++)
+      buf[n++] = num[k];
+    Py_DECREF(co);
+    if (n >= len) {             /* no room for the whole line: drop it (and its newline) */
+      n = start;
+      break;
+    }
+    back = PyFrame_GetBack(f);
+    Py_DECREF(f);
+    f = back;
+    depth++;
+  }
+  Py_XDECREF(f);
+  exc_put(pending);
+  if (gc_was)
+    PyGC_Enable();
+  _scr_py_hook_end();
+  return n;
+}
+
+/* The kind of a sampled block of this module's heaps, and the Allocator
+ * it belongs to (borrowed; NULL: the process allocator's, or a heap no
+ * Allocator of this interpreter has). */
+static const char *
+sample_owner(module_state *st, const scr_profile_sample *s, AllocatorObject **owner)
+{
+  AllocatorObject *a;
+  *owner = NULL;
+  if (s->heap == NULL)
+    return "process";
+  for (a = st->open; a != NULL; a = a->next)
+    if (_scr_py_record_heap(a->rec) == s->heap) {
+      int kind = _scr_py_block_kind(a->rec, s->block);
+      *owner = a;
+      return kind == 1 ? "allocator" : kind == 2 ? "python" : "heap";
+    }
+  return "heap";
+}
+
+/* One sample as the tuple scralloc.sites reads: (address, size, rate,
+ * bytes, blocks, pinned, site, allocator, kind, native return addresses
+ * innermost first, language frames text or None). */
+static PyObject *
+sample_tuple(const scr_profile_sample *s, PyObject *owner, const char *kind)
+{
+  PyObject *pcs = PyTuple_New((Py_ssize_t)s->depth), *t;
+  unsigned i;
+  if (pcs == NULL)
+    return NULL;
+  for (i = 0; i < s->depth; i++) {
+    PyObject *pc = PyLong_FromVoidPtr((void *)s->frames[i]);
+    if (pc == NULL) {
+      Py_DECREF(pcs);
+      return NULL;
+    }
+    PyTuple_SET_ITEM(pcs, (Py_ssize_t)i, pc);
+  }
+  t = Py_BuildValue("(KnndddKOsNz)", (unsigned long long)(uintptr_t)s->block, (Py_ssize_t)s->size,
+                    (Py_ssize_t)s->rate, s->bytes, s->blocks, s->pinned,
+                    (unsigned long long)s->site, owner != NULL ? owner : Py_None, kind, pcs,
+                    s->lang);
+  return t;
+}
+
+typedef struct {
+  module_state *st;
+  PyObject *list;
+  int failed;
+  PyObject *owner;              /* the Allocator of a peak snapshot */
+} sample_ctx;
+
+static int
+collect_sample(const scr_profile_sample *s, void *arg)
+{
+  sample_ctx *c = arg;
+  AllocatorObject *owner;
+  const char *kind = sample_owner(c->st, s, &owner);
+  PyObject *t = sample_tuple(s, (PyObject *)owner, kind);
+  if (t == NULL || PyList_Append(c->list, t) < 0) {
+    Py_XDECREF(t);
+    c->failed = 1;
+    return 1;
+  }
+  Py_DECREF(t);
+  return 0;
+}
+
+static int
+collect_peak_sample(const scr_profile_sample *s, int kind, void *arg)
+{
+  sample_ctx *c = arg;
+  PyObject *t = sample_tuple(s, c->owner, kind == 1 ? "allocator" : "python");
+  if (t == NULL || PyList_Append(c->list, t) < 0) {
+    Py_XDECREF(t);
+    return 1;
+  }
+  Py_DECREF(t);
+  return 0;
+}
+
+/* The live samples of h (NULL: every heap and the process allocator) as
+ * a list of sample tuples. */
+static PyObject *
+collect_samples(module_state *st, const scr_heap *h)
+{
+  sample_ctx c = {st, PyList_New(0), 0, NULL};
+  if (c.list == NULL)
+    return NULL;
+  scr_profile_samples(h, collect_sample, &c);
+  if (c.failed)
+    Py_CLEAR(c.list);
+  return c.list;
+}
+
+/* scralloc.sites.records(raw, native): the Sample records. */
+static PyObject *
+make_records(PyObject *raw, PyObject *native, PyObject *peak_used)
+{
+  PyObject *mod, *r;
+  if (raw == NULL)
+    return NULL;
+  mod = PyImport_ImportModule("scralloc.sites");
+  if (mod == NULL) {
+    Py_DECREF(raw);
+    return NULL;
+  }
+  r = PyObject_CallMethod(mod, "_records", "NOO", raw, native, peak_used);
+  Py_DECREF(mod);
+  return r;
+}
+
+static PyObject *Allocator_profile_routed(PyObject *op, PyObject *args, PyObject *kwds);
+
+/* The records are made off the served heaps, so profiling inside a
+ * serve_python() block neither grows the heap nor samples itself. */
+static PyObject *
+Allocator_profile(PyObject *op, PyObject *args, PyObject *kwds)
+{
+  PyObject *r;
+  _scr_py_pause_routing(1);
+  r = Allocator_profile_routed(op, args, kwds);
+  _scr_py_pause_routing(0);
+  return r;
+}
+
+static PyObject *
+Allocator_profile_routed(PyObject *op, PyObject *args, PyObject *kwds)
+{
+  static char *kwlist[] = {"native", "peak", NULL};
+  AllocatorObject *a = (AllocatorObject *)op;
+  int native = 1, peak = 0;
+  scr_heap *h;
+
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$pp:profile", kwlist, &native, &peak))
+    return NULL;
+  /* A closed Allocator's heap that Python's blocks keep still shows. */
+  h = a->initialized ? _scr_py_record_heap(a->rec) : NULL;
+  if (h == NULL)
+    return open_heap(a) == NULL ? NULL : PyList_New(0);
+  if (peak) {
+    sample_ctx c = {NULL, PyList_New(0), 0, op};
+    uint64_t used = 0;
+    PyObject *u, *r;
+    if (c.list == NULL)
+      return NULL;
+    if (_scr_py_peak_samples(a->rec, collect_peak_sample, &c, &used) < 0) {
+      Py_DECREF(c.list);
+      return NULL;
+    }
+    u = PyLong_FromUnsignedLongLong((unsigned long long)used);
+    if (u == NULL) {
+      Py_DECREF(c.list);
+      return NULL;
+    }
+    r = make_records(c.list, native ? Py_True : Py_False, u);
+    Py_DECREF(u);
+    return r;
+  }
+  return make_records(collect_samples(type_state(Py_TYPE(op)), h), native ? Py_True : Py_False,
+                      Py_None);
+}
+
+static PyObject *
+Allocator_watch_peak(PyObject *op, PyObject *arg)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
+  size_t from = 0;
+  if (open_heap(a) == NULL)
+    return NULL;
+  if (arg != Py_None && get_size(arg, "watch_peak", "from_bytes", &from) < 0)
+    return NULL;
+  _scr_py_watch_peak(a->rec, from);
+  Py_RETURN_NONE;
+}
+
+/* "folded", "pprof", "blame", "top" -> SCR_PROFILE_*; -1 with ValueError. */
+static int
+profile_format(PyObject *name, int native)
+{
+  static const struct {
+    const char *name;
+    int code;
+  } formats[] = {{"folded", SCR_PROFILE_FOLDED},
+                 {"pprof", SCR_PROFILE_PPROF},
+                 {"blame", SCR_PROFILE_BLAME},
+                 {"top", SCR_PROFILE_TOP}};
+  const char *s = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : NULL;
+  size_t i;
+  if (s != NULL)
+    for (i = 0; i < sizeof formats / sizeof formats[0]; i++)
+      if (strcmp(s, formats[i].name) == 0)
+        return formats[i].code | (native ? SCR_PROFILE_NATIVE : 0);
+  if (!PyErr_Occurred())
+    PyErr_Format(PyExc_ValueError, "format %R: one of 'folded', 'pprof', 'blame', 'top'", name);
+  return -1;
+}
+
+/* scr_profile_write(h, path, format); None, or OSError/ValueError. */
+static PyObject *
+write_profile(const scr_heap *h, PyObject *args, PyObject *kwds, const char *fname)
+{
+  static char *kwlist[] = {"path", "format", "native", NULL};
+  PyObject *path = NULL, *fmt = NULL, *bytes = NULL;
+  int native = 0, code, err, saved;
+  char spec[48];
+
+  PyOS_snprintf(spec, sizeof spec, "O|O$p:%s", fname);
+  if (!PyArg_ParseTupleAndKeywords(args, kwds, spec, kwlist, &path, &fmt, &native))
+    return NULL;
+  if (fmt == NULL)
+    fmt = PyUnicode_FromString("folded");
+  else
+    Py_INCREF(fmt);
+  if (fmt == NULL)
+    return NULL;
+  code = profile_format(fmt, native);
+  Py_DECREF(fmt);
+  if (code < 0 || !PyUnicode_FSConverter(path, &bytes))
+    return NULL;
+  errno = 0;
+  err = scr_profile_write(h, PyBytes_AS_STRING(bytes), (unsigned)code);
+  saved = errno;
+  if (err == -1) {
+    errno = saved ? saved : EIO;
+    PyErr_SetFromErrnoWithFilenameObject(PyExc_OSError, path);
+    Py_DECREF(bytes);
+    return NULL;
+  }
+  Py_DECREF(bytes);
+  if (err != SCR_OK) {
+    PyErr_Format(PyExc_ValueError, "%s: %s", fname, scr_strerror(err));
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+static PyObject *
+Allocator_write_profile(PyObject *op, PyObject *args, PyObject *kwds)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
+  scr_heap *h = a->initialized ? _scr_py_record_heap(a->rec) : NULL;
+  if (h == NULL && open_heap(a) == NULL)
+    return NULL;
+  if (h == NULL) {
+    PyErr_SetString(PyExc_ValueError, "operation on a closed allocator");
+    return NULL;
+  }
+  return write_profile(h, args, kwds, "write_profile");
+}
+
+static PyObject *
+Allocator_get_profile_rate(PyObject *op, void *closure)
+{
+  scr_heap *h = open_heap((AllocatorObject *)op);
+  scr_options opt;
+  if (h == NULL)
+    return NULL;
+  scr_heap_options(h, &opt);
+  return PyLong_FromSize_t(opt.profile_rate);
+}
+
+static int
+Allocator_set_profile_rate(PyObject *op, PyObject *value, void *closure)
+{
+  AllocatorObject *a = (AllocatorObject *)op;
+  scr_heap *h = open_heap(a);
+  size_t rate;
+  if (h == NULL)
+    return -1;
+  if (value == NULL) {
+    PyErr_SetString(PyExc_AttributeError, "cannot delete profile_rate (set 0 to stop sampling)");
+    return -1;
+  }
+  if (get_size(value, "profile_rate", "rate", &rate) < 0)
+    return -1;
+  _scr_py_lock(a->rec);
+  scr_heap_profile_rate(h, rate);
+  _scr_py_unlock(a->rec);
+  return 0;
+}
+
+static PyObject *
+mod_profile(PyObject *module, PyObject *native)
+{
+  PyObject *r;
+  _scr_py_pause_routing(1);
+  r = make_records(collect_samples(get_state(module), NULL), native, Py_None);
+  _scr_py_pause_routing(0);
+  return r;
+}
+
+static PyObject *
+mod_profile_symbol(PyObject *module, PyObject *arg)
+{
+  void *pc = PyLong_AsVoidPtr(arg);
+  char small[256], *buf = small;
+  size_t need;
+  PyObject *r;
+  if (pc == NULL && PyErr_Occurred())
+    return NULL;
+  need = scr_profile_symbol(pc, small, sizeof small);
+  if (need >= sizeof small) {
+    buf = PyMem_RawMalloc(need + 1);
+    if (buf == NULL)
+      return PyErr_NoMemory();
+    scr_profile_symbol(pc, buf, need + 1);
+  }
+  r = PyUnicode_DecodeUTF8(buf, (Py_ssize_t)strlen(buf), "replace");
+  if (buf != small)
+    PyMem_RawFree(buf);
+  return r;
+}
+
+static PyObject *
+mod_set_frames_root(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "_set_frames_root(code, trim_file): two arguments");
+    return NULL;
+  }
+  if ((args[0] != Py_None && !PyCode_Check(args[0])) ||
+      (args[1] != Py_None && !PyUnicode_Check(args[1]))) {
+    PyErr_SetString(PyExc_TypeError, "_set_frames_root(code or None, str or None)");
+    return NULL;
+  }
+  Py_XSETREF(frames_root, args[0] == Py_None ? NULL : Py_NewRef(args[0]));
+  Py_XSETREF(frames_trim_file, args[1] == Py_None ? NULL : Py_NewRef(args[1]));
+  Py_RETURN_NONE;
+}
+
+/* What the frames hook writes here, for tests. */
+static PyObject *
+mod_python_frames(PyObject *module, PyObject *arg)
+{
+  char buf[4096];
+  Py_ssize_t len = PyLong_AsSsize_t(arg);
+  size_t n;
+  if (len < 0 || len > (Py_ssize_t)sizeof buf) {
+    if (!PyErr_Occurred())
+      PyErr_Format(PyExc_ValueError, "len: 0 to %zu", sizeof buf);
+    return NULL;
+  }
+  n = python_frames(buf, (size_t)len, NULL);
+  return PyUnicode_DecodeUTF8(buf, (Py_ssize_t)n, "replace");
+}
+
+/* The frames hook's address, for a libscralloc.so preloaded in this
+ * process (python -m scralloc run --preload --profile). */
+static PyObject *
+mod_lang_hook(PyObject *module, PyObject *unused)
+{
+  return PyLong_FromVoidPtr((void *)python_frames);
+}
+
+static PyObject *
+mod_profile_write(PyObject *module, PyObject *args, PyObject *kwds)
+{
+  return write_profile(NULL, args, kwds, "write_profile");
+}
+
 #define STAT_CLOSURE(field) ((void *)(uintptr_t)offsetof(struct scr_stats, field))
 
 static PyGetSetDef Allocator_getset[] = {
@@ -1462,6 +1949,8 @@ static PyGetSetDef Allocator_getset[] = {
    "the highest heap_used since the allocator was made or reset_peak()", NULL},
   {"python_blocks", _scr_py_get_python_blocks, NULL,
    "live blocks Python made on this heap under serve_python()", NULL},
+  {"profile_rate", Allocator_get_profile_rate, Allocator_set_profile_rate,
+   "mean bytes allocated between sampled blocks (0: sampling off); settable", NULL},
   {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -1515,6 +2004,19 @@ static PyMethodDef Allocator_methods[] = {
    "allocator; its blocks are freed into it after the block ends too."},
   {"reset_peak", _scr_py_reset_peak, METH_NOARGS,
    "reset_peak($self, /)\n--\n\nStart peak_heap_used again from the current heap_used."},
+  {"profile", (PyCFunction)(void (*)(void))Allocator_profile, METH_VARARGS | METH_KEYWORDS,
+   "profile($self, /, *, native=True, peak=False)\n--\n\nThe live sampled blocks of this "
+   "heap as scralloc.Sample records (peak=True: those of the copy watch_peak() kept at the "
+   "highest heap_used); native=False leaves the native frames out."},
+  {"watch_peak", Allocator_watch_peak, METH_O,
+   "watch_peak($self, from_bytes, /)\n--\n\nKeep a copy of the live samples each time "
+   "heap_used reaches a new high of at least from_bytes (1/8 above the last copy), for "
+   "profile(peak=True); None or 0 stops."},
+  {"write_profile", (PyCFunction)(void (*)(void))Allocator_write_profile,
+   METH_VARARGS | METH_KEYWORDS,
+   "write_profile($self, /, path, format='folded', *, native=False)\n--\n\nWrite this "
+   "heap's live samples to path: 'folded' (flamegraph.pl), 'pprof' (gzipped protobuf), "
+   "'blame' (folded, the bytes pinned) or 'top' (a table)."},
   {"__enter__", Allocator_enter, METH_NOARGS, "__enter__($self, /)\n--\n\nReturn self."},
   {"__exit__", (PyCFunction)(void (*)(void))Allocator_exit, METH_FASTCALL,
    "__exit__($self, exc_type, exc, tb, /)\n--\n\nClose the allocator; return False.  With "
@@ -1733,6 +2235,25 @@ static PyMethodDef module_methods[] = {
    "disables).  Process-wide; for tests."},
   {"debug_os_calls", mod_debug_os_calls, METH_NOARGS,
    "debug_os_calls($module, /)\n--\n\nOS calls made by the whole process so far."},
+  {"_profile", mod_profile, METH_O,
+   "_profile($module, native, /)\n--\n\nThe live samples of every heap and the process "
+   "allocator, as scralloc.sites makes them into a Profile."},
+  {"_set_frames_root", (PyCFunction)(void (*)(void))mod_set_frames_root, METH_FASTCALL,
+   "_set_frames_root($module, code, trim_file, /)\n--\n\nSamples' Python frames stop below "
+   "the frames of code, and leave out those of trim_file just below it (a runner's); None, "
+   "None: every frame."},
+  {"_python_frames", mod_python_frames, METH_O,
+   "_python_frames($module, len, /)\n--\n\nWhat the frames hook writes on this thread into a "
+   "buffer of len bytes (at most 4096), for tests."},
+  {"_lang_hook", mod_lang_hook, METH_NOARGS,
+   "_lang_hook($module, /)\n--\n\nThe address of the Python frames hook "
+   "(scr_profile_lang_hook), for a preloaded libscralloc.so."},
+  {"_profile_symbol", mod_profile_symbol, METH_O,
+   "_profile_symbol($module, pc, /)\n--\n\nThe name of the code at a return address."},
+  {"write_profile", (PyCFunction)(void (*)(void))mod_profile_write, METH_VARARGS | METH_KEYWORDS,
+   "write_profile($module, /, path, format='folded', *, native=False)\n--\n\nWrite the live "
+   "samples of every heap and the process allocator to path: 'folded', 'pprof', 'blame' or "
+   "'top'."},
   {"debug_advance_clock", mod_debug_advance_clock, METH_O,
    "debug_advance_clock($module, ms, /)\n--\n\nMove the clock purge_delay_ms is measured on ms "
    "milliseconds ahead.  Process-wide; for tests."},
@@ -1905,6 +2426,11 @@ module_exec(PyObject *m)
     return -1;
   if (_scr_py_serve_exec(m) < 0)
     return -1;
+  if (add_u64(m, "PROFILE_DEFAULT_RATE", SCR_PROFILE_DEFAULT_RATE) < 0)
+    return -1;
+  /* Process-wide, like the error handler: every sample of this
+   * extension's heaps taken on a thread running Python gets its frames. */
+  scr_profile_set_lang_hook(python_frames, NULL);
   return 0;
 }
 

@@ -66,6 +66,8 @@ typedef struct {
   int64_t bytes;                /* their usable bytes */
 } domain_figures;
 
+typedef struct peak_snap peak_snap;
+
 /* A set of block addresses: open addressing, linear probing, 0 marks an
  * empty slot (no block is at 0); cap is 0 or a power of two, and
  * count < cap / 2 after every scr_set_reserve. */
@@ -74,6 +76,15 @@ typedef struct {
   size_t cap;
   size_t count;
 } addr_set;
+
+/* A copy of a heap's live samples (scr_profile_samples), taken inside an
+ * allocation hook: libc memory only, no Python object. */
+struct peak_snap {
+  size_t n, cap;
+  scr_profile_sample *s;        /* frames and lang: copies, freed with it */
+  unsigned char *kind;          /* 1: the Allocator's methods made it; 2: Python */
+  uint64_t used;                /* heap_used when taken */
+};
 
 struct scr_py_record {
   scr_heap *heap;               /* NULL once destroyed */
@@ -89,6 +100,10 @@ struct scr_py_record {
   addr_set mine;                /* blocks the Allocator's methods made, live */
   int kept;                     /* closed while Python's blocks lived: the heap waits for them */
   scr_py_record *next;          /* routed list */
+  /* watch_peak: the live samples each time used reaches watch_next */
+  uint64_t watch_from;          /* 0: not watching */
+  uint64_t watch_next;          /* used at which the next snapshot is taken; 0: none */
+  peak_snap *snap;              /* the latest snapshot (libc memory), or NULL */
 };
 
 typedef struct {
@@ -125,13 +140,42 @@ rec_unlock(scr_py_record *r)
     pthread_mutex_unlock(&r->lock);
 }
 
+/* The frames hook runs with the GIL and never nests (the sampler takes
+ * no sample inside it): while it walks, Python's new mem and obj blocks
+ * (frame objects) go to the bases, so they neither take a record's lock
+ * that this thread may hold (a heap that serves raw) nor land on the heap
+ * being sampled.  Those targets change only under the GIL, which the hook
+ * holds; raw's stays (the walk makes no raw block). */
+static scr_py_record *hook_saved[D_COUNT];
+
+void
+_scr_py_hook_begin(void)
+{
+  hook_saved[D_MEM] = routers[D_MEM].target;
+  hook_saved[D_OBJ] = routers[D_OBJ].target;
+  routers[D_MEM].target = NULL;
+  routers[D_OBJ].target = NULL;
+}
+
+void
+_scr_py_hook_end(void)
+{
+  routers[D_MEM].target = hook_saved[D_MEM];
+  routers[D_OBJ].target = hook_saved[D_OBJ];
+}
+
+static void peak_snapshot(scr_py_record *r);
+
 static inline void
 used_add(scr_py_record *r, size_t n)
 {
   uint64_t t;
   r->used += n;
-  if (r->used > r->peak)
+  if (r->used > r->peak) {
     r->peak = r->used;
+    if (__builtin_expect(r->watch_next != 0 && r->used >= r->watch_next, 0))
+      peak_snapshot(r);
+  }
   if (any_locked) {
     t = __atomic_add_fetch(&total_used, (uint64_t)n, __ATOMIC_RELAXED);
     if (t > __atomic_load_n(&total_peak, __ATOMIC_RELAXED))
@@ -600,6 +644,141 @@ prune(void)
   }
 }
 
+/* ---- the profile at the peak (watch_peak) -------------------------- */
+
+static void
+snap_free(peak_snap *p)
+{
+  size_t i;
+  if (p == NULL)
+    return;
+  for (i = 0; i < p->n; i++) {
+    free((void *)p->s[i].frames);
+    free((void *)p->s[i].lang);
+  }
+  free(p->s);
+  free(p->kind);
+  free(p);
+}
+
+typedef struct {
+  scr_py_record *r;
+  peak_snap *p;
+  int failed;
+} snap_ctx;
+
+static int
+snap_visit(const scr_profile_sample *s, void *arg)
+{
+  snap_ctx *c = arg;
+  peak_snap *p = c->p;
+  scr_profile_sample *e;
+  if (p->n == p->cap) {
+    size_t cap = p->cap ? 2 * p->cap : 64;
+    scr_profile_sample *ns = realloc(p->s, cap * sizeof *ns);
+    unsigned char *nk;
+    if (ns == NULL)
+      goto fail;
+    p->s = ns;
+    nk = realloc(p->kind, cap);
+    if (nk == NULL)
+      goto fail;
+    p->kind = nk;
+    p->cap = cap;
+  }
+  e = &p->s[p->n];
+  *e = *s;
+  e->frames = NULL;
+  e->lang = NULL;
+  if (s->depth > 0) {
+    void **f = malloc(s->depth * sizeof *f);
+    if (f == NULL)
+      goto fail;
+    memcpy(f, s->frames, s->depth * sizeof *f);
+    e->frames = (const void *const *)f;
+  }
+  if (s->lang != NULL && (e->lang = strdup(s->lang)) == NULL) {
+    free((void *)e->frames);
+    goto fail;
+  }
+  p->kind[p->n++] = set_has(&c->r->mine, (uintptr_t)s->block) ? 1 : 2;
+  return 0;
+fail:
+  c->failed = 1;
+  return 1;
+}
+
+/* Called from used_add (the record's lock held when it is locked) at a
+ * new high of watch_next or more: the live samples replace the last
+ * snapshot, and the next is taken 1/8 higher, so the one kept is within
+ * 1/8 of the peak and a growing heap takes few. */
+static void
+peak_snapshot(scr_py_record *r)
+{
+  snap_ctx c = {r, calloc(1, sizeof(peak_snap)), 0};
+  r->watch_next = r->used + (r->used >> 3) + 1;
+  if (c.p == NULL || r->heap == NULL)
+    goto drop;
+  c.p->used = r->used;
+  scr_profile_samples(r->heap, snap_visit, &c);
+  if (c.failed)
+    goto drop;                  /* out of memory: keep the older one */
+  snap_free(r->snap);
+  r->snap = c.p;
+  return;
+drop:
+  snap_free(c.p);
+}
+
+void
+_scr_py_watch_peak(scr_py_record *r, uint64_t from)
+{
+  peak_snap *old;
+  rec_lock(r);
+  old = r->snap;
+  r->snap = NULL;
+  r->watch_from = from;
+  r->watch_next = from ? (from > r->used ? from : r->used + 1) : 0;
+  rec_unlock(r);
+  snap_free(old);
+}
+
+long long
+_scr_py_peak_samples(scr_py_record *r, scr_py_snap_visit *fn, void *arg, uint64_t *used)
+{
+  peak_snap *p;
+  size_t i;
+  long long n = 0;
+  /* Taken out while fn runs: fn makes Python objects, which may come
+   * from this heap and take its lock. */
+  rec_lock(r);
+  p = r->snap;
+  r->snap = NULL;
+  rec_unlock(r);
+  *used = p != NULL ? p->used : 0;
+  if (p == NULL)
+    return 0;
+  for (i = 0; i < p->n; i++, n++)
+    if (fn(&p->s[i], p->kind[i], arg) != 0) {
+      n = -1;
+      break;
+    }
+  rec_lock(r);
+  if (r->snap == NULL && r->watch_from != 0) {
+    r->snap = p;                /* no newer one meanwhile */
+    p = NULL;
+  }
+  rec_unlock(r);
+  snap_free(p);
+  return n;
+}
+
+scr_heap *
+_scr_py_record_heap(scr_py_record *r)
+{
+  return r->heap;
+}
+
 /* ---- records and the Allocator's wrappers -------------------------- */
 
 scr_py_record *
@@ -632,6 +811,7 @@ _scr_py_record_free(scr_py_record *r)
   if (r->used != 0)
     __atomic_sub_fetch(&total_used, r->used, __ATOMIC_RELAXED);
   free(r->mine.slot);
+  snap_free(r->snap);
   pthread_mutex_destroy(&r->lock);
   free(r);
 }
@@ -928,6 +1108,7 @@ struct ServingObject {
 };
 
 static ServingObject *serving_top;  /* innermost open block */
+static int routing_paused;          /* > 0: new blocks go to the bases (a profile's records) */
 
 /* routers[d].target = the innermost open block's record that serves d.
  * GIL and raw_mutex held. */
@@ -943,8 +1124,17 @@ retarget(void)
         t = s->rec;
         break;
       }
-    routers[d].target = t;
+    routers[d].target = routing_paused ? NULL : t;
   }
+}
+
+void
+_scr_py_pause_routing(int pause)
+{
+  pthread_mutex_lock(&raw_mutex);
+  routing_paused += pause ? 1 : -1;
+  retarget();
+  pthread_mutex_unlock(&raw_mutex);
 }
 
 static void

@@ -72,6 +72,28 @@ int _scr_py_heap_stats(scr_py_record *r, struct scr_stats *out);
 void _scr_py_lock(scr_py_record *r);
 void _scr_py_unlock(scr_py_record *r);
 
+/* Profiles.  _scr_py_hook_begin/_end bracket the frames hook (GIL held):
+ * Python's mem and obj blocks go to the allocators that were there before
+ * serve_python meanwhile.  _scr_py_record_heap: the record's heap, NULL once destroyed (a closed
+ * Allocator's heap lives on while Python's blocks do). */
+void _scr_py_hook_begin(void);
+void _scr_py_hook_end(void);
+scr_heap *_scr_py_record_heap(scr_py_record *r);
+/* watch_peak: from > 0 keeps a copy of the heap's live samples each time
+ * heap_used reaches a new high of at least from (1/8 above the last
+ * copy); 0 stops and drops the copy.  _scr_py_peak_samples calls fn for
+ * each sample of the copy (kind 1: a block of the Allocator's methods, 2:
+ * Python's), with *used the heap_used it was taken at; returns the
+ * samples visited, -1 when fn returned nonzero (fn's exception set). */
+/* pause 1: Python's new blocks go to the allocators that were there
+ * before serve_python (a profile's records stay off the heaps they
+ * describe) until the matching pause 0.  GIL held. */
+void _scr_py_pause_routing(int pause);
+typedef int scr_py_snap_visit(const scr_profile_sample *s, int kind, void *arg);
+void _scr_py_watch_peak(scr_py_record *r, uint64_t from);
+long long _scr_py_peak_samples(scr_py_record *r, scr_py_snap_visit *fn, void *arg,
+                               uint64_t *used);
+
 /* Adds peak_heap_used and the per-domain figures ("python") to a stats()
  * dict; 0 or -1 with an exception. */
 int _scr_py_stats_add(scr_py_record *r, PyObject *d);

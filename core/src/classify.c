@@ -136,6 +136,7 @@ int scr_heap_realloc_checked(scr_heap *h, void *p, size_t n, void **out) {
   errno = 0;
   void *q = _scr_heap_realloc(h, p, n);
   if (q == NULL) return errno == EINVAL ? SCR_EINVAL : SCR_ENOMEM;
+  if (_scr_prof_due(&h->prof, n)) q = _scr_heap_sampled(h, q, n, __builtin_return_address(0));
   *out = q;
   return SCR_OK;
 }

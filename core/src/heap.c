@@ -238,14 +238,14 @@ void *_scr_heap_malloc(scr_heap *h, size_t n) {
 
 /* The countdown of h's sampler ran out at p, an allocation of n bytes
  * (NULL: it failed); caller: the entry point's return address. */
-static __attribute__((noinline)) void *heap_sampled(scr_heap *h, void *p, size_t n, const void *caller) {
+void *_scr_heap_sampled(scr_heap *h, void *p, size_t n, const void *caller) {
   uint64_t rate = _scr_prof_next(&h->prof, h->opt.profile_rate);
   if (p != NULL && rate != 0) _scr_prof_take(h, p, n, rate, caller);
   return p;
 }
 /* p, n bytes an entry point of h just allocated, after the countdown. */
 #define HEAP_COUNTED(h, p, n) \
-  (_scr_prof_due(&(h)->prof, (n)) ? heap_sampled((h), (p), (n), __builtin_return_address(0)) : (p))
+  (_scr_prof_due(&(h)->prof, (n)) ? _scr_heap_sampled((h), (p), (n), __builtin_return_address(0)) : (p))
 
 void scr_heap_profile_rate(scr_heap *h, size_t rate) {
   HEAP_OR_RETURN("scr_heap_profile_rate", h);

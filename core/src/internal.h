@@ -233,6 +233,9 @@ static inline void _scr_prof_free(const void *p) {
   if (SCR_UNLIKELY(atomic_load_explicit(&_scr_prof_live, memory_order_relaxed) != 0)) _scr_prof_freed(p);
 }
 SCR_INTERNAL void _scr_prof_drop_heap(const scr_heap *h); /* h is being destroyed */
+/* heap.c: the countdown of h's sampler ran out at p (n bytes, NULL: a
+ * failed allocation), an allocation of the entry point that caller returns into */
+SCR_INTERNAL __attribute__((noinline)) void *_scr_heap_sampled(scr_heap *h, void *p, size_t n, const void *caller);
 SCR_INTERNAL void _scr_prof_lock(void);   /* fork: every lock of the sampler */
 SCR_INTERNAL void _scr_prof_unlock(void);
 

@@ -85,6 +85,10 @@ static void test_every_block_at_rate_1(void) {
   CHECK_EQ(scr_heap_free_checked(h, blocks[50]), SCR_OK);
   blocks[51] = scr_heap_realloc(h, blocks[51], 4000); /* moves, and is sampled again at its new size */
   CHECK_EQ(count(h, NULL).n, 99);
+  void *q = NULL;
+  CHECK_EQ(scr_heap_realloc_checked(h, blocks[52], 5000, &q), SCR_OK); /* the checked call too */
+  blocks[52] = q;
+  CHECK_EQ(count(h, NULL).n, 99);
   CHECK_EQ(scr_heap_validate(h), SCR_OK);
   for (size_t i = 51; i < 150; i++) scr_heap_free(h, blocks[i]);
   CHECK_EQ(count(h, NULL).n, 0);

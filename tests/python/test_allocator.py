@@ -61,7 +61,7 @@ def test_tables():
     assert set(scralloc.OPTIONS) == {
         "retain", "retain_bytes", "large_cache", "large_cache_bytes",
         "huge_threshold", "madv_free_below", "limit_bytes", "purge_delay_ms",
-        "decommit_batch",
+        "decommit_batch", "profile_rate",
     }
     for name, info in scralloc.OPTIONS.items():
         assert info["min"] <= info["default"] <= info["max"], name

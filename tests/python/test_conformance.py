@@ -45,6 +45,9 @@ SIGNATURES = {
     "from_env": "(**options)",
     "serve_python": "(domains=('mem', 'obj'))",
     "reset_peak": "()",
+    "profile": "(*, native=True, peak=False)",
+    "watch_peak": "(from_bytes, /)",
+    "write_profile": "(path, format='folded', *, native=False)",
 }
 
 

@@ -183,3 +183,18 @@ def test_python_on_scralloc():
     # retention is what saves the churn's OS calls
     assert churn_calls[1] < churn_calls[0]
     assert given_back[0] > 0 and given_back[1] > 0
+
+
+def test_allocation_sites():
+    text, figures = run("5_allocation_sites.ipynb")
+    assert figures == 2
+    # the estimates against the heap's exact heap_used (requested vs usable sizes)
+    for label in ("with temporaries", "without"):
+        est, used = (float(v) for v in re.search(
+            rf"{label}\s+([\d.]+) MiB\s+([\d.]+) MiB", text).groups())
+        assert 0.8 * used < est <= 1.05 * used, (label, est, used)
+    before = text[text.index("top sites with the temporaries alive"):]
+    assert re.search(r"\n\s+[\d.]+\s+[\d.]+ .* build_index \(.*:9\)\n", before.split("\n\n")[0])
+    blame = table_rows(text, "pinned")
+    assert blame[0][1] == "build_index" and blame[0][2].endswith(":8)"), blame
+    assert float(blame[0][0]) > 0.5 * sum(float(r[0]) for r in blame)

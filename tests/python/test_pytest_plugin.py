@@ -187,3 +187,27 @@ def test_parse_limit():
     for bad in ("lots", "12 parsecs", -1, ""):
         with pytest.raises(ValueError):
             parse_limit(bad)
+
+
+def test_over_the_limit_names_its_top_sites(tmp_path):
+    r = run_pytest(tmp_path, "--scralloc", "-k", "limit")
+    out = r.stdout
+    assert r.returncode == 1 and "1 failed, 1 passed" in out, out + r.stderr
+    line = next(i for i, ln in enumerate(textwrap.dedent(TESTS).splitlines(), 1)
+                if "str(i) for i in range(100_000)" in ln)
+    fail = out[out.index("scralloc_limit: peak heapUsed"):]
+    assert "top allocation sites at heapUsed" in fail and "near the peak" in fail
+    # the limit is 1 MiB: samples every 16 KiB on average
+    assert "samples every 16384 bytes" in fail
+    rows = fail.splitlines()[2:4]
+    assert rows[0].split()[0] == "MiB", fail
+    top = rows[1]
+    assert f"test_sample.py:{line})" in top and "test_over_its_limit" in top, fail
+    assert float(top.split()[0]) > 1.0                  # MiB, estimated
+
+
+def test_profile_rate_option(tmp_path):
+    r = run_pytest(tmp_path, "--scralloc", "--scralloc-profile-rate", "0", "-k", "over")
+    assert r.returncode == 1 and "top allocation sites" not in r.stdout, r.stdout
+    r = run_pytest(tmp_path, "--scralloc", "--scralloc-profile-rate", "lots")
+    assert r.returncode == 4 and "--scralloc-profile-rate lots" in r.stderr

@@ -246,6 +246,25 @@ from .sampler import Sampler  # noqa: E402
 __all__.append("Sampler")
 
 
+# ---- sampled allocation sites (scralloc.sites, docs/profile.md) -------
+
+from .sites import (  # noqa: E402
+    PROFILE_DEFAULT_RATE,
+    Frame,
+    Profile,
+    Sample,
+    Site,
+    format_top,
+    profile,
+    top_sites,
+    write_folded,
+    write_profile,
+)
+
+__all__ += ["PROFILE_DEFAULT_RATE", "Frame", "Profile", "Sample", "Site", "format_top", "profile",
+            "top_sites", "write_folded", "write_profile"]
+
+
 # ---- peaks, as in tracemalloc (get_traced_memory, reset_peak) ----------
 
 __all__ += ["peak_rss", "reset_peak", "Serving"]

@@ -1,6 +1,7 @@
 from enum import IntEnum
 from types import TracebackType
-from typing import Any, Final, Iterable, Literal, TypedDict, final
+import os
+from typing import IO, Any, Final, Iterable, Literal, NamedTuple, TypedDict, final
 
 __all__ = [
     "Allocator",
@@ -45,6 +46,16 @@ __all__ = [
     "peak_rss",
     "reset_peak",
     "Serving",
+    "PROFILE_DEFAULT_RATE",
+    "Frame",
+    "Profile",
+    "Sample",
+    "Site",
+    "format_top",
+    "profile",
+    "top_sites",
+    "write_folded",
+    "write_profile",
 ]
 
 __version__: Final[str]
@@ -116,6 +127,7 @@ class Allocator:
         limit_bytes: int = ...,
         purge_delay_ms: int = ...,
         decommit_batch: int = ...,
+        profile_rate: int = ...,
     ) -> None: ...
     @classmethod
     def from_env(cls, **options: int) -> Allocator: ...
@@ -170,6 +182,19 @@ class Allocator:
     def peak_heap_used(self) -> int: ...
     @property
     def python_blocks(self) -> int: ...
+    @property
+    def profile_rate(self) -> int: ...
+    @profile_rate.setter
+    def profile_rate(self, value: int, /) -> None: ...
+    def profile(self, *, native: bool = True, peak: bool = False) -> Profile: ...
+    def watch_peak(self, from_bytes: int | None, /) -> None: ...
+    def write_profile(
+        self,
+        path: str | os.PathLike[str],
+        format: _ProfileFormat = ...,
+        *,
+        native: bool = False,
+    ) -> None: ...
 
 HEAP_PARTS: Final[tuple[tuple[str, str], ...]]
 def heap_parts(stats: dict[str, Any]) -> dict[str, int]: ...
@@ -234,3 +259,55 @@ class Serving:
 
 def peak_rss() -> int: ...
 def reset_peak() -> None: ...
+
+# Sampled allocation sites (scralloc.sites)
+_ProfileFormat = Literal["folded", "pprof", "blame", "top"]
+_By = Literal["line", "function", "file", "site"]
+_Value = Literal["bytes", "blocks", "pinned"]
+PROFILE_DEFAULT_RATE: Final[int]
+
+class Frame(NamedTuple):
+    file: str
+    function: str
+    line: int
+
+class Sample(NamedTuple):
+    address: int
+    size: int
+    rate: int
+    bytes: float
+    blocks: float
+    pinned: float
+    site: int
+    allocator: Allocator | None
+    kind: str
+    python: tuple[Frame, ...]
+    native: tuple[str, ...]
+    @property
+    def where(self) -> Frame | str: ...
+    def stack(self, native: bool = ...) -> list[str]: ...
+
+class Site(NamedTuple):
+    where: Frame | str | int
+    bytes: float
+    blocks: float
+    pinned: float
+    samples: int
+    stack: tuple[str, ...]
+
+class Profile(list[Sample]):
+    heap_used: int | None
+    @property
+    def bytes(self) -> float: ...
+    def top(self, n: int = ..., by: _By = ..., key: _Value = ...) -> list[Site]: ...
+    def table(self, n: int = ..., by: _By = ..., key: _Value = ...) -> str: ...
+    def write_folded(self, path_or_file: str | os.PathLike[str] | IO[str], native: bool = ...,
+                     value: _Value = ...) -> None: ...
+
+def profile(native: bool = ...) -> Profile: ...
+def top_sites(samples: Iterable[Sample], n: int = ..., by: _By = ..., key: _Value = ...) -> list[Site]: ...
+def format_top(sites: Iterable[Site], total: float | None = ...) -> str: ...
+def write_folded(samples: Iterable[Sample], path_or_file: str | os.PathLike[str] | IO[str],
+                 native: bool = ..., value: _Value = ...) -> None: ...
+def write_profile(path: str | os.PathLike[str], format: _ProfileFormat = ..., *,
+                  native: bool = ...) -> None: ...

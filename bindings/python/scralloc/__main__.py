@@ -23,6 +23,18 @@ installed package (none is shipped by ``pip install``), and
 (found from ``bindings/python/scralloc`` or ``build/python/*-lib/scralloc``)
 (``make build/release/libscralloc.so``).
 
+``--profile FILE`` samples the program's allocation sites (docs/profile.md)
+at ``--profile-rate`` bytes (default ``scralloc.PROFILE_DEFAULT_RATE``, 512
+KiB) and writes at exit what is still live: folded stacks to FILE
+(flamegraph.pl's input), the pprof profile to FILE.pb.gz, the page-pinning
+blame to FILE.blame, and the top sites on stderr.  In this interpreter the
+samples carry the Python frames (file, function, line) of the allocating
+code, and ``--native`` adds the native frames below them.  The program's
+module globals are kept alive until the profile is written, so what the
+script still holds at its end is what the profile shows.  With
+``--preload`` the library writes the files (``SCRALLOC_PROFILE=FILE``),
+and the child registers the same Python frames hook in it.
+
 ``--timeline FILE.csv`` records a :class:`scralloc.Sampler` row every
 ``--interval`` ms (default 10) and writes them as CSV.  ``--json`` prints
 the summary as one JSON object.  Core options are ``--retain N``,
@@ -69,8 +81,10 @@ def parse_args(argv):
     [script or module, args ...]).  The program's own arguments are never
     looked at, so `-m test -v test_dict` passes `-v` to the program."""
     opts = {"domains": ("mem", "obj"), "timeline": None, "interval": 10.0, "json": False,
-            "preload": False, "output": None, "library": None, "core": {}}
-    takes_value = {"--domains", "--timeline", "--interval", "--output", "-o", "--library"}
+            "preload": False, "output": None, "library": None, "core": {},
+            "profile": None, "native": False}
+    takes_value = {"--domains", "--timeline", "--interval", "--output", "-o", "--library",
+                   "--profile"}
     core_names = {"--" + name.replace("_", "-"): name for name in core_option_names()}
     i = 0
     while i < len(argv):
@@ -84,7 +98,7 @@ def parse_args(argv):
         if not arg.startswith("-") or arg == "-":
             return opts, None, argv[i:]
         name, eq, value = arg.partition("=")
-        if name in ("--json", "--preload"):
+        if name in ("--json", "--preload", "--native"):
             if eq:
                 raise UsageError(f"{name} takes no value")
             opts[name[2:]] = True
@@ -117,11 +131,20 @@ def parse_args(argv):
             elif name == "--timeline":
                 check_writable(name, value)
                 opts["timeline"] = value
+            elif name == "--profile":
+                for path in (value, value + ".pb.gz", value + ".blame"):
+                    check_writable(name, path)
+                opts["profile"] = value
             else:
                 opts[name[2:]] = value
         except ValueError as e:
             raise UsageError(str(e)) from None
     raise UsageError("no program given")
+
+
+def check_profile_opts(opts):
+    if opts["profile"] is None and opts["native"]:
+        raise UsageError("--native needs --profile FILE")
 
 
 def core_option_names():
@@ -147,6 +170,12 @@ options:
   -o, --output FILE  write the summary there instead of stderr
   --preload          run a child python under LD_PRELOAD=libscralloc.so
   --library PATH     the libscralloc.so for --preload
+  --profile FILE     sample allocation sites; at exit write what is live:
+                     folded stacks to FILE, pprof to FILE.pb.gz, the blame
+                     to FILE.blame, the top sites on stderr
+                     (--profile-rate N: mean bytes between samples,
+                     default 512K)
+  --native           native frames below the Python frames in the profile
 core options (scralloc.OPTIONS; sizes take K, M, G):
 {options_help()}
 """
@@ -252,17 +281,24 @@ def emit(s, opts):
 
 # ---- running in this interpreter (serve_python) ----------------------
 
-def run_program(module, args):
+def run_program(module, args, keep=None):
     """Run a script or module as __main__ with sys.argv = args; returns
-    the exit status (SystemExit's code, 1 for an uncaught exception)."""
+    the exit status (SystemExit's code, 1 for an uncaught exception).
+    keep, a list, gets what holds the program's module globals (its
+    globals, or the exception whose traceback does), for a profile at
+    exit to see what the program still held."""
     sys.argv = list(args)
     try:
         if module is not None:
-            runpy.run_module(module, run_name="__main__", alter_sys=True)
+            g = runpy.run_module(module, run_name="__main__", alter_sys=True)
         else:
             sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
-            runpy.run_path(args[0], run_name="__main__")
+            g = runpy.run_path(args[0], run_name="__main__")
+        if keep is not None:
+            keep.append(g)
     except SystemExit as e:
+        if keep is not None:
+            keep.append(e)
         code = e.code
         if code is None:
             return 0
@@ -270,14 +306,57 @@ def run_program(module, args):
             return code
         print(code, file=sys.stderr)
         return 1
-    except BaseException:  # the program's uncaught exception, as python prints it
+    except BaseException as e:  # the program's uncaught exception, as python prints it
+        if keep is not None:
+            keep.append(e)
         traceback.print_exc()
         return 1
     return 0
 
 
+def profile_from_the_program():
+    """Samples' Python frames start at the program's: run_program's and
+    the runpy frames between it and the program are left out."""
+    scralloc._scralloc._set_frames_root(run_program.__code__, runpy._run_code.__code__.co_filename)
+
+
+def profile_rate(opts):
+    """The rate --profile samples at: the core option --profile-rate, else
+    (or 0) the default."""
+    return opts["core"].get("profile_rate") or scralloc.PROFILE_DEFAULT_RATE
+
+
+def write_profiles(a, opts):
+    """FILE, FILE.pb.gz, FILE.blame and the top sites on stderr, from a's
+    live samples; the summary's "profile" entry."""
+    path, native = opts["profile"], opts["native"]
+    try:
+        a.write_profile(path, "folded", native=native)
+        a.write_profile(path + ".pb.gz", "pprof", native=native)
+        a.write_profile(path + ".blame", "blame", native=native)
+    except OSError as e:
+        raise UsageError(f"--profile {e.filename}: {e.strerror}") from None
+    p = a.profile(native=native)
+    sys.stderr.flush()
+    sys.stderr.write(f"scralloc run --profile: {len(p)} live samples at rate {profile_rate(opts)}, "
+                     f"{p.bytes / MIB:.2f} MiB estimated; top sites (innermost Python line):\n")
+    sys.stderr.write(p.table(10))
+    sys.stderr.write(f"folded stacks: {path}; pprof: {path}.pb.gz; blame: {path}.blame\n")
+    sys.stderr.flush()
+    return {"file": path, "rate": profile_rate(opts), "samples": len(p),
+            "estimated_bytes": round(p.bytes),
+            "top": [{"where": str(t.where), "bytes": round(t.bytes), "blocks": round(t.blocks),
+                     "pinned": round(t.pinned), "samples": t.samples} for t in p.top(10)]}
+
+
 def run_serve(opts, module, args):
-    a = scralloc.Allocator(**opts["core"])
+    core = dict(opts["core"])
+    if opts["profile"]:
+        core["profile_rate"] = profile_rate(opts)
+    a = scralloc.Allocator(**core)
+    keep = [] if opts["profile"] else None
+    if opts["profile"]:
+        profile_from_the_program()
     sampler = None
     if opts["timeline"]:
         sampler = scralloc.Sampler(a, interval=opts["interval"] / 1000.0)
@@ -287,11 +366,13 @@ def run_serve(opts, module, args):
         if sampler is not None:
             sampler.start()
         try:
-            status = run_program(module, args)
+            status = run_program(module, args, keep)
         finally:
             if sampler is not None:
                 sampler.stop()
     wall = time.perf_counter() - t0
+    prof = write_profiles(a, opts) if opts["profile"] else None
+    del keep
     stats = a.stats()
     python = stats.pop("python")
     sampled = None
@@ -300,6 +381,8 @@ def run_serve(opts, module, args):
         sampled = max((r.get("heap_total", 0) for r in sampler.rows), default=None)
     s = summary("serve_python", args, opts, stats, python, stats["peak_heap_used"],
                 scralloc.peak_rss(), children_peak_rss(children_before), wall, status, sampled)
+    if prof is not None:
+        s["profile"] = prof
     emit(s, opts)
     # What the program left on the heap (its objects, the interpreter's
     # caches) keeps it until freed or the process ends; the summary said
@@ -348,16 +431,27 @@ from scralloc.__main__ import UsageError, children_peak_rss, run_program, write_
 from scralloc.sampler import Sampler, preloaded_process_stats
 import scralloc
 report, timeline, interval = sys.argv[1], sys.argv[2], float(sys.argv[3])
-module = sys.argv[4] or None
-args = sys.argv[5:]
+profile, native = sys.argv[4], sys.argv[5] == "1"
+module = sys.argv[6] or None
+args = sys.argv[7:]
 if preloaded_process_stats() is None:
     sys.exit("scralloc run --preload: malloc is not scralloc's in the child (LD_PRELOAD failed?)")
+if profile:
+    # the extension's Python frames hook, in the preloaded library
+    import ctypes
+    lib = ctypes.CDLL(None)
+    lib.scr_profile_set_lang_hook.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.scr_profile_write.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_uint]
+    from scralloc.__main__ import profile_from_the_program
+    profile_from_the_program()
+    lib.scr_profile_set_lang_hook(scralloc._scralloc._lang_hook(), None)
 sampler = Sampler("process", interval=interval / 1000.0)
 children_before = children_peak_rss()
 t0 = time.perf_counter()
 sampler.start()
+keep = [] if profile else None
 try:
-    status = run_program(module, args)
+    status = run_program(module, args, keep)
 finally:
     sampler.stop()
 wall = time.perf_counter() - t0
@@ -372,6 +466,14 @@ out = {"heap": d["heap"], "process": d["process"], "wall": wall, "status": statu
        "peak_heap_used": max((r.get("heap_used", 0) for r in sampler.rows), default=None),
        "peak_heap_total": max((r.get("heap_total", 0) for r in sampler.rows), default=None),
        "peak_rss": scralloc.peak_rss(), "peak_rss_children": children_peak_rss(children_before)}
+if profile:
+    # os._exit below skips the library's own exit files: written here
+    nat = 0x100 if native else 0
+    for suffix, fmt in (("", 1), (".pb.gz", 2), (".blame", 3)):
+        if lib.scr_profile_write(None, os.fsencode(profile + suffix), fmt | nat) != 0:
+            print(f"python -m scralloc run: --profile {profile + suffix}: not written",
+                  file=sys.stderr)
+    lib.scr_profile_set_lang_hook(None, None)
 with open(report, "w") as f:
     json.dump(out, f)
 sys.stdout.flush(); sys.stderr.flush()
@@ -390,11 +492,17 @@ def run_preload(opts, module, args):
     env["SCRALLOC_RUN_PKG"] = os.path.dirname(os.path.dirname(os.path.abspath(scralloc.__file__)))
     for name, value in opts["core"].items():
         env["SCRALLOC_" + name.upper()] = str(value)
+    if opts["profile"]:
+        env["SCRALLOC_PROFILE"] = os.path.abspath(opts["profile"])
+        env["SCRALLOC_PROFILE_RATE"] = str(profile_rate(opts))
+
     fd, report = tempfile.mkstemp(prefix="scralloc-run-", suffix=".json")
     os.close(fd)
     try:
         cmd = [sys.executable, "-c", CHILD, report, opts["timeline"] or "",
-               str(opts["interval"]), module or ""] + list(args)
+               str(opts["interval"]),
+               os.path.abspath(opts["profile"]) if opts["profile"] else "",
+               "1" if opts["native"] else "0", module or ""] + list(args)
         status = subprocess.call(cmd, env=env)
         with open(report, encoding="utf-8") as f:
             text = f.read()
@@ -407,8 +515,35 @@ def run_preload(opts, module, args):
     s = summary("preload", args, opts, r["heap"], None, r["peak_heap_used"], r["peak_rss"],
                 r["peak_rss_children"], r["wall"], r["status"], r["peak_heap_total"])
     s["process"] = r["process"]
+    if opts["profile"]:
+        s["profile"] = folded_top(opts["profile"], profile_rate(opts))
     emit(s, opts)
     return status
+
+
+def folded_top(path, rate, n=10):
+    """The top sites of a folded-stacks file (the innermost frame of each
+    stack, bytes added up), printed on stderr; the summary's entry."""
+    sites = {}
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                stack, _, value = line.rstrip("\n").rpartition(" ")
+                if stack and value.isdigit():
+                    inner = stack.rsplit(";", 1)[-1]
+                    sites[inner] = sites.get(inner, 0) + int(value)
+    except OSError as e:
+        sys.stderr.write(f"scralloc run --profile: {path}: {e.strerror}\n")
+        return {"file": path, "rate": rate, "top": []}
+    total = sum(sites.values())
+    top = sorted(sites.items(), key=lambda kv: kv[1], reverse=True)[:n]
+    sys.stderr.write(f"scralloc run --profile: {total / MIB:.2f} MiB estimated live at exit; "
+                     f"top sites (innermost frame):\n{'MiB':>9} {'%':>6}  site\n")
+    for where, v in top:
+        sys.stderr.write(f"{v / MIB:9.2f} {100.0 * v / total if total else 0:6.1f}  {where}\n")
+    sys.stderr.write(f"folded stacks: {path}; pprof: {path}.pb.gz; blame: {path}.blame\n")
+    return {"file": path, "rate": rate, "estimated_bytes": total,
+            "top": [{"where": w, "bytes": v} for w, v in top]}
 
 
 def main(argv=None):
@@ -421,6 +556,7 @@ def main(argv=None):
         return 2
     try:
         opts, module, args = parse_args(argv[1:])
+        check_profile_opts(opts)
         if opts["preload"]:
             return run_preload(opts, module, args)
         return run_serve(opts, module, args)

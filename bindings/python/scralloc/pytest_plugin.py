@@ -28,6 +28,14 @@ goes over the limit (units: B, KB, MB, GB, or KiB, MiB, GiB, all powers of
 report (default 10), ``--scralloc-option NAME=VALUE`` a core option of the
 allocators (``retain=0``; repeatable; python mode).
 
+A test over its limit (python mode) names its top allocation sites: the
+test's heap samples allocations while a limit is in force (every
+limit/64 bytes on average, at most ``scralloc.PROFILE_DEFAULT_RATE``, or
+``--scralloc-profile-rate BYTES``; 0 turns it off), keeps a copy of the
+live samples each time heapUsed reaches a new high above the limit
+(``Allocator.watch_peak``), and the failure lists the Python lines that
+held the most estimated bytes at that peak (``scralloc.top_sites``).
+
 Only the test's call is measured (not its fixtures' setup and teardown).
 Objects a test leaves behind (a module-level cache that grew, an object on
 a free list) keep their allocator's heap after it is closed, until they
@@ -70,6 +78,10 @@ def pytest_addoption(parser):
                     help="tests listed in the scralloc report (default 10)")
     group.addoption("--scralloc-option", action="append", default=[], metavar="NAME=VALUE",
                     help="a core option of the allocators, e.g. retain=0 (repeatable)")
+    group.addoption("--scralloc-profile-rate", default=None, metavar="BYTES",
+                    help="python mode: sample allocation sites every BYTES on average in a test "
+                         "with a scralloc_limit (default: limit/64, at most 512K; 0: off); a "
+                         "test over its limit names its top sites")
 
 
 def pytest_configure(config):
@@ -114,6 +126,11 @@ class ScrallocPlugin:
                 self.options[name] = scralloc._parse_option(name, value)
             except ValueError as e:
                 raise _usage("--scralloc-option", item, str(e)) from None
+        rate = config.getoption("scralloc_profile_rate")
+        try:
+            self.profile_rate = None if rate is None else scralloc._parse_option("profile_rate", rate)
+        except ValueError as e:
+            raise _usage("--scralloc-profile-rate", rate, str(e)) from None
         if self.mode == "process" and preloaded_process_stats() is None:
             raise _usage("--scralloc-mode", "process", "malloc is not scralloc's: run pytest "
                          "under LD_PRELOAD=/path/to/libscralloc.so (make build/release/libscralloc.so)")
@@ -137,23 +154,56 @@ class ScrallocPlugin:
         limit, text = self._limit(item)
         figures = {"limit": limit}          # filled in even when the test fails
         self.results.append((item.nodeid, figures))
-        measure = self._measure_python if self.mode == "python" else self._measure_process
-        result = yield from measure(figures)
+        if self.mode == "python":
+            result = yield from self._measure_python(figures, limit)
+        else:
+            result = yield from self._measure_process(figures)
         if limit is not None and figures["peak_heap_used"] > limit:
             what = "peak heapUsed" if self.mode == "python" else \
                 "peak heapUsed of the process allocator above the call's start"
             pytest.fail(f"scralloc_limit: {what} {_mib(figures['peak_heap_used'])} "
                         f"({figures['peak_heap_used']} bytes) is over the limit of {_mib(limit)} "
-                        f"({text!r})", pytrace=False)
+                        f"({text!r})" + figures.get("sites", ""), pytrace=False)
         return result
 
-    def _measure_python(self, figures):
-        a = scralloc.Allocator(**self.options)
+    def _rate(self, limit):
+        """The sampling rate of a test's heap: --scralloc-profile-rate, or,
+        under a limit, limit/64 within [4 KiB, the default rate]."""
+        if self.profile_rate is not None:
+            return self.profile_rate
+        if limit is None:
+            return 0
+        return min(scralloc.PROFILE_DEFAULT_RATE, max(4096, limit // 64))
+
+    @staticmethod
+    def _sites(a, limit, rate):
+        """The failure's lines on the top sites, from the copy kept at the
+        peak (else what is live at the call's end)."""
+        p = a.profile(native=False, peak=True)
+        when = f"at heapUsed {_mib(p.heap_used)}, near the peak" if p.heap_used else None
+        if not p:
+            p = a.profile(native=False)
+            when = "live at the call's end"
+        if not p:
+            return f"\n(no allocation site sampled at rate {rate}: --scralloc-profile-rate)"
+        return (f"\ntop allocation sites {when} (estimated from samples every {rate} bytes on "
+                f"average):\n" + p.table(5))
+
+    def _measure_python(self, figures, limit=None):
+        options = dict(self.options)
+        rate = self._rate(limit)
+        if rate:
+            options["profile_rate"] = rate
+        a = scralloc.Allocator(**options)
+        if rate and limit is not None:
+            a.watch_peak(limit + 1)
         try:
             with a.serve_python():
                 return (yield)
         finally:
             st = a.stats()
+            if rate and limit is not None and st["peak_heap_used"] > limit:
+                figures["sites"] = self._sites(a, limit, rate)
             figures.update({
                 "peak_heap_used": st["peak_heap_used"],
                 "heap_total": st["heap_total"],

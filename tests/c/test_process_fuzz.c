@@ -311,9 +311,15 @@ static void set_random_option(uint64_t *s, char *log, size_t len) {
 #if defined(__SANITIZE_THREAD__)
 /* A child forked while a worker had finished but was not yet joined
  * inherits it, and TSan would call that a leaked thread at the child's
- * exit; the parent joins every worker. */
+ * exit; the parent joins every worker.  And the fork handler holds the
+ * allocator's locks across fork (process/fork.c: the pool's 52 classes,
+ * each arena's snapshot, the profile's, the decay's), more than the 64
+ * that TSan's deadlock detector tracks at once in a thread once a round
+ * has 8 arenas; the tests that do not fork keep the detector. */
 const char *__tsan_default_options(void);
-__attribute__((visibility("default"))) const char *__tsan_default_options(void) { return "report_thread_leaks=0"; }
+__attribute__((visibility("default"))) const char *__tsan_default_options(void) {
+  return "report_thread_leaks=0 detect_deadlocks=0";
+}
 #endif
 
 static void *fork_child_thread(void *arg) {

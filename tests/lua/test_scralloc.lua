@@ -915,8 +915,13 @@ test("profile: sampled blocks, their frames, the files", function()
   local f = assert(io.open(file))
   local text = f:read("a")
   f:close()
-  for line in text:gmatch("[^\n]+") do assert(line:match("^.+ %d+$"), line) end
-  assert(text:find("lscr_malloc", 1, true), text)
+  local total = 0
+  for line in text:gmatch("[^\n]+") do
+    local bytes = line:match("^.+ (%d+)$")
+    assert(bytes, line)
+    total = total + tonumber(bytes)
+  end
+  eq(total, 50 * 100, "the folded stacks' bytes: every block's, at rate 1")
   local ok, msg = a:profile_write("/nonexistent/dir/x", "top")
   eq(ok, nil, "unwritable")
   assert(msg:find("/nonexistent/dir/x", 1, true), msg)

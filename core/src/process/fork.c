@@ -15,6 +15,7 @@ static void proc_fork_prepare(void) {
   pthread_mutex_lock(&P->lock);
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_lock(&a->snap_lock);
   _scr_pool_lock_all();
+  pthread_mutex_lock(&P->decay_lock);
   _scr_huge_cache_lock();
   pthread_mutex_lock(&P->helper_lock);
 }
@@ -23,6 +24,7 @@ static void proc_fork_parent(void) {
   scr_proc *P = &_scr_proc;
   pthread_mutex_unlock(&P->helper_lock);
   _scr_huge_cache_unlock();
+  pthread_mutex_unlock(&P->decay_lock);
   _scr_pool_unlock_all();
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);
   pthread_mutex_unlock(&P->lock);
@@ -33,6 +35,12 @@ static void proc_fork_child(void) {
   scr_proc *P = &_scr_proc;
   pthread_mutex_unlock(&P->helper_lock);
   _scr_huge_cache_unlock();
+  pthread_mutex_unlock(&P->decay_lock);
+  /* An arena's heap lock is taken by its holder, by the helper's decay
+   * (not under way: decay_lock) and by readers (stats, the profile's
+   * blame), which change nothing: a lock a thread that is gone held is
+   * made anew (those threads' own heaps stay theirs, as above). */
+  for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_init(&a->heap->lock, NULL);
   _scr_pool_unlock_all();
   _scr_helper_after_fork_child();
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);

@@ -37,7 +37,9 @@ static void *proc_helper_main(void *arg) {
     pthread_mutex_unlock(&P->helper_lock);
 
     uint64_t now = _scr_proc_now_ns();
+    pthread_mutex_lock(&P->decay_lock);
     uint64_t wait_until = _scr_decay_step(now);
+    pthread_mutex_unlock(&P->decay_lock);
     if (_scr_discard_step(now, &wait_until)) continue; /* one at a time, then look again */
 
     pthread_mutex_lock(&P->helper_lock);

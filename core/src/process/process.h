@@ -33,9 +33,11 @@
  *   arena->remote     any thread (lock-free push; the holder drains it).
  *   state, lists      under _scr_proc.lock.
  *   arena->snap       under arena->snap_lock.
- * Lock order: _scr_proc.lock before any snap_lock before the pool's class
- * locks (pool.c) before the huge-block cache's lock; helper_lock is a leaf
- * (fork.c takes them all in that order).
+ * Lock order: the profile's locks (core/src/profile.c) and
+ * _scr_proc.lock before any snap_lock before the pool's class locks
+ * (pool.c) before decay_lock before a heap's lock and the huge-block
+ * cache's lock; helper_lock is a leaf (fork.c takes them all in that
+ * order but the heaps' locks, which the child makes anew).
  */
 #ifndef SCR_PROCESS_H
 #define SCR_PROCESS_H
@@ -196,6 +198,8 @@ typedef struct scr_proc {
   int core_dumps;                   /* the kernel would write a core */
   /* discard helper */
   pthread_mutex_t helper_lock;      /* leaf lock for the helper's sleep */
+  pthread_mutex_t decay_lock;       /* held by the helper through a decay step, the one time another
+                                       thread writes an arena's heap (fork.c) */
   pthread_cond_t helper_cv;         /* wakes the helper */
   int helper_state;                 /* 0 none, 1 starting or running, 2 never (forked child) */
   int helper_kick;                  /* work was posted (under helper_lock) */

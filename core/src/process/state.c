@@ -13,6 +13,7 @@
 scr_proc _scr_proc = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .helper_lock = PTHREAD_MUTEX_INITIALIZER,
+    .decay_lock = PTHREAD_MUTEX_INITIALIZER,
     .helper_cv = PTHREAD_COND_INITIALIZER,
 };
 scr_proc_counters _scr_pc;

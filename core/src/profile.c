@@ -16,8 +16,9 @@
  *
  * Stacks: libgcc's _Unwind_Backtrace (DWARF call-frame information, which
  * every x86-64 object carries for its exceptions), as jemalloc's libgcc
- * backend: programs under LD_PRELOAD are seldom built with frame pointers.
- * It does not allocate.  Samples are kept in one table, open addressing
+ * backend: programs under LD_PRELOAD are seldom built with frame pointers;
+ * then by the frame sizes it found, without it ("stacks" below).  Neither
+ * allocates.  Samples are kept in one table, open addressing
  * by address, under one lock; the free side looks an address up without
  * the lock first (most frees that reach it are of the page's other
  * blocks).  Sites (equal stacks) are interned and never freed; their

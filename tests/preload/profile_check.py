@@ -30,7 +30,10 @@ The estimate is a random variable: at the default rate of 512 KiB, 200
 MiB of 1 KiB blocks give about 400 samples, a relative standard error
 of 5%, so about one run in twenty lands outside 10%.  A run whose only
 miss is the estimate is run once more (and says so); two misses in a
-row (about one in 400) fail.
+row (about one in 400) fail.  So is a run whose blame is empty because
+none of its samples lies in a partly used page: the blame rests on the
+few samples that do (1 to 11 of about 400 here), and about one run in
+a hundred has none.
 """
 import os
 import re
@@ -79,6 +82,7 @@ def run_once(binary, lib, tmp, tag):
     if p.returncode != 0 or not re.search(r"\b0 failed", p.stdout):
         return [f"the program: status {p.returncode}\n{p.stdout}{p.stderr[-3000:]}"], False, {}
     kept = int(re.search(r"index_bytes=(\d+)", p.stdout).group(1))
+    pinning = int(re.search(r"pinning=(\d+)", p.stdout).group(1))
 
     stacks = folded(prof)
     keep, total = share(stacks)
@@ -92,8 +96,10 @@ def run_once(binary, lib, tmp, tag):
     blame = folded(prof + ".blame")
     bkeep, btotal = share(blame)
     blamed = bkeep / btotal if btotal else 0.0
-    if btotal == 0:
-        fails.append("no pinned bytes in the blame")
+    if btotal == 0 and pinning == 0:
+        estimate_miss = True  # no sample in a partly used page: a statistical miss
+    elif btotal == 0:
+        fails.append("no pinned bytes in the blame, though samples pin bytes")
     elif blamed < 0.90:
         fails.append(f"the blame names keep_index for {100 * blamed:.1f}% of the pinned bytes (want >= 90%)")
 
@@ -124,6 +130,7 @@ def run_once(binary, lib, tmp, tag):
     if not report or "keep_index" not in report[0]:
         fails.append("the exit report's top sites do not start with keep_index")
     figures = {"attributed": attributed, "estimate": keep, "kept": kept, "blamed": blamed, "pinned": btotal,
+               "pinning": pinning,
                "samples": len(pp["samples"]), "functions": len(names)}
     return fails, estimate_miss, figures
 
@@ -142,12 +149,13 @@ def main():
                     print(f"{name}: {100 * fig['attributed']:.1f}% of live sampled bytes through keep_index; "
                           f"estimate {fig['estimate'] / 2**20:.1f} MiB of {fig['kept'] / 2**20:.1f} MiB "
                           f"({100 * (fig['estimate'] / fig['kept'] - 1):+.1f}%); blame {100 * fig['blamed']:.1f}% "
-                          f"of {fig['pinned'] / 2**20:.2f} MiB pinned")
+                          f"of {fig['pinned'] / 2**20:.2f} MiB pinned (by {fig['pinning']} samples)")
                 if fails or not miss:
                     break
-                print("  the estimate missed by more than 10% (about one run in twenty at this rate): once more")
+                print("  the estimate missed by more than 10% (about one run in twenty at this rate), or no sample "
+                      "lay in a partly used page (about one in a hundred): once more")
             if miss and not fails:
-                fails = ["keep_index's estimate was off by more than 10% in two runs in a row"]
+                fails = ["a statistical miss (estimate off by more than 10%, or an empty blame) in two runs in a row"]
             env = dict(os.environ, LD_PRELOAD=lib, SCRALLOC_PROFILE_RATE="on")
             env.pop("SCRALLOC_PROFILE", None)
             p = subprocess.run([binary, "fork"], env=env, capture_output=True, text=True, timeout=600)

@@ -17,7 +17,9 @@
  * writes reports write their own (and do not hang).
  *
  * Links nothing but libc: scr_profile_write is looked up in the
- * preloaded library.  Prints "index_bytes=N", then "N passed, N failed". */
+ * preloaded library.  Prints "index_bytes=N samples=N pinning=N" (the
+ * live samples once churn's blocks are freed, and how many of them pin
+ * bytes: those in partly used pages), then "N passed, N failed". */
 #define _GNU_SOURCE
 #include "preload_check.h"
 #include "scralloc.h" /* the constants only */
@@ -100,6 +102,14 @@ __attribute__((noinline)) static void keep_index(size_t blocks) {
   }
 }
 
+static int count_sample(const scr_profile_sample *x, void *arg) {
+  size_t *n = arg;
+  n[0]++;
+  if (x->pinned > 0) n[1]++;
+  return 0;
+}
+
+typedef size_t samples_fn(const scr_heap *, scr_profile_visit *, void *);
 typedef int write_fn(const scr_heap *, const char *, unsigned);
 
 static void check_write_errors(write_fn *w) {
@@ -175,7 +185,10 @@ int main(int argc, char **argv) {
     check_fork_during_reports(w);
     return preload_check_done();
   }
-  printf("index_bytes=%zu\n", index_n * KIB);
+  size_t counts[2] = {0, 0};
+  samples_fn *samples = (samples_fn *)dlsym(RTLD_DEFAULT, "scr_profile_samples");
+  if (samples) samples(NULL, count_sample, counts);
+  printf("index_bytes=%zu samples=%zu pinning=%zu\n", index_n * KIB, counts[0], counts[1]);
   check_write_errors(w);
   if (argc > 3) CHECK(w(NULL, argv[3], SCR_PROFILE_TOP) == SCR_OK);
   return preload_check_done();

@@ -69,12 +69,12 @@ bool _scr_page_validate(const scr_page *pg) {
     seen[slot / 64] |= (uint64_t)1 << (slot % 64);
     nfree++;
   }
-  /* (0 is always safe: a thread that freed the page's last sampled block
-   * may have lost the race to publish, heap_fast.h) */
+  /* (at most: a thread that freed the page's last sampled block may have
+   * published an older capacity's limit after the holder's, or lost the
+   * race to a holder that still saw the sample, heap_fast.h; a lower
+   * limit only sends frees to the exact slow side) */
   uint64_t limit = _scr_page_slot_limit(pg);
-  for (unsigned i = first; i < first + pg->span; i++) {
-    uint64_t v = __atomic_load_n(&seg->slot_limit[i], __ATOMIC_RELAXED);
-    if (v != limit && v != 0) return false;
-  }
+  for (unsigned i = first; i < first + pg->span; i++)
+    if (__atomic_load_n(&seg->slot_limit[i], __ATOMIC_RELAXED) > limit) return false;
   return pg->used + nfree == pg->capacity;
 }

@@ -399,6 +399,14 @@ void _scr_prof_take(const scr_heap *key, void *p, size_t n, uint64_t rate, const
   prof_busy = 0;
 }
 
+/* The page's last sampled block is going: its slot limit back.  (Under
+ * prof.lock, as a page is marked: no sample of the page can be taken
+ * meanwhile; the holder's carve may publish at the same time, and either
+ * store is at most the true limit: heap_fast.h.) */
+static void prof_unmark(scr_page *pg) {
+  if (__atomic_sub_fetch(&pg->sampled, 1, __ATOMIC_RELAXED) == 0) _scr_page_publish_limit(pg);
+}
+
 void _scr_prof_freed(const void *p) {
   scr_page *pg = prof_small_page(p);
   if (pg && __atomic_load_n(&pg->sampled, __ATOMIC_RELAXED) == 0) return;
@@ -408,7 +416,7 @@ void _scr_prof_freed(const void *p) {
   if (r) {
     atomic_store_explicit(&r->addr, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&_scr_prof_live, 1, memory_order_relaxed);
-    if (pg && __atomic_sub_fetch(&pg->sampled, 1, __ATOMIC_RELAXED) == 0) _scr_page_publish_limit(pg);
+    if (pg) prof_unmark(pg);
   }
   pthread_mutex_unlock(&prof.lock);
 }

@@ -170,6 +170,11 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
   uintptr_t idx = 0;
   unsigned tag = seg ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
   scr_arena *o = h ? proc_arena_of_heap(h) : NULL;
+  /* A live block that came here for its page alone (a page with live
+   * sampled blocks fails the fast path's slot test: profile.c) goes where
+   * the fast path puts it: the thread's cache, when it may keep it. */
+  if (a != NULL && o != NULL && _scr_recycle_may_keep(a, _scr_segmap_mark(e)) && _scr_recycle_put(a, seg, idx, tag, p))
+    return;
   /* A full list that may grow (recycle.c) keeps p: the thread's own
    * block, or a block of an arena that is not parked (a parked arena's
    * blocks past a full list go home, as in the pool's overflow).  Below

@@ -71,11 +71,14 @@ static __attribute__((noinline)) void *proc_malloc_slow(scr_arena *a, uintptr_t 
 }
 
 /* The countdown of a's sampler ran out at p, an allocation of n bytes
- * (NULL: it failed); caller: the entry point's return address.  A block
- * of another arena (the thread's cache holds some) is sampled where it
- * is: its page's holder may be carving a slot as the page is marked, and
- * the sample then stays until the address is freed through a marked
- * page or scr_trim... rare enough not to cost the hit paths a test. */
+ * (NULL: it failed); caller: the entry point's return address.  calloc,
+ * aligned_alloc and realloc sample the block they hand out, which may be
+ * another arena's (the thread's cache holds some): should that arena's
+ * holder carve a slot of the page as it is marked, its store of the slot
+ * limit may land last, the block's free then takes the fast path and its
+ * sample stays (a sample too many in the reports, until the address is
+ * sampled again).  malloc's own countdown takes a block of a's heap
+ * (proc_malloc_sampled), whose pages only a's holder carves. */
 static __attribute__((noinline)) void *proc_sampled(scr_arena *a, void *p, size_t n, const void *caller) {
   uint64_t rate = _scr_prof_next(&a->prof, atomic_load_explicit(&_scr_proc.opt.profile_rate, memory_order_relaxed));
   if (p != NULL && rate != 0) _scr_prof_take(NULL, p, n, rate, caller);

@@ -349,6 +349,8 @@ static void test_idle_thread_decays(void) {
  * same amount again faults the pages in after they went back: refaults,
  * which double the delay until the pause no longer outlasts it; the
  * stats count them. */
+static uint64_t refault_top_delay; /* the longest decay delay a round saw */
+
 static void *refault_thread(void *arg) {
   (void)arg;
   enum { N = 32, SIZE = 131072 }; /* 4 MiB of large blocks */
@@ -357,6 +359,8 @@ static void *refault_thread(void *arg) {
     for (int i = 0; i < N; i++) memset(b[i] = scr_malloc(SIZE), round, SIZE);
     for (int i = 0; i < N; i++) scr_free(b[i]);
     usleep(250000);
+    uint64_t d = pstats().decay_delay_ms;
+    if (d > refault_top_delay) refault_top_delay = d;
   }
   return NULL;
 }
@@ -375,9 +379,10 @@ static void test_refaults_back_off(void) {
          (unsigned long long)(ps1.decay_backoffs - ps0.decay_backoffs), (unsigned long long)ps1.decay_delay_ms);
   CHECK(ps1.refault_bytes >= ps0.refault_bytes + ((uint64_t)1 << 20));
   CHECK(ps1.decay_backoffs >= ps0.decay_backoffs + 2);
-  /* still above the 100 ms set (four quiet passes halve it: the last
-   * rounds may have brought it down from its top once) */
-  CHECK(ps1.decay_delay_ms >= 200);
+  /* a round saw the delay backed off (it stays so for four quiet passes,
+   * longer than a round; where it ends depends on the rounds' timing) */
+  printf("  longest delay seen by a round: %llu ms\n", (unsigned long long)refault_top_delay);
+  CHECK(refault_top_delay >= 200);
   scr_process_option_set("decay_ms", "2000"); /* and the back-off starts again */
   scr_process_option_set("decay_max_ms", "10000");
   CHECK_EQ(pstats().decay_delay_ms, 2000);

@@ -9,15 +9,9 @@
  *
  * Why eight per doubling in 1-4 KiB: blocks of those sizes are where
  * rounding costs most bytes, and a program that holds many of them pays
- * it on every one.  The churn benchmark (live sets of 64 B-4 KiB blocks)
- * with its threads held once their live sets are allocated
- * (`proc_churn 16 128 24 2 hold`, the same in every run): 216.1 -> 209.0
- * MiB (glibc 206.1); max RSS over 11 interleaved runs 193.9 -> 186.9 MiB.
- * Sixteen per doubling in 2-4 KiB (60 classes) took that to 205.1 and
- * 176.2, but raised the threaded stress's max RSS 11.1 -> 11.9 MiB
- * (glibc 11.7): with 8 threads each holding a partly used page and
- * blocks in flight for every class, each class more costs each thread
- * memory; eight per doubling left the stress at 11.1. */
+ * it on every one; more classes cost each thread a partly used page and
+ * blocks in flight per class (docs/process.md, "Why it is built this
+ * way"). */
 #include "internal.h"
 
 const uint32_t _scr_class_sizes[SCR_CLASS_COUNT] = {

@@ -87,6 +87,20 @@ static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark) {
   unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
   return mark == a->own_mark || (mark != 0 && held > 1);
 }
+/* List r may take a block: its room compared in memory, so that the push
+ * decrements it there too (read into a register for the test, it is
+ * kept there and stored back: two instructions more on the free fast
+ * path).  A compare the compiler cannot see into (as _scr_slot_beyond);
+ * ThreadSanitizer builds and other targets read it plainly. */
+static inline bool _scr_recycle_has_room(const scr_recycled *r) {
+#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+  bool room;
+  __asm__("cmpl $0, %1" : "=@ccne"(room) : "m"(r->room));
+  return room;
+#else
+  return r->room != 0;
+#endif
+}
 /* Push block p of class c on list r (linked through its first word; ASan
  * builds poison the rest); key: _scr_misuse.key, as the caller read it. */
 static inline void _scr_recycle_push_key(scr_recycled *r, unsigned c, void *p, uint64_t key) {
@@ -150,7 +164,7 @@ SCR_INTERNAL void _scr_holder_publish(scr_arena *a);    /* a snapshot, less the 
 SCR_INTERNAL size_t _scr_holder_trim(scr_arena *a); /* a's cache, pool share, remote frees, free pages back */
 /* The caller's arena, claimed on first use; NULL when none can be had. */
 static inline scr_arena *_scr_holder_get(void) {
-  scr_arena *a = _scr_tl_arena;
+  scr_arena *a = _scr_tl.arena;
   if (SCR_UNLIKELY(a == NULL)) a = _scr_holder_claim();
   return a;
 }

@@ -54,7 +54,7 @@ CORE_ALLOWED = {
     "_scr_segmap_entry": "owner", "_scr_segmap_seg": "owner", "_scr_segmap_mark": "owner",
     "_scr_segmap_fast_mark": "owner", "_scr_segmap_fast_of": "owner", "_scr_segment_of": "owner",
     "_scr_heap_of": "owner", "_scr_heap_owner": "owner", "scr_segment.heap": "owner",
-    "scr_segment.kind": "owner", "scr_segment.page_tag": "owner", "scr_segment.pages": "owner",
+    "scr_segment.kind": "owner", "scr_segment.page_tag4": "owner", "scr_seg_tag": "owner", "scr_segment.pages": "owner",
     "scr_page.kind": "owner",
     # is the pointer a live block: the misuse screen and the classifier
     "_scr_misuse": "misuse", "_scr_misuse_init": "misuse", "_scr_misuse_what": "misuse",

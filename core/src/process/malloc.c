@@ -291,22 +291,21 @@ __attribute__((aligned(64))) void scr_free(void *p) {
     scr_arena *a = t->arena;
     scr_segment *seg = _scr_segment_of(p);
     uintptr_t idx;
-    unsigned tag = _scr_block_tag(seg, p, &idx);
+    uintptr_t x4 = _scr_block_tag_x4(seg, p, &idx);
+    unsigned tag = (unsigned)(x4 / 4);
     /* The list of the tag (SCR_TAG_OTHER's: no room, a test no address
-     * passes) at a's address plus this offset, held in a register: every
-     * access to the list then takes both in its address, no addition
-     * (left free, the compiler computed the list's address, then again
-     * for the push: four instructions more). */
-    uintptr_t at = (uintptr_t)tag * sizeof(scr_recycled);
-    __asm__("" : "+r"(at));
-    scr_recycled *r = (scr_recycled *)((char *)a->rc + at);
+     * passes): the address scales the tag times 4 by 8. */
+    scr_recycled *r = (scr_recycled *)((char *)a->rc + x4 * (sizeof(scr_recycled) / 4));
     uint64_t key = _scr_misuse.key;
     if (SCR_UNLIKELY(_scr_proc_block_suspect_r(seg, p, idx, r, key))) return proc_free_suspect(p, a);
-    if (SCR_LIKELY(_scr_recycle_has_room(r))) {
+    if (SCR_LIKELY(_scr_recycle_take_room(r))) {
 #if SCR_DEBUG > 0
-      if (_scr_recycle_refused(r, seg, idx, tag, p)) return;
+      if (_scr_recycle_refused(r, seg, idx, tag, p)) {
+        r->room++; /* (its room back) */
+        return;
+      }
 #endif
-      _scr_recycle_push_key(r, tag, p, key);
+      _scr_recycle_link_key(r, tag, p, key);
       return;
     }
     return proc_free_refused(p, a);

@@ -304,7 +304,12 @@ static inline void _scr_proc_init(void) {
  * segment's tags are all OTHER, whichever 4 MiB of it p lies in. */
 static inline unsigned _scr_block_tag(const scr_segment *seg, const void *p, uintptr_t *idx) {
   *idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
-  return seg->page_tag[*idx];
+  return scr_seg_tag(seg, *idx);
+}
+/* The same, the tag times 4 (types.h: page_tag4). */
+static inline unsigned _scr_block_tag_x4(const scr_segment *seg, const void *p, uintptr_t *idx) {
+  *idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
+  return seg->page_tag4[*idx];
 }
 /* misuse.c: bad pointers given to free, realloc & co. */
 SCR_INTERNAL int _scr_proc_classify(const void *p, uintptr_t e);

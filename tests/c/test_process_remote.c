@@ -1,6 +1,6 @@
-/* Remote frees (core/src/process/remote.c): a thread that holds an arena
- * batches its frees of another arena's blocks and pushes each batch in
- * one CAS; the owner takes them back before it takes a new page.
+/* Remote frees (core/src/process/remote.c): another thread's frees of an
+ * arena's blocks wait on the arena's stack, and the owner takes them back
+ * before it takes a new page.
  * A process of its own: the main thread's arena and one freeing thread's.
  * The test reads the main arena's remote stack (process.h) while the
  * threads it sequences stand still. */
@@ -13,11 +13,10 @@
 
 /* core/src/process/process.h (internal, linked in from the static
  * library; its header cannot be included here): the caller's arena (the
- * first field of _scr_tl), whose first field is its remote stack, and the
- * batch's length. */
+ * first field of _scr_tl), whose first field is its remote stack. */
 typedef struct scr_arena scr_arena;
 extern __thread struct { scr_arena *arena; unsigned fast; } _scr_tl __attribute__((tls_model("initial-exec")));
-enum { SCR_REMOTE_BATCH = 32 };
+enum { FIRST = 32 };
 
 enum { N = 100, SIZE = 64, MAX = 8192 };
 static void *blocks[MAX];
@@ -31,22 +30,19 @@ static unsigned remote_length(scr_arena *a) {
   return n;
 }
 
-/* Claims its own arena, frees 32 of the main thread's blocks, waits, 8
- * more, waits, the rest, and exits (its arena parks). */
+/* Claims its own arena, frees FIRST of the main thread's blocks, waits,
+ * frees the rest, and exits (its arena parks). */
 static void *freer(void *arg) {
   (void)arg;
-  scr_free(scr_malloc(SIZE)); /* an arena of its own: its frees of others' blocks are batched */
-  for (int i = 0; i < SCR_REMOTE_BATCH; i++) scr_free(blocks[i]);
+  scr_free(scr_malloc(SIZE)); /* an arena of its own */
+  for (int i = 0; i < FIRST; i++) scr_free(blocks[i]);
   pthread_barrier_wait(&step);
   pthread_barrier_wait(&step);
-  for (int i = SCR_REMOTE_BATCH; i < SCR_REMOTE_BATCH + 8; i++) scr_free(blocks[i]);
-  pthread_barrier_wait(&step);
-  pthread_barrier_wait(&step);
-  for (int i = SCR_REMOTE_BATCH + 8; i < N; i++) scr_free(blocks[i]);
+  for (int i = FIRST; i < N; i++) scr_free(blocks[i]);
   return NULL;
 }
 
-static void test_batches_and_the_owner_takes_them_before_a_new_page(void) {
+static void test_remote_frees_wait_until_the_owner_takes_a_page(void) {
   scr_arena *mine = _scr_tl.arena;
   CHECK(mine != NULL);
   /* blocks of SIZE until one ends a 64 KiB page: that page (the class's
@@ -61,14 +57,11 @@ static void test_batches_and_the_owner_takes_them_before_a_new_page(void) {
   pthread_t t;
   CHECK(pthread_create(&t, NULL, freer, NULL) == 0);
   pthread_barrier_wait(&step);
-  CHECK_EQ(remote_length(mine), SCR_REMOTE_BATCH); /* a full batch: pushed */
-  pthread_barrier_wait(&step);
-  pthread_barrier_wait(&step);
-  CHECK_EQ(remote_length(mine), SCR_REMOTE_BATCH); /* 8 wait in the freeing thread's batch */
+  CHECK_EQ(remote_length(mine), FIRST); /* each pushed at its free */
   pthread_barrier_wait(&step);
   pthread_join(t, NULL);
   pthread_barrier_destroy(&step);
-  CHECK_EQ(remote_length(mine), N); /* its exit parked its arena and pushed the rest */
+  CHECK_EQ(remote_length(mine), N);
   /* The page of SIZE's class has no slot left; the next malloc takes the
    * freed blocks back before it takes a page (one of them: whichever the
    * page's free list gives first). */
@@ -113,6 +106,49 @@ static void test_realloc_of_another_arenas_block(void) {
   CHECK(scr_process_validate() == SCR_OK);
 }
 
+/* A thread's cache holds blocks of two other arenas; at its trim they go
+ * home, each arena's onto its own stack (one CAS per arena). */
+static scr_arena *other_arena;
+static void *other_blocks[8];
+static void *holder(void *arg) {
+  (void)arg;
+  for (int i = 0; i < 8; i++) other_blocks[i] = scr_malloc(SIZE);
+  other_arena = _scr_tl.arena;
+  pthread_barrier_wait(&step); /* blocks made */
+  pthread_barrier_wait(&step); /* the freer trimmed: hold the arena till the count */
+  return NULL;
+}
+static void *cache_freer(void *arg) {
+  void **mine = arg;
+  scr_free(scr_malloc(SIZE)); /* an arena of its own, with a cache */
+  for (int i = 0; i < 8; i++) {
+    scr_free(mine[i]);
+    scr_free(other_blocks[i]);
+  }
+  scr_trim();
+  return NULL;
+}
+
+static void test_cached_blocks_go_home_by_owner(void) {
+  scr_process_option_set("cache_max", "65536");
+  scr_arena *me = _scr_tl.arena;
+  void *mine[8];
+  for (int i = 0; i < 8; i++) mine[i] = scr_malloc(SIZE);
+  pthread_barrier_init(&step, NULL, 2);
+  pthread_t th, tf;
+  CHECK(pthread_create(&th, NULL, holder, NULL) == 0);
+  pthread_barrier_wait(&step);
+  CHECK(pthread_create(&tf, NULL, cache_freer, mine) == 0);
+  pthread_join(tf, NULL);
+  CHECK_EQ(remote_length(me), 8);
+  CHECK_EQ(remote_length(other_arena), 8);
+  pthread_barrier_wait(&step);
+  pthread_join(th, NULL);
+  pthread_barrier_destroy(&step);
+  scr_process_option_set("cache_max", "0");
+  CHECK(scr_process_validate() == SCR_OK);
+}
+
 int main(void) {
   /* every malloc and free goes to the heap (no thread cache), no lending
    * or discarding */
@@ -120,7 +156,8 @@ int main(void) {
   scr_process_option_set("lend", "0");
   scr_process_option_set("discard", "0");
   scr_free(scr_malloc(1)); /* the main thread's arena */
-  TEST(test_batches_and_the_owner_takes_them_before_a_new_page);
+  TEST(test_remote_frees_wait_until_the_owner_takes_a_page);
   TEST(test_realloc_of_another_arenas_block);
+  TEST(test_cached_blocks_go_home_by_owner);
   return check_done();
 }

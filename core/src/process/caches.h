@@ -14,17 +14,10 @@
 #include "arenas.h"
 
 /* remote.c: frees of other arenas' blocks */
-#define SCR_REMOTE_BATCH 32 /* remote frees to one arena that a thread pushes at once (and test_process_remote.c) */
 SCR_INTERNAL void _scr_remote_push(scr_arena *a, void *p);
-SCR_INTERNAL void _scr_remote_flush_slow(scr_arena *me);
-/* The holder pushes its batch of remote frees (tick, park, trim). */
-static inline void _scr_remote_flush(scr_arena *me) {
-  if (me->rb_n != 0) _scr_remote_flush_slow(me);
-}
-/* Block p (class c; a list through the blocks' first words) goes home:
- * into a's heap when it is a's (a may be NULL), else to its arena's
- * remote stack. */
-SCR_INTERNAL void _scr_remote_send_home(scr_arena *a, unsigned c, void *p);
+/* Blocks of class c (a list through their first words) go home: into
+ * a's heap when they are a's (a may be NULL), else to their arenas'
+ * remote stacks, one CAS per arena. */
 SCR_INTERNAL void _scr_remote_send_list_home(scr_arena *a, unsigned c, void *p);
 
 /* pool.c: other arenas' blocks from full cache lists, for any thread's

@@ -48,7 +48,6 @@ scr_arena *_scr_holder_claim(void) {
 void _scr_holder_park(scr_arena *a) {
   _scr_recycle_flush(a);
   _scr_pool_flush(a);
-  _scr_remote_flush(a);
   if (_scr_arena_park(a)) _scr_helper_post();
 }
 
@@ -63,7 +62,6 @@ void _scr_holder_publish(scr_arena *a) {
 size_t _scr_holder_trim(scr_arena *a) {
   _scr_recycle_flush(a);
   _scr_pool_flush(a);
-  _scr_remote_flush(a);
   _scr_remote_drain(a);
   size_t n = scr_heap_trim(a->heap);
   n += _scr_arena_return_interior(a);
@@ -72,7 +70,6 @@ size_t _scr_holder_trim(scr_arena *a) {
 }
 
 void _scr_holder_tick_slow(scr_arena *a) {
-  _scr_remote_flush(a);
   uint64_t epoch = atomic_load_explicit(&_scr_proc.trim_epoch, memory_order_relaxed);
   if (SCR_UNLIKELY(epoch != a->trim_seen)) { /* another thread called scr_trim */
     a->trim_seen = epoch;

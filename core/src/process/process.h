@@ -128,11 +128,6 @@ typedef struct scr_arena {
   uint64_t ops_published;           /* ops at the last snapshot */
   uint64_t remote_drained;          /* blocks taken from remote (holder) */
   uint64_t remote_sent;             /* blocks its holder pushed on other arenas (holder) */
-  /* The holder's batch of remote frees (remote.c): blocks of one other
-   * arena, linked through their first words, pushed in one CAS. */
-  struct scr_arena *rb_dest;        /* the arena they belong to (holder) */
-  void *rb_head, *rb_tail;          /* the batch (holder) */
-  unsigned rb_n;                    /* its length (holder) */
   uint64_t keep;                    /* the heap's retain_bytes as last set (decay.c, arena.c) (holder) */
   uint64_t trim_seen;               /* trim_epoch as of its holder's last trim (holder) */
   unsigned poisoned;                /* discard made its free pages PROT_NONE */

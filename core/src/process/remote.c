@@ -1,74 +1,46 @@
-/* Remote frees: a block freed by a thread that does not hold its arena is
- * pushed on the arena's lock-free stack (linked through the block's first
- * word; a thread that holds an arena batches them per destination, below)
- * and freed into the heap by whoever holds the arena next: its owner
- * at its next tick or before it takes a new page (malloc.c), the
- * thread that claims it, or the discard helper.  Pushers never pop, and
- * the holder takes the whole stack at once, so there is no ABA problem.
- * Layer: caches (its bottom): the pushing side, the holder's batch and
- * the blocks that go home from the caches (pool.c, recycle.c); the
- * arena's side, its stack's drain, is arena.c's.  Owns each arena's
- * batch (rb_*, its holder) and remote_sent (its holder), and drain_req
- * (pushers of a parked arena). */
+/* Remote frees: a block that goes home to an arena its freeing thread
+ * does not hold is pushed on the arena's lock-free stack (linked through
+ * the block's first word) and freed into the heap by whoever holds the
+ * arena next: its owner at its next tick or before it takes a new page
+ * (malloc.c), the thread that claims it, or the discard helper.  Pushers
+ * never pop, and the holder takes the whole stack at once, so there is no
+ * ABA problem.  A list of blocks that leaves a thread's cache or the pool
+ * goes home grouped by owner, one CAS per owner.
+ * Layer: caches (its bottom): the pushing side and the blocks that go
+ * home from the caches (pool.c, recycle.c); the arena's side, its
+ * stack's drain, is arena.c's.  Owns remote_sent (each arena's holder)
+ * and drain_req (pushers of a parked arena). */
 #include "caches.h"
 
 #define SCR_REMOTE_DRAIN_BATCH 256 /* a power of 2 */
+#define SCR_REMOTE_GROUPS 4        /* owners a list going home is sorted into at once */
 static void proc_borrow_and_drain(scr_arena *a);
 
-/* Pushes the list first..last on a's stack in one CAS. */
-static void remote_push_list(scr_arena *a, void *first, void *last) {
+/* Pushes the list first..last, n blocks marked free, on a's stack in one
+ * CAS.  Nobody holds a parked arena: each time a thread's pushes pass a
+ * multiple of SCR_REMOTE_DRAIN_BATCH on one, it frees what waits there so
+ * that the pages can go back.  What stays below a batch goes at the next
+ * claim or discard. */
+static void remote_push_list(scr_arena *a, void *first, void *last, unsigned n) {
+  scr_arena *me = _scr_tl.arena;
+  uint64_t sent;
+  if (SCR_LIKELY(me != NULL)) sent = me->remote_sent += n; /* counted by the pusher: no atomic on the line every pusher writes */
+  else sent = atomic_fetch_add_explicit(&_scr_pc.remote_sent_unowned, n, memory_order_relaxed) + n;
   void *head = atomic_load_explicit(&a->remote, memory_order_relaxed);
   do {
     *(void **)last = head;
   } while (!atomic_compare_exchange_weak_explicit(&a->remote, &head, first, memory_order_release,
                                                   memory_order_relaxed));
-}
-
-void _scr_remote_flush_slow(scr_arena *me) {
-  remote_push_list(me->rb_dest, me->rb_head, me->rb_tail);
-  me->rb_head = me->rb_tail = NULL;
-  me->rb_n = 0;
-}
-
-/* A thread that holds an arena batches its frees of another arena's
- * blocks: SCR_REMOTE_BATCH of them (or those before a block of another
- * arena comes) go in one CAS on the owner's stack, instead of one CAS each
- * on a line that every pusher to that arena and the owner's drain keep
- * taking from each other.  The holder also pushes its batch at each tick
- * (every SCR_ARENA_POLL_EVERY heap calls), when it parks and at trim, so
- * that a batch does not wait for long on a thread that stopped freeing.
- * A parked arena's blocks go at once: the pusher drains those (below). */
-void _scr_remote_push(scr_arena *a, void *p) {
-  /* free (core/src/misuse.c): the key marks it in a batch and on the stack
-   * alike, so that a second free of it is found; a large block ignores it */
-  _scr_block_set_word1(p, _scr_misuse.key);
-  scr_arena *me = _scr_tl.arena;
-  uint64_t n;
-  if (SCR_LIKELY(me != NULL)) {
-    n = ++me->remote_sent; /* counted by the pusher: no atomic on the line every pusher writes */
-    if (SCR_LIKELY(!_scr_arena_parked(a))) {
-      if (me->rb_dest != a) {
-        _scr_remote_flush(me);
-        me->rb_dest = a;
-      }
-      if (me->rb_head == NULL) me->rb_tail = p;
-      *(void **)p = me->rb_head;
-      me->rb_head = p;
-      if (++me->rb_n >= SCR_REMOTE_BATCH) _scr_remote_flush_slow(me);
-      return;
-    }
-  } else {
-    n = atomic_fetch_add_explicit(&_scr_pc.remote_sent_unowned, 1, memory_order_relaxed) + 1;
-  }
-  remote_push_list(a, p, p);
-  /* Nobody holds a parked arena: every SCR_REMOTE_DRAIN_BATCH pushes of a
-   * thread that land on one, it frees what waits there so that the pages
-   * can go back.  What
-   * stays below a batch goes at the next claim or discard. */
-  if (SCR_UNLIKELY((n & (SCR_REMOTE_DRAIN_BATCH - 1)) == 0) &&
-      _scr_arena_parked(a) &&
+  if (SCR_UNLIKELY(sent % SCR_REMOTE_DRAIN_BATCH < n) && _scr_arena_parked(a) &&
       !atomic_exchange_explicit(&a->drain_req, 1, memory_order_acquire))
     proc_borrow_and_drain(a);
+}
+
+void _scr_remote_push(scr_arena *a, void *p) {
+  /* free (core/src/misuse.c): the key marks it on the stack, so that a
+   * second free of it is found; a large block ignores it */
+  _scr_block_set_word1(p, _scr_misuse.key);
+  remote_push_list(a, p, p, 1);
 }
 
 /* The pusher borrows a parked arena that has a batch of remote frees
@@ -98,22 +70,47 @@ static void proc_borrow_and_drain(scr_arena *a) {
   _scr_arena_unborrow(a, prev);
 }
 
-/* A kept block p of class c goes back: into a's heap when it is a's (a
- * may be NULL), else onto its owner's remote stack. */
-void _scr_remote_send_home(scr_arena *a, unsigned c, void *p) {
-  SCR_UNPOISON(p, _scr_class_sizes[c]);
-  scr_heap *h = _scr_heap_of(p);
-  if (a != NULL && h == a->heap) proc_heap_free(h, p);
-  else _scr_remote_push((scr_arena *)_scr_heap_owner(h), p);
-}
-
-/* The blocks of a list linked through their first words go back. */
+/* The blocks of class c of a list linked through their first words go
+ * home: a's own (a may be NULL) into its heap, the others onto their
+ * owners' stacks, gathered by owner so that each owner's share of the
+ * list takes one CAS (SCR_REMOTE_GROUPS owners at a time: a block of one
+ * more pushes the first group gathered). */
 void _scr_remote_send_list_home(scr_arena *a, unsigned c, void *p) {
+  struct {
+    scr_arena *to;
+    void *first, *last;
+    unsigned n;
+  } g[SCR_REMOTE_GROUPS];
+  unsigned ng = 0;
+  uint64_t key = _scr_misuse.key;
   while (p) {
-    SCR_UNPOISON(p, sizeof(void *));
+    SCR_UNPOISON(p, _scr_class_sizes[c]);
     void *next = *(void **)p;
-    _scr_remote_send_home(a, c, p);
+    scr_heap *h = _scr_heap_of(p);
+    if (a != NULL && h == a->heap) {
+      proc_heap_free(h, p);
+    } else {
+      scr_arena *to = (scr_arena *)_scr_heap_owner(h);
+      _scr_block_set_word1(p, key); /* free, as _scr_remote_push marks it */
+      unsigned i = 0;
+      while (i < ng && g[i].to != to) i++;
+      if (i == ng) { /* a new owner: a group of its own, the first one's place when all are taken */
+        if (ng == SCR_REMOTE_GROUPS) {
+          remote_push_list(g[0].to, g[0].first, g[0].last, g[0].n);
+          i = 0;
+        } else {
+          ng++;
+        }
+        g[i].to = to;
+        g[i].first = NULL;
+        g[i].last = p;
+        g[i].n = 0;
+      }
+      *(void **)p = g[i].first;
+      g[i].first = p;
+      g[i].n++;
+    }
     p = next;
   }
+  for (unsigned i = 0; i < ng; i++) remote_push_list(g[i].to, g[i].first, g[i].last, g[i].n);
 }
-

@@ -82,10 +82,9 @@ static void test_batches_and_the_owner_takes_them_before_a_new_page(void) {
 }
 
 int main(void) {
-  /* every malloc and free goes to the heap (no thread cache), no lending
-   * or discarding */
+  /* every malloc and free goes to the heap (no thread cache), no
+   * discarding */
   scr_process_option_set("cache_max", "0");
-  scr_process_option_set("lend", "0");
   scr_process_option_set("discard", "0");
   scr_free(scr_malloc(1)); /* the main thread's arena */
   TEST(test_batches_and_the_owner_takes_them_before_a_new_page);

@@ -51,7 +51,7 @@ static int classify_in(const scr_heap *h, const scr_segment *seg, const void *p)
     return a > block ? SCR_EINTERIOR : SCR_ENOTALLOC; /* header page: never a block */
   }
   uintptr_t idx = (a - base) >> SCR_PAGE_SHIFT;
-  unsigned tag = seg->page_tag[idx];
+  unsigned tag = scr_seg_tag(seg, idx);
   if (tag < SCR_CLASS_COUNT) return classify_slot(h, seg, idx, tag, p);
   const scr_page *pg = &seg->pages[idx];
   uintptr_t start = base + (idx << SCR_PAGE_SHIFT);

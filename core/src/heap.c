@@ -328,7 +328,7 @@ static inline scr_segment *own_segment(const scr_heap *h, const void *p) {
  * or NULL when p is in a large block. */
 static inline scr_page *small_page_of(scr_segment *seg, const void *p) {
   uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
-  unsigned tag = seg->page_tag[idx];
+  unsigned tag = scr_seg_tag(seg, idx);
   return tag < SCR_CLASS_COUNT ? _scr_class_page(seg, idx, tag) : NULL;
 }
 
@@ -380,7 +380,7 @@ void _scr_heap_free_block(scr_heap *h, void *p) {
 static inline bool heap_block_suspect(const scr_segment *seg, const void *p) {
   if (seg->kind != SCR_SEG_NORMAL) return true;
   uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
-  unsigned tag = seg->page_tag[idx];
+  unsigned tag = scr_seg_tag(seg, idx);
   if (!_scr_block_suspect(seg, idx, p, tag)) return false;
   if (tag >= SCR_CLASS_COUNT) return true;
   const scr_page *pg = _scr_class_page((scr_segment *)seg, idx, tag);
@@ -413,7 +413,7 @@ void scr_heap_free(scr_heap *h, void *p) {
   scr_segment *seg = _scr_segment_of(p);
   if (SCR_LIKELY(seg == h->last_free_seg && seg != NULL)) {
     uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
-    unsigned tag = seg->page_tag[idx];
+    unsigned tag = scr_seg_tag(seg, idx);
     if (SCR_LIKELY(tag < SCR_CLASS_COUNT && !_scr_block_suspect(seg, idx, p, tag))) {
       _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
       return;

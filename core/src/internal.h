@@ -96,10 +96,17 @@ SCR_INTERNAL void _scr_env_unknown_names(void);
 /* size_class.c */
 SCR_INTERNAL extern const uint32_t _scr_class_sizes[SCR_CLASS_COUNT];
 /* The class of a request n <= SCR_SMALL_MAX (size_class.c: one table,
- * by 16-byte step). */
+ * by 16-byte step), times 4: the low two bits of an entry are 0, so that
+ * an index into an array of 8-byte (or 32-byte) items needs no shift, the
+ * address's scale does it. */
 #define SCR_CLASS_INDEX_LEN (SCR_SMALL_MAX / 16 + 1)
 SCR_INTERNAL extern const uint8_t _scr_class_index[SCR_CLASS_INDEX_LEN];
-static inline unsigned _scr_class_of(size_t n) { return _scr_class_index[(n + 15) >> 4]; }
+static inline unsigned _scr_class_x4(size_t n) {
+  unsigned x = _scr_class_index[(n + 15) >> 4];
+  if (x & 3) __builtin_unreachable();
+  return x;
+}
+static inline unsigned _scr_class_of(size_t n) { return _scr_class_x4(n) >> 2; }
 /* What a realloc from a block of `usable` bytes to n allocates: n, but a
  * block that grows into the medium classes gets the largest one, so that
  * a buffer growing by steps (Python's lists and strings grow by 1/8)
@@ -141,6 +148,27 @@ static inline uintptr_t _scr_segmap_entry(const void *p) {
   struct _scr_segmap_leaf *l = atomic_load_explicit(&_scr_segmap_top[s >> SCR_SEGMAP_LEAF_BITS], memory_order_acquire);
   if (SCR_UNLIKELY(l == NULL)) return 0;
   return atomic_load_explicit(&l->slot[s & ((1u << SCR_SEGMAP_LEAF_BITS) - 1)], memory_order_acquire);
+}
+/* The mark map: one 16-bit word per SCR_SEGMENT_SIZE of the 47-bit user
+ * address space (64 MiB of zero pages until written: a word is written
+ * when a segment is registered), the map_mark of the heap whose segment
+ * starts there, when the mark is below SCR_SEGMAP_NO_MARK, else 0.  A
+ * match with the caller's arena's mark tells the free fast path, in one
+ * load, that p's aligned 4 MiB is a segment header of its own heap, with
+ * no walk of the two levels above (docs/process.md, "Why it is built this
+ * way").  Every other answer goes to the segment map, which is exact. */
+#define SCR_SEGMAP_FAST_BITS (47 - SCR_SEGMENT_SHIFT) /* 25 */
+#define SCR_SEGMAP_NO_MARK 0xFFFFu /* a mark the map never holds */
+SCR_INTERNAL extern uint16_t _scr_segmap_fast[(size_t)1 << SCR_SEGMAP_FAST_BITS];
+/* The mark map's word for p (0 beyond the map). */
+static inline unsigned _scr_segmap_fast_mark(const void *p) {
+  uintptr_t s = (uintptr_t)p >> SCR_SEGMENT_SHIFT;
+  if (SCR_UNLIKELY(s >= ((uintptr_t)1 << SCR_SEGMAP_FAST_BITS))) return 0;
+  return __atomic_load_n(&_scr_segmap_fast[s], __ATOMIC_RELAXED);
+}
+/* The mark map's word for a heap's mark (SCR_SEGMAP_NO_MARK: none fits). */
+static inline unsigned _scr_segmap_fast_of(uintptr_t mark) {
+  return mark != 0 && mark < SCR_SEGMAP_NO_MARK ? (unsigned)mark : SCR_SEGMAP_NO_MARK;
 }
 static inline scr_segment *_scr_segmap_seg(uintptr_t e) { return (scr_segment *)(e & ~(uintptr_t)SCR_SEGMAP_MARK_MASK); }
 static inline uintptr_t _scr_segmap_mark(uintptr_t e) { return e & SCR_SEGMAP_MARK_MASK; }

@@ -152,7 +152,7 @@ static void mark_span(scr_segment *seg, unsigned first, unsigned span, bool cach
   pg->span = (uint8_t)span;
   pg->used = cached ? 0 : 1;
   pg->cached = cached;
-  seg->page_tag[first] = SCR_TAG_OTHER;
+  scr_seg_set_tag(seg, first, SCR_TAG_OTHER);
   for (unsigned i = first + 1; i < first + span; i++) {
     seg->pages[i].kind = SCR_PAGE_TAIL;
     seg->pages[i].head = (uint8_t)first;

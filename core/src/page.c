@@ -24,14 +24,14 @@ void _scr_page_format(scr_page *pg, unsigned cls) {
   pg->in_queue = 0;
   pg->next = pg->prev = NULL;
   pg->start = _scr_page_start(seg, pg);
-  seg->page_tag[first] = (uint8_t)cls;
+  scr_seg_set_tag(seg, first, cls);
   for (unsigned i = first + 1; i < first + span; i++) {
     scr_page *t = &seg->pages[i];
     pg->zero &= t->zero; /* the run reads as zero when all its pages do */
     t->kind = SCR_PAGE_RUN_TAIL;
     t->head = (uint8_t)first;
     t->cls = (uint8_t)cls;
-    seg->page_tag[i] = (uint8_t)cls;
+    scr_seg_set_tag(seg, i, cls);
   }
   SCR_UNPOISON(pg->start, span * SCR_PAGE_SIZE); /* a retained page changing class */
 }

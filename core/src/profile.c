@@ -363,7 +363,7 @@ static scr_page *prof_small_page(const void *p) {
   scr_segment *seg = _scr_segmap_get(p);
   if (seg == NULL || seg->kind != SCR_SEG_NORMAL) return NULL;
   uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
-  unsigned tag = seg->page_tag[idx];
+  unsigned tag = scr_seg_tag(seg, idx);
   return tag < SCR_CLASS_COUNT ? _scr_class_page(seg, idx, tag) : NULL;
 }
 

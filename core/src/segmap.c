@@ -2,7 +2,9 @@
  * the header of the mapping that covers it.  Two levels over a 48-bit
  * address space: 8192 top entries, each a lazily mapped leaf of 8192
  * slots (64 KiB).  Lookups are lock-free and never touch memory that
- * might be unmapped, so any address can be asked about. */
+ * might be unmapped, so any address can be asked about.  Beside it, the
+ * mark map (internal.h), kept with it here: where a segment starts, its
+ * heap's mark, for the free fast path. */
 #include "internal.h"
 
 #define SEG_BITS SCR_SEGMAP_SEG_BITS
@@ -12,6 +14,17 @@
 typedef struct _scr_segmap_leaf leaf;
 
 _Atomic(struct _scr_segmap_leaf *) _scr_segmap_top[SCR_SEGMAP_TOP_SLOTS];
+uint16_t _scr_segmap_fast[(size_t)1 << SCR_SEGMAP_FAST_BITS];
+
+/* The mark map's word for segment number s of the mapping seg marked
+ * mark: the mark where seg starts, 0 in the rest of a longer mapping
+ * (its 4 MiB there hold no header). */
+static void fast_set(uintptr_t s, const scr_segment *seg, uintptr_t mark) {
+  if (s >> SCR_SEGMAP_FAST_BITS) return;
+  unsigned f = _scr_segmap_fast_of(mark);
+  uint16_t v = (s << SCR_SEGMENT_SHIFT) == (uintptr_t)seg && f != SCR_SEGMAP_NO_MARK ? (uint16_t)f : 0;
+  __atomic_store_n(&_scr_segmap_fast[s], v, __ATOMIC_RELEASE);
+}
 
 static leaf *leaf_for(uintptr_t segno, bool create) {
   _Atomic(leaf *) *t = &top[segno >> LEAF_BITS];
@@ -48,6 +61,7 @@ int _scr_segmap_set(uintptr_t base, size_t size, scr_segment *seg, uintptr_t mar
   uintptr_t last = (base + size - 1) >> SCR_SEGMENT_SHIFT;
   for (uintptr_t s = first; s <= last; s++) {
     atomic_store_explicit(&leaf_for(s, false)->slot[s & (LEAF_SLOTS - 1)], (uintptr_t)seg | mark, memory_order_release);
+    fast_set(s, seg, mark);
   }
   return 0;
 }
@@ -58,6 +72,7 @@ void _scr_segmap_clear(uintptr_t base, size_t size) {
   for (uintptr_t s = first; s <= last; s++) {
     leaf *l = leaf_for(s, false);
     if (l) atomic_store_explicit(&l->slot[s & (LEAF_SLOTS - 1)], 0, memory_order_release);
+    fast_set(s, NULL, 0);
   }
 }
 

@@ -63,7 +63,7 @@ static scr_segment *segment_map(scr_heap *h, size_t size, size_t align, scr_segm
   seg->heap = h;
   seg->size = size;
   seg->kind = kind;
-  memset(seg->page_tag, SCR_TAG_OTHER, sizeof seg->page_tag);
+  memset(seg->page_tag4, SCR_TAG_OTHER * 4, sizeof seg->page_tag4);
   link_segment(h, seg);
   if (kind == SCR_SEG_NORMAL) {
     seg->free_mask = ALL_PAGES_MASK;
@@ -166,7 +166,7 @@ scr_segment *_scr_segment_attach(scr_heap *h, scr_segment *seg, size_t new_size)
       split->heap = h;
       split->size = end - t;
       split->kind = SCR_SEG_HUGE;
-      memset(split->page_tag, SCR_TAG_OTHER, sizeof split->page_tag);
+      memset(split->page_tag4, SCR_TAG_OTHER * 4, sizeof split->page_tag4);
       split->huge_offset = SCR_HUGE_OFFSET;
       split->huge_size = split->size - SCR_HUGE_OFFSET;
       _scr_segmap_set(t, split->size, split, h->map_mark); /* its leaves exist */
@@ -384,7 +384,7 @@ static void release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigne
     bool block_start = pg->kind == SCR_PAGE_LARGE;
     memset(pg, 0, sizeof *pg);
     pg->freed_block = block_start;
-    seg->page_tag[i] = SCR_TAG_OTHER;
+    scr_seg_set_tag(seg, i, SCR_TAG_OTHER);
     __atomic_store_n(&seg->slot_limit[i], 0, __ATOMIC_RELAXED);
   }
   SCR_UNPOISON((uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT), (size_t)n << SCR_PAGE_SHIFT);

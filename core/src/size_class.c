@@ -34,9 +34,10 @@ _Static_assert(SCR_MEDIUM_MIN == 20480, "SCR_MEDIUM_FIRST is the class of 20 KiB
  * classes by 16-byte step too (4 KiB of table, of which a program touches
  * the lines of the sizes it asks for): one index, no test on the size on
  * malloc's hit path.
- * BY16(prev, size, c): the requests in (prev, size] are of class c.
+ * BY16(prev, size, c): the requests in (prev, size] are of class c
+ * (stored times 4: internal.h).
  * test_size_classes checks every n. */
-#define BY16(prev, size, c) [(prev) / 16 + 1 ... (size) / 16] = (c)
+#define BY16(prev, size, c) [(prev) / 16 + 1 ... (size) / 16] = (c) * 4
 const uint8_t _scr_class_index[SCR_CLASS_INDEX_LEN] = {
     BY16(0, 16, 0), BY16(16, 32, 1), BY16(32, 48, 2), BY16(48, 64, 3),
     BY16(64, 80, 4), BY16(80, 96, 5), BY16(96, 112, 6), BY16(112, 128, 7),

@@ -128,8 +128,10 @@ typedef struct scr_segment {
    * allocator's recycling of blocks it frees for another arena): a line
    * of its own that changes only when a page changes kind, so that those
    * readers never share a line with the descriptors the owner writes on
-   * every malloc and free.  page_tag[i] == scr_page_tag_of(&pages[i]). */
-  _Alignas(64) uint8_t page_tag[SCR_PAGES_PER_SEGMENT];
+   * every malloc and free.  page_tag4[i] == scr_page_tag_of(&pages[i]) *
+   * 4: times 4, so that an index by tag into an array of 8- or 32-byte
+   * items is scaled in the address, no shift (scr_seg_tag reads it). */
+  _Alignas(64) uint8_t page_tag4[SCR_PAGES_PER_SEGMENT];
   /* For each page of a size class (every page of a medium run): its
    * capacity times the class's slot step (misuse.c), so that
    *   off * magic < slot_limit[i]  <=>  off is a slot the page carved,
@@ -152,10 +154,19 @@ typedef struct scr_segment {
  * more than one by class (the process allocator's free fast path indexes
  * its lists by tag without testing it: process.h). */
 #define SCR_TAG_OTHER SCR_CLASS_COUNT
-_Static_assert(SCR_TAG_OTHER <= 0xFF, "a tag is one byte");
+_Static_assert(SCR_TAG_OTHER * 4 <= 0xFF, "a tag times 4 is one byte");
 static inline uint8_t scr_page_tag_of(const scr_page *pg) {
   if (pg->kind == SCR_PAGE_SMALL || pg->kind == SCR_PAGE_RUN_TAIL) return pg->cls;
   return SCR_TAG_OTHER;
+}
+/* The tag of page i of seg, and its setter. */
+static inline unsigned scr_seg_tag(const scr_segment *seg, uintptr_t i) {
+  unsigned x4 = seg->page_tag4[i];
+  if (x4 & 3) __builtin_unreachable();
+  return x4 >> 2;
+}
+static inline void scr_seg_set_tag(scr_segment *seg, uintptr_t i, unsigned tag) {
+  seg->page_tag4[i] = (uint8_t)(tag * 4);
 }
 
 _Static_assert(sizeof(scr_segment) <= SCR_PAGE_SIZE, "segment header must fit page 0");

@@ -24,7 +24,7 @@ static bool validate(const scr_heap *h) {
       const scr_page *pg = &seg->pages[i];
       bool is_free = (seg->free_mask >> i) & 1;
       if (is_free != (pg->kind == SCR_PAGE_FREE)) FAIL("page %u of %p: free mask disagrees", i, (void *)seg);
-      if (seg->page_tag[i] != scr_page_tag_of(pg)) FAIL("page %u of %p: tag disagrees", i, (void *)seg);
+      if (scr_seg_tag(seg, i) != scr_page_tag_of(pg)) FAIL("page %u of %p: tag disagrees", i, (void *)seg);
       if (is_free) {
         if ((seg->committed_free_mask >> i) & 1) committed += SCR_PAGE_SIZE;
         continue;

@@ -12,10 +12,11 @@
 #include <string.h>
 
 /* core/src/process/process.h (internal, linked in from the static
- * library; its header cannot be included here): the caller's arena, whose
- * first field is its remote stack, and the batch's length. */
+ * library; its header cannot be included here): the caller's arena (the
+ * first field of _scr_tl), whose first field is its remote stack, and the
+ * batch's length. */
 typedef struct scr_arena scr_arena;
-extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("initial-exec")));
+extern __thread struct { scr_arena *arena; unsigned fast; } _scr_tl __attribute__((tls_model("initial-exec")));
 enum { SCR_REMOTE_BATCH = 32 };
 
 enum { N = 100, SIZE = 64, MAX = 8192 };
@@ -46,7 +47,7 @@ static void *freer(void *arg) {
 }
 
 static void test_batches_and_the_owner_takes_them_before_a_new_page(void) {
-  scr_arena *mine = _scr_tl_arena;
+  scr_arena *mine = _scr_tl.arena;
   CHECK(mine != NULL);
   /* blocks of SIZE until one ends a 64 KiB page: that page (the class's
    * first) is carved to its end, and the next malloc would take a page */

@@ -44,6 +44,7 @@ static scr_arena *proc_arena_new(void) {
    * caches and go to their heaps, malloc.c's slow side). */
   uintptr_t mark = (uintptr_t)a->id + 1 <= SCR_SEGMAP_MARK_MASK ? (uintptr_t)a->id + 1 : 0;
   a->own_mark = mark != 0 ? mark : UINTPTR_MAX;
+  a->own_fast = _scr_segmap_fast_of(mark);
   _scr_heap_set_owner(h, a, mark);
   _scr_heap_set_hooks(h, &a->hooks);
   scr_heap_stats(h, &a->snap);
@@ -96,7 +97,7 @@ static void proc_adopt(scr_arena *a, unsigned poisoned) {
   a->discarded = 0;
   a->trim_seen = atomic_load_explicit(&P->trim_epoch, memory_order_relaxed);
   if (poisoned) _scr_arena_unpoison(a);
-  _scr_tl_arena = a;
+  _scr_tl_set(a);
   SCR_PC_ADD(claims, 1);
   _scr_remote_poll(a);
   _scr_decay_keep_update(a);

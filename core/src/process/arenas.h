@@ -59,7 +59,7 @@ SCR_INTERNAL bool _scr_proc_validate_locked(void);
 
 /* arena.c */
 /* A thread takes an arena (a parked one, or a new one) as its own
- * (_scr_tl_arena).  *alone: no other thread held an arena.  NULL (errno
+ * (_scr_tl.arena).  *alone: no other thread held an arena.  NULL (errno
  * ENOMEM) when none can be had.  The caller sets its cache (holder.c). */
 SCR_INTERNAL scr_arena *_scr_arena_claim(bool *alone);
 /* The holder gives a up, its cache and batches already flushed; true when

@@ -17,7 +17,7 @@ static bool holder_key_ok;
 
 static void holder_thread_exit(void *arg) {
   scr_arena *a = arg;
-  if (_scr_tl_arena == a) _scr_tl_arena = NULL;
+  if (_scr_tl.arena == a) _scr_tl_set(NULL);
   _scr_holder_park(a);
 }
 

@@ -52,11 +52,11 @@ static __attribute__((noinline)) void *proc_malloc_general(scr_arena *a, size_t 
  * free's, below), a block of the arena's own page of a class below the
  * medium ones, a free slot, or carved when the pool holds none of the
  * class (proc_malloc_general takes the same block).  The fast path hands
- * over the class it looked up rather than the size, so the class is not
+ * over the class it looked up (times 4) rather than the size, so the class is not
  * looked up twice (a program that mallocs runs of blocks longer than a
  * list comes here for every other malloc). */
-static __attribute__((noinline)) void *proc_malloc_slow(scr_arena *a, uintptr_t at, size_t n) {
-  unsigned c = (unsigned)(at / sizeof(scr_recycled));
+static __attribute__((noinline)) void *proc_malloc_slow(size_t n, scr_arena *a, uintptr_t x4) {
+  unsigned c = (unsigned)(x4 / 4);
   scr_page *pg = a->heap->queue[c];
   if (SCR_LIKELY(c < SCR_MEDIUM_FIRST && pg != NULL) &&
       (pg->free != NULL || (pg->capacity < pg->reserved && _scr_pool_empty(c)))) {
@@ -88,7 +88,7 @@ static __attribute__((noinline)) void *proc_sampled(scr_arena *a, void *p, size_
 
 /* scr_malloc's countdown ran out at a small request: a block of a's own
  * heap, whose pages only a's holder carves (see proc_sampled). */
-static __attribute__((noinline)) void *proc_malloc_sampled(scr_arena *a, size_t n, const void *caller) {
+static __attribute__((noinline)) void *proc_malloc_sampled(size_t n, scr_arena *a, const void *caller) {
   void *p = _scr_small_alloc(a->heap, _scr_class_of(n));
   _scr_holder_tick(a);
   return proc_sampled(a, p, n, caller);
@@ -97,7 +97,7 @@ static __attribute__((noinline)) void *proc_malloc_sampled(scr_arena *a, size_t 
 /* scr_malloc of a large block, or before the thread holds an arena. */
 static __attribute__((noinline)) void *proc_malloc_other(scr_arena *a, size_t n, const void *caller) {
   void *p = proc_malloc_general(a, n);
-  a = _scr_tl_arena;
+  a = _scr_tl.arena;
   if (a != NULL && _scr_prof_due(&a->prof, n)) return proc_sampled(a, p, n, caller);
   return p;
 }
@@ -109,27 +109,25 @@ static __attribute__((noinline)) void *proc_malloc_other(scr_arena *a, size_t n,
  * unaligned, an unrelated change took bench/proc_pairs.c's 64-B pair from
  * 13.4 to 14.8 ns and back (8-10 interleaved rounds each). */
 __attribute__((aligned(64))) void *scr_malloc(size_t n) {
-  scr_arena *a = _scr_tl_arena;
-  if (SCR_LIKELY(a != NULL && n <= SCR_SMALL_MAX)) {
-    /* the class's list at a's address plus this offset, in a register of
-     * its own, which the slow side takes for the class: the list's
-     * accesses take both in their address, and neither the class nor the
-     * list's address is copied (three instructions fewer) */
-    uintptr_t at = (uintptr_t)_scr_class_of(n) * sizeof(scr_recycled);
-    __asm__("" : "+r"(at));
-    if (_scr_prof_due(&a->prof, n)) return proc_malloc_sampled(a, n, __builtin_return_address(0));
-    void *p = _scr_recycle_take_at(a, at);
+  scr_tl *t = &_scr_tl;
+  if (SCR_LIKELY(n < t->small_end)) { /* (then t->arena is not NULL) */
+    scr_arena *a = t->arena;
+    /* the class times 4, which the slow side takes: the list's address
+     * scales it by 8 (internal.h: _scr_class_x4) */
+    uintptr_t x4 = _scr_class_x4(n);
+    if (_scr_prof_due(&a->prof, n)) return proc_malloc_sampled(n, a, __builtin_return_address(0));
+    void *p = _scr_recycle_take_at(a, x4 * (sizeof(scr_recycled) / 4));
     if (SCR_LIKELY(p != NULL)) return p; /* no tick: the heap did not change */
-    return proc_malloc_slow(a, at, n);
+    return proc_malloc_slow(n, a, x4);
   }
-  return proc_malloc_other(a, n, __builtin_return_address(0));
+  return proc_malloc_other(t->arena, n, __builtin_return_address(0));
 }
 
 void *scr_calloc(size_t count, size_t size) {
   /* A block of the thread's cache, zeroed, as malloc's fast path would
    * give (the heap's path below, where that list is empty, skips the
    * memset for a block carved from a fresh page). */
-  scr_arena *a = _scr_tl_arena;
+  scr_arena *a = _scr_tl.arena;
   size_t n;
   if (SCR_LIKELY(a != NULL) && !__builtin_mul_overflow(count, size, &n) && n <= SCR_SMALL_MAX) {
     void *p = _scr_recycle_take(a, _scr_class_of(n));
@@ -206,27 +204,25 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
   _scr_remote_push(o, p);
 }
 
-/* The slow side of a free the thread's cache refused, with what the fast
- * path found (p's segment map entry e, the caller's arena a, p's page
- * index idx in its segment and the page's tag): the common case first,
- * with few registers, the thread's own block of a class whose list never
- * grows, refused because the list is full, goes to its page.  A program
- * that frees runs of blocks longer than a list (Python's containers: half
- * its frees came here) took proc_free_general's checks for each: a run of
- * 2,000 blocks of 48 B took 139 instructions a free (cachegrind), twice
- * tcmalloc's. */
-static __attribute__((noinline)) void proc_free_refused(void *p, uintptr_t e, scr_arena *a) {
+/* The slow side of a free the thread's cache refused because the list
+ * of p's class is full, p a block of a's own heap (the mark map said so,
+ * or proc_free_other): the common case first, with few registers, a class
+ * whose list never grows goes to its page.  A program that frees runs of
+ * blocks longer than a list (Python's containers: half its frees came
+ * here) took proc_free_general's checks for each: a run of 2,000 blocks
+ * of 48 B took 139 instructions a free (cachegrind), twice tcmalloc's. */
+static __attribute__((noinline)) void proc_free_refused(void *p, scr_arena *a) {
+  scr_segment *seg = _scr_segment_of(p);
   uintptr_t idx;
-  unsigned tag = _scr_block_tag(_scr_segmap_seg(e), p, &idx);
-  uintptr_t mark = _scr_segmap_mark(e);
-  if (SCR_LIKELY(mark == a->own_mark && tag < SCR_GROW_FIRST)) {
+  unsigned tag = _scr_block_tag(seg, p, &idx);
+  if (SCR_LIKELY(tag < SCR_GROW_FIRST)) {
     /* a full list grows to the thread's runs (recycle.c), within its budget */
-    if (_scr_recycle_grow(a, tag) && _scr_recycle_put(a, _scr_segmap_seg(e), idx, tag, p)) return;
-    _scr_small_free(a->heap, _scr_class_page(_scr_segmap_seg(e), idx, tag), p);
+    if (_scr_recycle_grow(a, tag) && _scr_recycle_put(a, seg, idx, tag, p)) return;
+    _scr_small_free(a->heap, _scr_class_page(seg, idx, tag), p);
     _scr_holder_tick(a);
     return;
   }
-  proc_free_general(p, e, a);
+  proc_free_general(p, _scr_segmap_entry(p), a);
 }
 
 /* The slow side of a free of another arena's block p (a slot its page
@@ -249,39 +245,69 @@ static __attribute__((noinline)) void proc_free_foreign(void *p, uintptr_t e, sc
   proc_free_general(p, e, a);
 }
 
-/* The fast path, onto the thread's cache, needs no stack frame (as
- * malloc's) and starts a cache line.  NULL finds no segment and goes to
- * the slow side. */
-__attribute__((aligned(64))) void scr_free(void *p) {
+/* The slow side of a free whose block the mark map does not give to the
+ * caller's arena a (a may be NULL): the segment map's entry tells another
+ * arena's block (proc_free_foreign), the arena's own block of a mark the
+ * mark map cannot hold (as the fast path), and the rest
+ * (proc_free_general: NULL, large and huge blocks, a heap the program
+ * made, misuse). */
+static __attribute__((noinline)) void proc_free_other(void *p, scr_arena *a) {
   uintptr_t e = _scr_segmap_entry(p);
   scr_segment *seg = _scr_segmap_seg(e);
-  scr_arena *a = _scr_tl_arena;
   if (SCR_LIKELY(seg != NULL && a != NULL)) {
     uintptr_t idx;
     unsigned tag = _scr_block_tag(seg, p, &idx);
-    /* The list of the tag (SCR_TAG_OTHER's: no room, a test no address
-     * passes) at a's address plus this offset, held in a register: every
-     * access to the list then takes both in its address, no addition
-     * (left free, the compiler computed the list's address, then again
-     * for the push: four instructions more). */
-    uintptr_t at = (uintptr_t)tag * sizeof(scr_recycled);
-    __asm__("" : "+r"(at));
-    scr_recycled *r = (scr_recycled *)((char *)a->rc + at);
-    uint64_t key = _scr_misuse.key;
-    if (SCR_UNLIKELY(_scr_proc_block_suspect_r(seg, p, idx, r, key))) return proc_free_general(p, e, a);
-    /* the thread's own block: no other thread frees it but by a misuse
-     * (another arena's block is claimed first, proc_free_foreign) */
-    if (SCR_UNLIKELY(_scr_segmap_mark(e) != a->own_mark)) return proc_free_foreign(p, e, a, r);
-    if (SCR_LIKELY(r->room != 0)) {
+    scr_recycled *r = &a->rc[tag];
+    if (SCR_LIKELY(!_scr_proc_block_suspect_r(seg, p, idx, r, _scr_misuse.key))) {
+      if (_scr_segmap_mark(e) != a->own_mark) return proc_free_foreign(p, e, a, r);
+      if (r->room == 0) return proc_free_refused(p, a);
 #if SCR_DEBUG > 0
       if (_scr_recycle_refused(r, seg, idx, tag, p)) return;
 #endif
-      _scr_recycle_push_key(r, tag, p, key);
+      _scr_recycle_push(r, tag, p);
       return;
     }
-    return proc_free_refused(p, e, a);
   }
   proc_free_general(p, e, a);
+}
+
+/* A free the fast path's misuse screen stopped (proc_free_general says
+ * what it is). */
+static __attribute__((noinline)) void proc_free_suspect(void *p, scr_arena *a) {
+  proc_free_general(p, _scr_segmap_entry(p), a);
+}
+
+/* The fast path, onto the thread's cache, needs no stack frame (as
+ * malloc's) and starts a cache line.  Its first test is the mark map's
+ * (internal.h): p lies in a segment of the caller's arena, whose header
+ * is then p's aligned 4 MiB; NULL, another arena's block and everything
+ * else go to proc_free_other. */
+__attribute__((aligned(64))) void scr_free(void *p) {
+  scr_tl *t = &_scr_tl;
+  if (SCR_LIKELY(_scr_segmap_fast_mark(p) == t->fast)) { /* (then t->arena is not NULL) */
+    scr_arena *a = t->arena;
+    scr_segment *seg = _scr_segment_of(p);
+    uintptr_t idx;
+    uintptr_t x4 = _scr_block_tag_x4(seg, p, &idx);
+    unsigned tag = (unsigned)(x4 / 4);
+    /* The list of the tag (SCR_TAG_OTHER's: no room, a test no address
+     * passes): the address scales the tag times 4 by 8. */
+    scr_recycled *r = (scr_recycled *)((char *)a->rc + x4 * (sizeof(scr_recycled) / 4));
+    uint64_t key = _scr_misuse.key;
+    if (SCR_UNLIKELY(_scr_proc_block_suspect_r(seg, p, idx, r, key))) return proc_free_suspect(p, a);
+    if (SCR_LIKELY(_scr_recycle_take_room(r))) {
+#if SCR_DEBUG > 0
+      if (_scr_recycle_refused(r, seg, idx, tag, p)) {
+        r->room++; /* (its room back) */
+        return;
+      }
+#endif
+      _scr_recycle_link_key(r, tag, p, key);
+      return;
+    }
+    return proc_free_refused(p, a);
+  }
+  proc_free_other(p, t->arena);
 }
 
 /* call: the name the misuse line gives (malloc_usable_size under
@@ -338,7 +364,7 @@ size_t scr_trim(void) {
   _scr_proc_init();
   scr_proc *P = &_scr_proc;
   size_t n = 0;
-  scr_arena *a = _scr_tl_arena;
+  scr_arena *a = _scr_tl.arena;
   /* Threads holding arenas trim theirs at their next tick (every 32
    * calls that reach their heaps): their heaps are theirs alone. */
   uint64_t epoch = atomic_fetch_add_explicit(&P->trim_epoch, 1, memory_order_relaxed) + 1;

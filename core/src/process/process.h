@@ -144,6 +144,7 @@ typedef struct scr_arena {
   uint64_t snap_drained;            /* remote_drained as of the last publish */
   uint64_t snap_sent;               /* remote_sent as of the last publish */
   uintptr_t own_mark;               /* its segments' mark in the segment map (UINTPTR_MAX: none) */
+  unsigned own_fast;                /* its mark in the mark map (SCR_SEGMAP_NO_MARK: none fits) */
   uint64_t cache_grown;             /* bytes its lists' caps grew past their base (recycle.c) (holder) */
   scr_prof_countdown prof;          /* the sampler's countdown of scr_malloc & co. (holder; profile.c) */
   /* Recycled blocks per class (holder).  On a line boundary, so that no
@@ -207,7 +208,24 @@ typedef struct scr_proc {
 } scr_proc;
 
 SCR_INTERNAL extern scr_proc _scr_proc;
-SCR_INTERNAL extern __thread scr_arena *_scr_tl_arena __attribute__((tls_model("initial-exec")));
+/* The calling thread's arena (NULL: none yet, or parked at its exit)
+ * and that arena's word in the mark map (internal.h; SCR_SEGMAP_NO_MARK
+ * with none), side by side: the free fast path compares p's word with
+ * `fast` before it reads the arena, one thread-local address for all.
+ * Set by _scr_tl_set only. */
+typedef struct scr_tl {
+  scr_arena *arena;
+  unsigned fast;
+  /* SCR_SMALL_MAX + 1 with an arena, else 0: malloc's one test, n below
+   * it, says both that n is small and that there is an arena */
+  size_t small_end;
+} scr_tl;
+SCR_INTERNAL extern __thread scr_tl _scr_tl __attribute__((tls_model("initial-exec")));
+static inline void _scr_tl_set(scr_arena *a) {
+  _scr_tl.arena = a;
+  _scr_tl.fast = a != NULL ? a->own_fast : SCR_SEGMAP_NO_MARK;
+  _scr_tl.small_end = a != NULL ? SCR_SMALL_MAX + 1 : 0;
+}
 
 /* Cumulative counters, updated with relaxed atomics. */
 #define SCR_PROC_COUNTERS(X)                                                   \
@@ -282,7 +300,12 @@ static inline void _scr_proc_init(void) {
  * segment's tags are all OTHER, whichever 4 MiB of it p lies in. */
 static inline unsigned _scr_block_tag(const scr_segment *seg, const void *p, uintptr_t *idx) {
   *idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
-  return seg->page_tag[*idx];
+  return scr_seg_tag(seg, *idx);
+}
+/* The same, the tag times 4 (types.h: page_tag4). */
+static inline unsigned _scr_block_tag_x4(const scr_segment *seg, const void *p, uintptr_t *idx) {
+  *idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
+  return seg->page_tag4[*idx];
 }
 /* misuse.c: bad pointers given to free, realloc & co. */
 SCR_INTERNAL int _scr_proc_classify(const void *p, uintptr_t e);

@@ -42,7 +42,7 @@ void _scr_remote_push(scr_arena *a, void *p) {
   /* free (core/src/misuse.c): the key marks it in a batch and on the stack
    * alike, so that a second free of it is found; a large block ignores it */
   _scr_block_set_word1(p, _scr_misuse.key);
-  scr_arena *me = _scr_tl_arena;
+  scr_arena *me = _scr_tl.arena;
   uint64_t n;
   if (SCR_LIKELY(me != NULL)) {
     n = ++me->remote_sent; /* counted by the pusher: no atomic on the line every pusher writes */

@@ -17,7 +17,7 @@ scr_proc _scr_proc = {
     .helper_cv = PTHREAD_COND_INITIALIZER,
 };
 scr_proc_counters _scr_pc;
-__thread scr_arena *_scr_tl_arena __attribute__((tls_model("initial-exec")));
+__thread scr_tl _scr_tl __attribute__((tls_model("initial-exec"))) = {NULL, SCR_SEGMAP_NO_MARK, 0};
 
 static pthread_mutex_t proc_init_lock = PTHREAD_MUTEX_INITIALIZER;
 

@@ -26,7 +26,7 @@ static void proc_stats_add(struct scr_stats *sum, const struct scr_stats *st) {
 
 /* The caller's own arena first gets a fresh snapshot. */
 static void proc_refresh_own(void) {
-  scr_arena *me = _scr_tl_arena;
+  scr_arena *me = _scr_tl.arena;
   if (me) {
     _scr_remote_poll(me);
     _scr_holder_publish(me);

@@ -461,16 +461,7 @@ void *_scr_heap_realloc(scr_heap *h, void *p, size_t n) {
     return NULL;
   }
   size_t usable = block_usable(seg, p);
-  /* Stay in place while the block fits and is not more than twice what is
-   * needed (then a smaller block gives the memory back), or is a medium
-   * one asked for a medium size: a buffer growing into the medium classes
-   * gets the largest (_scr_realloc_size), and its next steps (a quarter
-   * or an eighth more each) would otherwise move it back down and up
-   * again (Python's json.dumps: 20 -> 64 -> 28 -> 64 KiB, three moves a
-   * call).  The price: a medium request that shrinks such a block keeps
-   * its 64 KiB, at most 44 KiB more than the request's class. */
-  bool medium = n >= SCR_MEDIUM_MIN && usable <= SCR_SMALL_MAX;
-  if (n <= usable && (usable <= 64 || n > usable / 2 || medium)) return p;
+  if (_scr_realloc_stays(usable, n)) return p;
   if (n > usable && usable > SCR_SMALL_MAX) {
     void *q = _scr_large_realloc_inplace(h, seg, p, n);
     if (q) return q;

@@ -115,6 +115,19 @@ static inline unsigned _scr_class_of(size_t n) { return _scr_class_x4(n) >> 2; }
 static inline size_t _scr_realloc_size(size_t usable, size_t n) {
   return n > usable && n >= SCR_MEDIUM_MIN && n <= SCR_SMALL_MAX ? SCR_SMALL_MAX : n;
 }
+/* A realloc of a block of `usable` bytes to n (0 < n) keeps it in place:
+ * it fits and is not more than twice what is needed (then a smaller block
+ * gives the memory back), or it is a medium one asked for a medium size:
+ * a buffer growing into the medium classes gets the largest
+ * (_scr_realloc_size), and its next steps (a quarter or an eighth more
+ * each) would otherwise move it back down and up again (Python's
+ * json.dumps: 20 -> 64 -> 28 -> 64 KiB, three moves a call).  The price:
+ * a medium request that shrinks such a block keeps its 64 KiB, at most
+ * 44 KiB more than the request's class. */
+static inline bool _scr_realloc_stays(size_t usable, size_t n) {
+  bool medium = n >= SCR_MEDIUM_MIN && usable <= SCR_SMALL_MAX;
+  return n <= usable && (usable <= 64 || n > usable / 2 || medium);
+}
 /* Pages in a page of class c: 1, or SCR_MEDIUM_SPAN for a medium class. */
 static inline unsigned _scr_class_span(unsigned c) { return c >= SCR_MEDIUM_FIRST ? SCR_MEDIUM_SPAN : 1; }
 /* The index of the first page of the page of class c that holds page idx

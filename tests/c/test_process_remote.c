@@ -82,6 +82,37 @@ static void test_batches_and_the_owner_takes_them_before_a_new_page(void) {
   CHECK(scr_process_validate() == SCR_OK);
 }
 
+/* Another thread's realloc of the main arena's block: in place while it
+ * fits (no heap of the owner changes), moved into its own arena when it
+ * grows. */
+static void *reallocer(void *arg) {
+  char **b = arg;
+  scr_free(scr_malloc(SIZE)); /* an arena of its own */
+  struct scr_process_stats ps;
+  scr_process_stats(&ps);
+  uint64_t moves = ps.realloc_moves;
+  char *same = scr_realloc(b[0], 90);   /* 112 B usable: fits */
+  char *moved = scr_realloc(b[1], 4000);
+  CHECK(same == b[0]);
+  CHECK(moved != NULL && moved != b[1]);
+  CHECK(same[0] == 1 && same[89] == 1 && moved[0] == 2 && moved[99] == 2);
+  scr_process_stats(&ps);
+  CHECK_EQ(ps.realloc_moves, moves + 1);
+  b[1] = moved;
+  return NULL;
+}
+
+static void test_realloc_of_another_arenas_block(void) {
+  char *b[2] = {memset(scr_malloc(100), 1, 100), memset(scr_malloc(100), 2, 100)};
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, reallocer, b) == 0);
+  pthread_join(t, NULL);
+  CHECK(scr_heap_of(b[0], NULL) != scr_heap_of(b[1], NULL));
+  scr_free(b[0]);
+  scr_free(b[1]);
+  CHECK(scr_process_validate() == SCR_OK);
+}
+
 int main(void) {
   /* every malloc and free goes to the heap (no thread cache), no
    * discarding */
@@ -89,5 +120,6 @@ int main(void) {
   scr_process_option_set("discard", "0");
   scr_free(scr_malloc(1)); /* the main thread's arena */
   TEST(test_batches_and_the_owner_takes_them_before_a_new_page);
+  TEST(test_realloc_of_another_arenas_block);
   return check_done();
 }

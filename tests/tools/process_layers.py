@@ -53,7 +53,7 @@ CORE_ALLOWED = {
     "_scr_segmap_entry": "owner", "_scr_segmap_seg": "owner", "_scr_segmap_mark": "owner",
     "_scr_segmap_fast_mark": "owner", "_scr_segmap_fast_of": "owner", "_scr_segment_of": "owner",
     "_scr_heap_of": "owner", "_scr_heap_owner": "owner", "scr_segment.heap": "owner",
-    "scr_segment.kind": "owner", "scr_segment.page_tag4": "owner", "scr_seg_tag": "owner", "scr_segment.pages": "owner",
+    "scr_segment.kind": "owner", "scr_segment.page_tag4": "owner", "scr_segment.pages": "owner",
     "scr_page.kind": "owner",
     # is the pointer a live block: the misuse screen and the classifier
     "_scr_misuse": "misuse", "_scr_misuse_init": "misuse", "_scr_misuse_what": "misuse",
@@ -61,7 +61,7 @@ CORE_ALLOWED = {
     "_scr_block_word1": "misuse", "_scr_block_set_word1": "misuse",
     # size classes
     "_scr_class_sizes": "classes", "_scr_class_of": "classes", "_scr_class_x4": "classes", "_scr_class_first": "classes",
-    "_scr_realloc_size": "classes",
+    "_scr_realloc_size": "classes", "_scr_realloc_stays": "classes",
     # set up an arena's heap: hooks, owner, what it keeps
     "_scr_heap_set_hooks": "setup", "_scr_heap_set_owner": "setup", "_scr_heap_set_retain_bytes": "setup",
     # give back pages: a heap's interior pages, a detached huge segment

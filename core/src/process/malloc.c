@@ -337,12 +337,18 @@ void *scr_realloc(void *p, size_t n) {
     _scr_holder_tick(a);
     return q ? PROC_COUNTED(a, q, n) : NULL;
   }
-  /* A block of another arena: move it into ours. */
+  /* A block of another arena: it stays where it fits (as the arena's own
+   * would: no heap changes; any thread may free it later), else it moves
+   * into ours. */
   if (n == 0) {
     scr_free(p);
     return NULL;
   }
   size_t old = proc_heap_usable_size(h, p);
+  if (_scr_realloc_stays(old, n)) {
+    _scr_prof_free(p); /* (counted anew, as in place above) */
+    return PROC_COUNTED(a, p, n);
+  }
   void *q = scr_malloc(_scr_realloc_size(old, n));
   if (q == NULL) return NULL;
   memcpy(q, p, old < n ? old : n);

@@ -128,8 +128,6 @@ enum scr_option_scope { SCR_SCOPE_HEAP = 1, SCR_SCOPE_PROCESS = 2, SCR_SCOPE_BOT
     "first delay before a parked arena is discarded")                          \
   E(X, PROCESS, uint64_t, discard_delay_max_ms, 10000, 0, 3600000, "",          \
     "cap of the doubling delay")                                               \
-  E(X, PROCESS, uint64_t, lend, 1, 0, 1, "",                                    \
-    "a thread about to carve fresh memory for a size class first takes that class's free slots from a parked arena: 0 off, 1 on") \
   E(X, PROCESS, uint64_t, pool, 1, 0, 1, "",                                    \
     "full cache lists hand other arenas' blocks to a process-wide pool per size class, for threads whose lists run empty: 0 off (they go home), 1 on") \
   E(X, PROCESS, uint64_t, cache_bytes, 16384, 0, (uint64_t)1 << 20, "",         \
@@ -382,7 +380,6 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(parks, "arenas parked at thread exit (cumulative)")                         \
   X(pool_puts, "batches of other arenas' blocks that full thread caches gave the pool (cumulative)") \
   X(pool_takes, "batches that threads with an empty cache took from the pool (cumulative)") \
-  X(lends, "thread caches filled with a parked arena's free slots instead of fresh memory (cumulative)") \
   X(cache_grows, "blocks by which threads' full cache lists grew within cache_grow (cumulative)") \
   X(remote_frees, "blocks freed by another thread than their arena's")          \
   X(remote_pending, "remote frees not yet taken by their arena")                \

@@ -41,7 +41,6 @@
 #include "process/remote.c"
 #include "process/pool.c"
 #include "process/recycle.c"
-#include "process/lend.c"
 #include "process/holder.c"
 /* entry */
 #include "process/malloc.c"

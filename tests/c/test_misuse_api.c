@@ -266,7 +266,7 @@ static void process_options_out_of_range(void) {
   uint64_t before = scr_process_option_get("discard");
   CHECK_EQ(scr_process_option_set("discard", "18446744073709551615"), SCR_EINVAL);
   CHECK_EQ(scr_process_option_get("discard"), before);
-  CHECK_EQ(scr_process_option_set("lend", "2"), SCR_EINVAL); /* above its maximum, 1 */
+  CHECK_EQ(scr_process_option_set("pool", "2"), SCR_EINVAL); /* above its maximum, 1 */
   CHECK_EQ(scr_process_option_set("stats", "json"), SCR_OK);
   CHECK_EQ(scr_process_option_get("stats"), 3);
   CHECK_EQ(scr_process_option_set("stats", "0"), SCR_OK);

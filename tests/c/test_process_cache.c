@@ -296,8 +296,7 @@ static void test_short_lists_leave_long_batches(void) {
   for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
   /* A thread with no lists among parked arenas with free slots of the
    * class: its blocks are written and freed intact (the checked builds'
-   * validators and ASan watch; no count to assert: lend.c's early return
-   * for a list of none saves a borrow that would take nothing). */
+   * validators and ASan watch). */
   CHECK(scr_process_option_set("cache_max", "0") == SCR_OK);
   run_thread(taker, (void *)256);
   CHECK(scr_process_option_set("cache_max", "64K") == SCR_OK);

@@ -1,7 +1,7 @@
 /* Seeded random runs of the process allocator with its policies mixed.
  * Each round, in a child process of its own, draws a set of options
- * (cache sizes and growth, lending, the pool, discards with short delays
- * and poison, the retain budget), then runs a churn of threads that malloc,
+ * (cache sizes and growth, the pool, discards with short delays and
+ * poison, the retain budget), then runs a churn of threads that malloc,
  * calloc, aligned_alloc, realloc (sometimes to zero bytes) and free, hand
  * blocks to each other through a shared array, leave blocks behind when
  * they exit, sleep (so that they block, as threads that take turns do), and free sets
@@ -278,7 +278,6 @@ static const option_draw draws[] = {
     {"cache_medium", {"0", "2", "8"}},
     {"cache_max", {"0", "1024", "4096", "65536"}},
     {"cache_grow", {"0", "65536", "2M", "64M"}},
-    {"lend", {"0", "1"}},
     {"pool", {"0", "1"}},
     {"discard", {"0", "1", "2"}},
     {"discard_delay_ms", {"0", "1", "5", "20"}},
@@ -450,12 +449,12 @@ static int round_body(uint64_t seed) {
             (unsigned long long)st.allocs, (unsigned long long)st.large_allocs,
             (unsigned long long)ps.remote_pending, (unsigned long long)ps.foreign_frees);
   if (getenv("SCR_FUZZ_VERBOSE"))
-    printf("  seed %llu:%s\n    %llu claims, %llu parks, %llu lends, %llu pool takes, %llu cache grows, "
+    printf("  seed %llu:%s\n    %llu claims, %llu parks, %llu pool takes, %llu cache grows, "
            "%llu remote frees, %llu discards, %llu "
            "realloc moves, %u forks, %llu KiB given back inside free slots, %llu huge blocks reused, %llu trims asked\n",
            (unsigned long long)seed, opts, (unsigned long long)ps.claims, (unsigned long long)ps.parks,
-           (unsigned long long)ps.lends, (unsigned long long)ps.pool_takes,
-           (unsigned long long)ps.cache_grows, (unsigned long long)ps.remote_frees, (unsigned long long)ps.discards,
+           (unsigned long long)ps.pool_takes, (unsigned long long)ps.cache_grows,
+           (unsigned long long)ps.remote_frees, (unsigned long long)ps.discards,
            (unsigned long long)ps.realloc_moves, forks_done, (unsigned long long)(ps.interior_bytes >> 10),
            (unsigned long long)ps.huge_cache_hits, (unsigned long long)ps.trim_answers);
   return ok ? 0 : 1;

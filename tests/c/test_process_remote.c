@@ -150,10 +150,9 @@ static void test_cached_blocks_go_home_by_owner(void) {
 }
 
 int main(void) {
-  /* every malloc and free goes to the heap (no thread cache), no lending
-   * or discarding */
+  /* every malloc and free goes to the heap (no thread cache), no
+   * discarding */
   scr_process_option_set("cache_max", "0");
-  scr_process_option_set("lend", "0");
   scr_process_option_set("discard", "0");
   scr_free(scr_malloc(1)); /* the main thread's arena */
   TEST(test_remote_frees_wait_until_the_owner_takes_a_page);

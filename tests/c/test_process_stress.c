@@ -552,11 +552,10 @@ static void test_kept_block_use_after_free(void) {
 #endif
 
 /* Threads that finish one after another: each holds an arena from the
- * start, and thread k grows only once thread k-1 has exited, so it finds
- * k-1's parked arena with half its blocks freed and borrows its slots
- * (lend.c), while the main thread frees what earlier threads left (remote
- * frees into arenas that are parked, drained, or lent from).  Cookies
- * checked; every block comes back. */
+ * start, and thread k grows only once thread k-1 has exited, while the
+ * main thread frees what k-1 left (remote frees into an arena that is
+ * parked, and drained by the pusher).  Cookies checked; every block
+ * comes back. */
 enum { CHAIN = 6, CHAIN_BLOCKS = 24576 }; /* ~3 MiB of 16-255 B blocks per thread */
 static void *chain_kept[CHAIN][CHAIN_BLOCKS];
 static pthread_barrier_t chain_hold;
@@ -603,18 +602,18 @@ static void chain_run(struct scr_process_stats *ps0, struct scr_process_stats *p
   CHECK(scr_process_validate() == SCR_OK);
 }
 
-/* The growing threads take the finished ones' freed slots; every block
- * comes back, cookies intact. */
-static void test_lend_chain(void) {
+/* The main thread's frees reach the finished threads' parked arenas;
+ * every block comes back, cookies intact. */
+static void test_parked_chain(void) {
   struct scr_process_stats ps0, ps1;
   chain_run(&ps0, &ps1);
-  CHECK(ps1.lends > ps0.lends);
+  CHECK(ps1.parked_drains > ps0.parked_drains);
 }
 
 /* The parked list under load: waves of short-lived threads that allocate,
  * free half and exit (parks, claims), while long-lived threads swap blocks
- * through a shared array (frees of parked arenas' blocks: drains), grow
- * (lends), and the discard helper runs with a short delay.  The
+ * through a shared array (frees of parked arenas' blocks: drains) and
+ * grow, and the discard helper runs with a short delay.  The
  * process validator checks the list (no cycle, counts, states) at every
  * park, claim and return of a borrowed arena in checked builds; cookies
  * are checked before every free. */
@@ -763,7 +762,7 @@ int main(void) {
   scr_process_option_set("discard_delay_ms", "10000");
   TEST(test_api_edges);
   TEST(test_first_call_claims_an_arena);
-  TEST(test_lend_chain);
+  TEST(test_parked_chain);
   TEST(test_shared_array);
   TEST(test_producer_consumer);
   TEST(test_thread_churn);

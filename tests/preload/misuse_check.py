@@ -69,9 +69,9 @@ def environment_checks(exe, lib):
     check("unknown-name", sorted(err) == sorted([
         "scralloc: ignoring SCRALLOC_RETAN (no such option; the closest is SCRALLOC_RETAIN)",
         "scralloc: ignoring SCRALLOC_ON_EROR (no such option; the closest is SCRALLOC_ON_ERROR)"]), p)
-    # options of mechanisms taken out (issue #30) are unknown names now
+    # options of mechanisms taken out (issue #30; LEND, lending) are unknown names now
     removed = ["HOLD", "HUGEPAGE_AFTER", "SWITCH_BYTES", "PREFAULT", "PREFAULT_AFTER", "PREFAULT_STEP",
-               "PREFAULT_BUDGET", "SHARE", "SHARE_HOT", "SHARE_CONTENDED"]
+               "PREFAULT_BUDGET", "SHARE", "SHARE_HOT", "SHARE_CONTENDED", "LEND"]
     p, _ = run(exe, lib, "clean", {f"SCRALLOC_{n}": "1" for n in removed})
     err = p.stderr.splitlines()
     check("removed-names-unknown", len(err) == len(removed) and all(

@@ -42,11 +42,10 @@ CORE_ALLOWED = {
     # points without the API's checks (process.h's proc_heap_*)
     "_scr_heap_malloc": "entry", "_scr_heap_free_block": "entry", "_scr_heap_realloc": "entry",
     "_scr_heap_usable_size": "entry",
-    # take a block of a class: the fast paths of malloc.c and lend.c, and
-    # the class queue's first page with its free list and bump index
+    # take a block of a class: the fast paths of malloc.c, and the class
+    # queue's first page with its free list and bump index
     "_scr_small_alloc": "take", "_scr_page_alloc": "take", "_scr_class_page": "take",
     "scr_page.free": "take", "scr_page.capacity": "take", "scr_page.reserved": "take",
-    "scr_page.next": "take",
     # give a block back to its page
     "_scr_small_free": "give",
     # whose block is it: the segment map, a segment's heap and page kinds,
@@ -62,7 +61,7 @@ CORE_ALLOWED = {
     "_scr_block_word1": "misuse", "_scr_block_set_word1": "misuse",
     # size classes
     "_scr_class_sizes": "classes", "_scr_class_of": "classes", "_scr_class_x4": "classes", "_scr_class_first": "classes",
-    "_scr_class_span": "classes", "_scr_realloc_size": "classes", "_scr_realloc_stays": "classes",
+    "_scr_realloc_size": "classes", "_scr_realloc_stays": "classes",
     # set up an arena's heap: hooks, owner, what it keeps
     "_scr_heap_set_hooks": "setup", "_scr_heap_set_owner": "setup", "_scr_heap_set_retain_bytes": "setup",
     # give back pages: a heap's interior pages, a detached huge segment

@@ -1,7 +1,7 @@
 /* Arenas: claimed by a thread on its first allocation, parked when it
  * exits, claimed again by the next thread that needs one; borrowed
  * meanwhile by threads that work on a parked arena's heap (remote.c,
- * lend.c, discard.c); their figures published for the stats.
+ * discard.c); their figures published for the stats.
  * Layer: arenas.  Owns the arena lists and states (_scr_proc.all,
  * parked, the counts: under _scr_proc.lock), each arena's snapshot
  * (under its snap_lock), its heap's cap while parked (keep, with
@@ -56,34 +56,20 @@ static scr_arena *proc_arena_new(void) {
 /* The parked arena with the most committed bytes not in live blocks
  * (free slots, retained and dirty pages), which the new holder fills
  * before it faults anything new; the most recently parked among equals;
- * NULL when none is parked.  Taken off the parked list; parked_room
- * becomes the most room among the others.  Under the lock (which lets us
- * read parked heaps). */
+ * NULL when none is parked.  Taken off the parked list.  Under the lock
+ * (which lets us read parked heaps). */
 static scr_arena *proc_take_parked(void) {
   scr_proc *P = &_scr_proc;
   scr_arena *best = NULL, *best_prev = NULL, *prev = NULL;
-  uint64_t best_free = 0, second = 0;
+  uint64_t best_free = 0;
   for (scr_arena *a = P->parked; a; prev = a, a = a->next_parked) {
     uint64_t f = _scr_heap_unused_bytes(a->heap);
-    if (best == NULL || f > best_free) {
-      if (best) second = best_free;
-      best = a, best_prev = prev, best_free = f;
-    } else if (f > second) second = f;
+    if (best == NULL || f > best_free) best = a, best_prev = prev, best_free = f;
   }
-  if (best == NULL) {
-    atomic_store_explicit(&P->parked_room, 0, memory_order_relaxed);
-    return NULL;
-  }
-  atomic_store_explicit(&P->parked_room, second, memory_order_relaxed);
+  if (best == NULL) return NULL;
   if (best_prev) best_prev->next_parked = best->next_parked; else P->parked = best->next_parked;
   best->next_parked = NULL;
   return best;
-}
-
-void _scr_arena_room_locked(scr_arena *a) {
-  uint64_t f = _scr_heap_unused_bytes(a->heap);
-  if (f > atomic_load_explicit(&_scr_proc.parked_room, memory_order_relaxed))
-    atomic_store_explicit(&_scr_proc.parked_room, f, memory_order_relaxed);
 }
 
 /* Under the lock: a, off the parked list or new, is held from now on.
@@ -158,10 +144,9 @@ scr_arena *_scr_arena_claim(bool *alone) {
 }
 
 /* Borrowing: a thread that does not hold parked arena a works on its heap
- * (remote.c: a pusher frees what waits on its stack; lend.c: a growing
- * thread takes free slots; discard.c: the helper returns its pages) with a
- * off the parked list, so that no claim or other borrower takes it
- * meanwhile.  Under the lock; prev is a's
+ * (remote.c: a pusher frees what waits on its stack; discard.c: the
+ * helper returns its pages) with a off the parked list, so that no claim
+ * or other borrower takes it meanwhile.  Under the lock; prev is a's
  * predecessor on the list (NULL at its head).  The borrower unpoisons a
  * discarded arena's pages (after the lock) before it touches them. */
 void _scr_arena_borrow_locked(scr_arena *a, scr_arena *prev) {
@@ -188,7 +173,6 @@ void _scr_arena_unborrow(scr_arena *a, scr_arena *prev) {
     P->parked = a;
   }
   P->nparked++;
-  _scr_arena_room_locked(a);
   atomic_store_explicit(&a->drain_req, 0, memory_order_relaxed);
   scr_validate_proc();
   pthread_mutex_unlock(&P->lock);
@@ -214,7 +198,6 @@ bool _scr_arena_park(scr_arena *a) {
   a->next_parked = P->parked;
   P->parked = a;
   _scr_arena_set_parked(a, 1);
-  _scr_arena_room_locked(a);
   P->nowned--;
   atomic_store_explicit(&P->owned_hint, P->nowned, memory_order_relaxed);
   P->nparked++;

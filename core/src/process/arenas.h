@@ -72,7 +72,6 @@ SCR_INTERNAL bool _scr_arena_park(scr_arena *a);
  * (parked, borrowed, or flushed). */
 SCR_INTERNAL void _scr_arena_publish_figures(scr_arena *a, const struct scr_stats *st, const struct scr_stats *lent);
 SCR_INTERNAL void _scr_arena_publish(scr_arena *a);
-SCR_INTERNAL void _scr_arena_room_locked(scr_arena *a); /* a parked arena's room changed */
 SCR_INTERNAL void _scr_arena_borrow_locked(scr_arena *a, scr_arena *prev);
 SCR_INTERNAL void _scr_arena_unborrow(scr_arena *a, scr_arena *prev);
 SCR_INTERNAL void _scr_arena_poison(scr_arena *a);   /* discard=poison: its free pages PROT_NONE */

@@ -1,12 +1,11 @@
 /* The caches' layer of the process allocator.
  * Layer: caches.  What a thread keeps between its calls and its arena's
  * heap: its cache of freed blocks (recycle.c), the pool of other arenas'
- * blocks (pool.c), the free slots lent by parked arenas (lend.c), its
- * batches of remote frees (remote.c), and the holder's side of an arena
- * (holder.c: claim and park with the cache set and flushed, the tick,
- * trim).  Uses the arenas' layer (arenas.h); knows nothing of the
- * entry points (entry.h).  Files, bottom up:
- * remote.c pool.c recycle.c lend.c holder.c.  Words: docs/process.md's
+ * blocks (pool.c), its batches of remote frees (remote.c), and the
+ * holder's side of an arena (holder.c: claim and park with the cache set
+ * and flushed, the tick, trim).  Uses the arenas' layer (arenas.h);
+ * knows nothing of the entry points (entry.h).  Files, bottom up:
+ * remote.c pool.c recycle.c holder.c.  Words: docs/process.md's
  * glossary. */
 #ifndef SCR_PROCESS_CACHES_H
 #define SCR_PROCESS_CACHES_H
@@ -152,16 +151,6 @@ static inline void *_scr_recycle_take_at(scr_arena *a, uintptr_t at) {
 /* A kept block of class c, or NULL. */
 static inline void *_scr_recycle_take(scr_arena *a, unsigned c) {
   return _scr_recycle_take_at(a, (uintptr_t)c * sizeof(scr_recycled));
-}
-
-/* lend.c: a parked arena's free slots for a thread about to carve */
-#define SCR_LEND_MIN_ROOM ((uint64_t)256 << 10) /* parked room worth a look */
-SCR_INTERNAL void *_scr_lend_refill_slow(scr_arena *a, unsigned c);
-static inline void *_scr_lend_refill(scr_arena *a, unsigned c) {
-  if (a->ops < a->lend_after ||
-      atomic_load_explicit(&_scr_proc.parked_room, memory_order_relaxed) < SCR_LEND_MIN_ROOM)
-    return NULL;
-  return _scr_lend_refill_slow(a, c);
 }
 
 /* holder.c: the holder's side of its arena */

@@ -99,7 +99,7 @@ bool _scr_discard_step(uint64_t now, uint64_t *wait_until) {
         a = NULL;
       }
     }
-    /* An arena borrowed by a freeing or lending thread is off the parked
+    /* An arena borrowed by a freeing thread is off the parked
      * list, due or not, and its return wakes nobody (a wake per drain
      * would cost the freeing thread a syscall): look again soon. */
     unsigned borrowed = P->narenas - P->nowned - P->nparked;

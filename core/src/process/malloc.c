@@ -24,9 +24,7 @@ static __attribute__((noinline)) void *proc_malloc_general(scr_arena *a, size_t 
     unsigned c = _scr_class_of(n); /* the list is empty: the fast path looked, or a was just claimed */
     if (c >= SCR_MEDIUM_FIRST && SCR_UNLIKELY(a->medium_cap[c - SCR_MEDIUM_FIRST] != 0)) _scr_recycle_medium_malloc(a, c);
     /* a free slot in the arena's own page first, then the pool's blocks,
-     * then the rest of the page, then a parked arena's free slots (when
-     * the heap would take a new page: a lend borrows an arena under the
-     * process lock), then a new page */
+     * then the rest of the page, then a new page */
     scr_page *pg = a->heap->queue[c];
     if (pg == NULL || pg->free == NULL) {
       p = _scr_pool_refill(a, c);
@@ -38,7 +36,6 @@ static __attribute__((noinline)) void *proc_malloc_general(scr_arena *a, size_t 
          * there cost bench/proc_runs 20000 1000 5% of its CPU time and
          * proc_handoff 4 500 1000 12% (9 paired rounds). */
         if (atomic_load_explicit(&a->remote, memory_order_relaxed) != NULL) _scr_remote_drain(a);
-        else p = _scr_lend_refill(a, c);
       }
       if (p != NULL) return p; /* the heap did not change */
     }

@@ -7,14 +7,14 @@
  *
  *   observers  stats.c override_stats.c                        observers.h
  *   entry      malloc.c free_many.c fork.c override.c               entry.h
- *   caches     remote.c pool.c recycle.c lend.c holder.c            caches.h
+ *   caches     remote.c pool.c recycle.c holder.c                   caches.h
  *   arenas     hooks.c huge_cache.c decay.c validate.c
  *              arena.c discard.c helper.c                           arenas.h
  *   base       os_linux.c options.c state.c misuse.c                process.h
  *              (and the core heap, core/src/)
  * (top first; within a layer a file uses only those to its left).
  * The words these files use (arena, owner, holder, claim, park, borrow,
- * drain, lend, tick, pool, remote stack, discard, decay, keep, over) are
+ * drain, tick, pool, remote stack, discard, decay, keep, over) are
  * defined, beside mimalloc's, tcmalloc's and jemalloc's, in
  * docs/process.md's glossary.
  *
@@ -131,7 +131,6 @@ typedef struct scr_arena {
   uint64_t keep;                    /* the heap's retain_bytes as last set (decay.c, arena.c) (holder) */
   uint64_t trim_seen;               /* trim_epoch as of its holder's last trim (holder) */
   unsigned poisoned;                /* discard made its free pages PROT_NONE */
-  uint64_t lend_after;              /* ops before which lend.c does not look again (holder) */
   struct _scr_heap_hooks hooks;     /* the heap's hooks, arg = this arena */
   pthread_mutex_t snap_lock;        /* guards snap */
   struct scr_stats snap;            /* heap stats as of the last publish, less the blocks the
@@ -186,8 +185,6 @@ typedef struct scr_proc {
   uint64_t decay_returned_now;      /* decay_bytes as of the last pass */
   uint64_t decay_returned_last;     /* and as of the pass before */
   unsigned decay_quiet;             /* passes without a refault since the delay last moved */
-  _Alignas(64) _Atomic uint64_t parked_room; /* most bytes not in live blocks of a parked arena, as last
-                                       seen under lock (may be stale high: a lend then finds none) */
   uint8_t *pool;                    /* arena descriptors are carved here */
   size_t pool_left;                 /* bytes left in pool */
   int thp_mode;                     /* 0 never/absent, 1 madvise, 2 always (always: segments get MADV_NOHUGEPAGE, hooks.c) */
@@ -241,7 +238,6 @@ static inline void _scr_tl_set(scr_arena *a) {
   X(parked_drains, "parked arenas a pusher drained of remote frees")         \
   X(pool_puts, "batches of other arenas' blocks full cache lists gave the pool") \
   X(pool_takes, "batches threads with an empty cache list took from the pool") \
-  X(lends, "cache lists filled with a parked arena's free slots")             \
   X(cache_grows, "blocks by which threads' full cache lists grew") \
   X(remote_sent_unowned, "remote frees by threads that hold no arena")      \
   X(trim_answers, "trims made by threads holding arenas at their next tick, asked by another thread's scr_trim or malloc_trim") \

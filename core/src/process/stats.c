@@ -158,7 +158,6 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->parks = SCR_PLOAD_(parks);
   o->pool_puts = SCR_PLOAD_(pool_puts);
   o->pool_takes = SCR_PLOAD_(pool_takes);
-  o->lends = SCR_PLOAD_(lends);
   o->cache_grows = SCR_PLOAD_(cache_grows);
   o->foreign_frees = SCR_PLOAD_(foreign_frees);
   o->double_frees = SCR_PLOAD_(double_frees);
@@ -330,8 +329,8 @@ static void proc_report_threads(const proc_report *r, const struct scr_process_s
             U(ps->delay_doublings));
   proc_line(r, "remote frees: %llu (%llu not yet taken back by their arena); %llu realloc moves",
             U(ps->remote_frees), U(ps->remote_pending), U(ps->realloc_moves));
-  proc_line(r, "thread caches: %llu pool batches given (%llu taken), %llu lends, %llu cache grows",
-            U(ps->pool_puts), U(ps->pool_takes), U(ps->lends), U(ps->cache_grows));
+  proc_line(r, "thread caches: %llu pool batches given (%llu taken), %llu cache grows",
+            U(ps->pool_puts), U(ps->pool_takes), U(ps->cache_grows));
   proc_line(r, "bad pointers: %llu double frees, %llu interior, %llu never allocated, %llu foreign",
             U(ps->double_frees), U(ps->interior_frees), U(ps->unallocated_frees), U(ps->foreign_frees));
   proc_line(r, "  SCRALLOC_ON_ERROR=%s", on_error[mode < 3 ? mode : 0]);

@@ -1,10 +1,12 @@
 /* The process allocator's entry points: scr_malloc and friends.
  *
- * Allocation: the caller's arena (claimed on first use), after freeing
- * whatever other threads pushed on it.  Free: the heap that owns the block
- * (found by address, lock-free); the caller's own heap frees at once,
- * another arena's gets the block on its remote stack.  Realloc of a block
- * of another arena moves it into the caller's.
+ * Allocation: the thread's cache, else the caller's arena (claimed on
+ * first use).  Free: the thread's cache, whoever owns the block (the
+ * mark map tells the thread's own in one load; the segment map any
+ * other, lock-free); what the cache cannot keep goes to its heap, the
+ * caller's at once, another arena's through its remote stack.  Realloc of
+ * a block of another arena stays in place when it fits, else moves it
+ * into the caller's.
  * Layer: entry.  Owns nothing: each call runs on the caller's arena
  * through the caches' layer (caches.h). */
 #include "entry.h"
@@ -32,9 +34,8 @@ static __attribute__((noinline)) void *proc_malloc_general(scr_arena *a, size_t 
         /* About to take a page: the blocks other threads freed go back
          * first (the heap then takes a slot of theirs), rather than wait
          * for the next tick while a new page is faulted in.  Here and not
-         * at every carve from the page: a read of the remote stack's line
-         * there cost bench/proc_runs 20000 1000 5% of its CPU time and
-         * proc_handoff 4 500 1000 12% (9 paired rounds). */
+         * at every carve from the page, where the read of the stack's
+         * line, which pushers keep writing, costs (docs/process.md). */
         if (atomic_load_explicit(&a->remote, memory_order_relaxed) != NULL) _scr_remote_drain(a);
       }
       if (p != NULL) return p; /* the heap did not change */
@@ -105,9 +106,8 @@ static __attribute__((noinline)) void *proc_malloc_other(scr_arena *a, size_t n,
 /* The fast path, a block of the thread's cache, needs no stack frame: the
  * rest is a tail call (a frame for the slow side's registers cost every
  * call about ten instructions).  It and scr_free start a cache line, so
- * that a change elsewhere in the library does not move them across one:
- * unaligned, an unrelated change took bench/proc_pairs.c's 64-B pair from
- * 13.4 to 14.8 ns and back (8-10 interleaved rounds each). */
+ * that a change elsewhere in the library does not move them across one
+ * (docs/process.md). */
 __attribute__((aligned(64))) void *scr_malloc(size_t n) {
   scr_tl *t = &_scr_tl;
   if (SCR_LIKELY(n < t->small_end)) { /* (then t->arena is not NULL) */
@@ -189,11 +189,8 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
   if (a != NULL && o != NULL && o != a && tag < SCR_CLASS_COUNT && a->rc[tag].room == 0 &&
       !_scr_arena_parked(o) && _scr_pool_overflow(a, tag) && _scr_recycle_put(a, seg, idx, tag, p))
     return;
-  /* (The thread's cache refused p on the fast path already: the thread's
-   * own block and a full list of a class whose list may grow
-   * (proc_free_refused took the rest); another arena's block and a full
-   * list, or while the caller is alone (proc_free_foreign took the rest);
-   * no size class.) */
+  /* The cache does not keep p: its heap takes it, the caller's at once,
+   * another arena's through the remote stack. */
   if (SCR_LIKELY(a != NULL && a->heap == h)) {
     if (tag < SCR_CLASS_COUNT) _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
     else proc_heap_free(h, p);
@@ -209,8 +206,7 @@ static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, sc
  * or proc_free_other): the common case first, with few registers, a class
  * whose list never grows goes to its page.  A program that frees runs of
  * blocks longer than a list (Python's containers: half its frees came
- * here) took proc_free_general's checks for each: a run of 2,000 blocks
- * of 48 B took 139 instructions a free (cachegrind), twice tcmalloc's. */
+ * here) would otherwise take proc_free_general's checks for each. */
 static __attribute__((noinline)) void proc_free_refused(void *p, scr_arena *a) {
   scr_segment *seg = _scr_segment_of(p);
   uintptr_t idx;

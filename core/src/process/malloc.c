@@ -155,58 +155,60 @@ void *scr_aligned_alloc(size_t alignment, size_t n) {
  * scr_heap the program made itself). */
 static inline scr_arena *proc_arena_of_heap(scr_heap *h) { return (scr_arena *)_scr_heap_owner(h); }
 
-/* Everything free does beyond the thread's cache (NULL included); e is
- * p's segment map entry (0: none) and a the caller's arena, as the fast
- * path found them. */
-static __attribute__((noinline)) void proc_free_general(void *p, uintptr_t e, scr_arena *a) {
-  if (p == NULL) return;
-  if (SCR_UNLIKELY(_scr_proc_check("free", p) != SCR_OK)) return; /* reported (misuse.c) */
-  if (SCR_UNLIKELY(!_scr_proc_claim(p))) return _scr_proc_misuse("free", p, SCR_EDOUBLEFREE); /* lost a race */
-  _scr_prof_free(p); /* (a sampled block's page sends its frees here: slot_limit 0) */
+/* Everything free does beyond its hit path; a is the caller's arena (NULL
+ * when it holds none).  Whose block p is, decided once, from its segment
+ * map entry; then p is claimed (one atomic exchange: of two frees of it,
+ * racing or not, exactly one goes on) and goes to the one place it goes
+ * next: the thread's cache when it may keep p (_scr_recycle_may_keep) and
+ * the list has room, or a full list grows (classes from SCR_GROW_FIRST
+ * on), or another arena's block makes room by sending the list's older
+ * half to the pool; else p's heap, the caller's at once, another arena's
+ * through its remote stack.  A parked arena's blocks never grow a list or
+ * go to the pool: they go home, so that its pages can go back. */
+static __attribute__((noinline)) void proc_free_slow(void *p, scr_arena *a) {
+  uintptr_t e = _scr_segmap_entry(p);
   scr_segment *seg = _scr_segmap_seg(e);
-  scr_heap *h = seg ? seg->heap : NULL;
   uintptr_t idx = 0;
-  unsigned tag = seg ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
-  scr_arena *o = h ? proc_arena_of_heap(h) : NULL;
-  /* A live block that came here for its page alone (a page with live
-   * sampled blocks fails the fast path's slot test: profile.c) goes where
-   * the fast path puts it: the thread's cache, when it may keep it. */
-  if (a != NULL && o != NULL && _scr_recycle_may_keep(a, _scr_segmap_mark(e)) && _scr_recycle_put(a, seg, idx, tag, p))
-    return;
-  /* A full list that may grow (recycle.c) keeps p: the thread's own
-   * block, or a block of an arena that is not parked (a parked arena's
-   * blocks past a full list go home, as in the pool's overflow).  Below
-   * SCR_GROW_FIRST only the thread's own blocks grow a list
-   * (proc_free_refused): other arenas' go to the pool, whence any thread
-   * takes them. */
-  if (a != NULL && o != NULL && tag < SCR_CLASS_COUNT && tag >= SCR_GROW_FIRST && a->rc[tag].room == 0 &&
-      (o == a || !_scr_arena_parked(o)) && _scr_recycle_grow(a, tag) && _scr_recycle_put(a, seg, idx, tag, p))
-    return;
-  /* Another arena's block and a full list of its class: the list's older
-   * half leaves (pool.c) and p stays.  The arena's own block goes to its
-   * heap, as before, so that frees in address order (scr_free_many) stay
-   * in order. */
-  if (a != NULL && o != NULL && o != a && tag < SCR_CLASS_COUNT && a->rc[tag].room == 0 &&
-      !_scr_arena_parked(o) && _scr_pool_overflow(a, tag) && _scr_recycle_put(a, seg, idx, tag, p))
-    return;
-  /* The cache does not keep p: its heap takes it, the caller's at once,
-   * another arena's through the remote stack. */
-  if (SCR_LIKELY(a != NULL && a->heap == h)) {
+  unsigned tag = seg != NULL ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
+  /* The screen first, as on the hit path, for an arena's segment (marked);
+   * the exact check (misuse.c) for what it stops: NULL, large and huge
+   * blocks, a page with live sampled blocks (slot_limit 0: profile.c), a
+   * heap the program made, misuse. */
+  bool screened = a != NULL && _scr_segmap_mark(e) != 0 &&
+                  !_scr_proc_block_suspect_r(seg, p, idx, &a->rc[tag], _scr_misuse.key);
+  if (!screened) {
+    if (p == NULL) return;
+    if (SCR_UNLIKELY(_scr_proc_check("free", p) != SCR_OK)) return; /* reported (misuse.c) */
+  }
+  if (SCR_UNLIKELY(!_scr_proc_claim(p))) return _scr_proc_misuse("free", p, SCR_EDOUBLEFREE); /* lost a race */
+  if (!screened) _scr_prof_free(p);
+  scr_heap *h = seg->heap;
+  scr_arena *o = proc_arena_of_heap(h);
+  scr_assert(o != NULL); /* _scr_proc_check: an arena's block */
+  if (a != NULL && tag < SCR_CLASS_COUNT && _scr_recycle_may_keep(a, _scr_segmap_mark(e))) {
+    bool home = o == a || !_scr_arena_parked(o); /* the list may grow or overflow for it */
+    if (_scr_recycle_put(a, seg, idx, tag, p)) return;
+    if (tag >= SCR_GROW_FIRST && home && _scr_recycle_grow(a, tag) && _scr_recycle_put(a, seg, idx, tag, p)) return;
+    /* Another arena's block and a full list: its older half leaves.  The
+     * arena's own block goes to its heap, so that frees in address order
+     * (scr_free_many) stay in order. */
+    if (o != a && home && _scr_pool_overflow(a, tag) && _scr_recycle_put(a, seg, idx, tag, p)) return;
+  }
+  if (SCR_LIKELY(o == a)) {
     if (tag < SCR_CLASS_COUNT) _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
     else proc_heap_free(h, p);
     _scr_holder_tick(a);
     return;
   }
-  scr_assert(o != NULL); /* _scr_proc_check: an arena's block */
   _scr_remote_push(o, p);
 }
 
 /* The slow side of a free the thread's cache refused because the list
- * of p's class is full, p a block of a's own heap (the mark map said so,
- * or proc_free_other): the common case first, with few registers, a class
- * whose list never grows goes to its page.  A program that frees runs of
- * blocks longer than a list (Python's containers: half its frees came
- * here) would otherwise take proc_free_general's checks for each. */
+ * of p's class is full, p a block of a's own heap (the mark map said
+ * so): the common case first, with few registers, a class whose list
+ * never grows goes to its page.  A program that frees runs of blocks
+ * longer than a list (Python's containers: half its frees came here)
+ * would otherwise take proc_free_slow's checks for each. */
 static __attribute__((noinline)) void proc_free_refused(void *p, scr_arena *a) {
   scr_segment *seg = _scr_segment_of(p);
   uintptr_t idx;
@@ -218,66 +220,14 @@ static __attribute__((noinline)) void proc_free_refused(void *p, scr_arena *a) {
     _scr_holder_tick(a);
     return;
   }
-  proc_free_general(p, _scr_segmap_entry(p), a);
-}
-
-/* The slow side of a free of another arena's block p (a slot its page
- * carved, without the key: the fast path's tests), whose class has list r
- * in the caller's arena a: kept there once this free claimed it (another
- * thread may be freeing it too) when the list has room and a may keep it,
- * else proc_free_general. */
-static __attribute__((noinline)) void proc_free_foreign(void *p, uintptr_t e, scr_arena *a, scr_recycled *r) {
-  unsigned c = (unsigned)(r - a->rc);
-  if (SCR_LIKELY(r->room != 0 && _scr_recycle_may_keep(a, _scr_segmap_mark(e)))) {
-#if SCR_DEBUG > 0
-    uintptr_t idx;
-    (void)_scr_block_tag(_scr_segmap_seg(e), p, &idx);
-    if (_scr_recycle_refused(r, _scr_segmap_seg(e), idx, c, p)) return;
-#endif
-    if (SCR_UNLIKELY(!_scr_proc_claim(p))) return _scr_proc_misuse("free", p, SCR_EDOUBLEFREE);
-    _scr_recycle_push(r, c, p);
-    return;
-  }
-  proc_free_general(p, e, a);
-}
-
-/* The slow side of a free whose block the mark map does not give to the
- * caller's arena a (a may be NULL): the segment map's entry tells another
- * arena's block (proc_free_foreign), the arena's own block of a mark the
- * mark map cannot hold (as the fast path), and the rest
- * (proc_free_general: NULL, large and huge blocks, a heap the program
- * made, misuse). */
-static __attribute__((noinline)) void proc_free_other(void *p, scr_arena *a) {
-  uintptr_t e = _scr_segmap_entry(p);
-  scr_segment *seg = _scr_segmap_seg(e);
-  if (SCR_LIKELY(seg != NULL && a != NULL)) {
-    uintptr_t idx;
-    unsigned tag = _scr_block_tag(seg, p, &idx);
-    scr_recycled *r = &a->rc[tag];
-    if (SCR_LIKELY(!_scr_proc_block_suspect_r(seg, p, idx, r, _scr_misuse.key))) {
-      if (_scr_segmap_mark(e) != a->own_mark) return proc_free_foreign(p, e, a, r);
-      if (r->room == 0) return proc_free_refused(p, a);
-#if SCR_DEBUG > 0
-      if (_scr_recycle_refused(r, seg, idx, tag, p)) return;
-#endif
-      _scr_recycle_push(r, tag, p);
-      return;
-    }
-  }
-  proc_free_general(p, e, a);
-}
-
-/* A free the fast path's misuse screen stopped (proc_free_general says
- * what it is). */
-static __attribute__((noinline)) void proc_free_suspect(void *p, scr_arena *a) {
-  proc_free_general(p, _scr_segmap_entry(p), a);
+  proc_free_slow(p, a);
 }
 
 /* The fast path, onto the thread's cache, needs no stack frame (as
  * malloc's) and starts a cache line.  Its first test is the mark map's
  * (internal.h): p lies in a segment of the caller's arena, whose header
  * is then p's aligned 4 MiB; NULL, another arena's block and everything
- * else go to proc_free_other. */
+ * else go to proc_free_slow. */
 __attribute__((aligned(64))) void scr_free(void *p) {
   scr_tl *t = &_scr_tl;
   if (SCR_LIKELY(_scr_segmap_fast_mark(p) == t->fast)) { /* (then t->arena is not NULL) */
@@ -290,7 +240,7 @@ __attribute__((aligned(64))) void scr_free(void *p) {
      * passes): the address scales the tag times 4 by 8. */
     scr_recycled *r = (scr_recycled *)((char *)a->rc + x4 * (sizeof(scr_recycled) / 4));
     uint64_t key = _scr_misuse.key;
-    if (SCR_UNLIKELY(_scr_proc_block_suspect_r(seg, p, idx, r, key))) return proc_free_suspect(p, a);
+    if (SCR_UNLIKELY(_scr_proc_block_suspect_r(seg, p, idx, r, key))) return proc_free_slow(p, a);
     if (SCR_LIKELY(_scr_recycle_take_room(r))) {
 #if SCR_DEBUG > 0
       if (_scr_recycle_refused(r, seg, idx, tag, p)) {
@@ -303,7 +253,7 @@ __attribute__((aligned(64))) void scr_free(void *p) {
     }
     return proc_free_refused(p, a);
   }
-  proc_free_other(p, t->arena);
+  proc_free_slow(p, t->arena);
 }
 
 /* call: the name the misuse line gives (malloc_usable_size under

@@ -150,7 +150,7 @@ static inline scr_page *_scr_class_page(scr_segment *seg, uintptr_t idx, unsigne
  * theirs with their id + 1; 0 is unmarked), so that a free can tell its
  * own arena's blocks and other arenas' from a heap the program made
  * without reading the segment header and the heap (process.h:
- * _scr_recycle_may_keep). */
+ * _scr_tcache_may_keep). */
 #define SCR_SEGMAP_MARK_MASK (SCR_SEGMENT_SIZE - 1)
 struct _scr_segmap_leaf { _Atomic uintptr_t slot[1u << SCR_SEGMAP_LEAF_BITS]; };
 SCR_INTERNAL extern _Atomic(struct _scr_segmap_leaf *) _scr_segmap_top[SCR_SEGMAP_TOP_SLOTS];

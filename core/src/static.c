@@ -40,7 +40,7 @@
 /* caches */
 #include "process/remote.c"
 #include "process/pool.c"
-#include "process/recycle.c"
+#include "process/tcache.c"
 #include "process/holder.c"
 /* entry */
 #include "process/malloc.c"

@@ -1,4 +1,4 @@
-/* The thread's cache (core/src/process/recycle.c) and its options:
+/* The thread's cache (core/src/process/tcache.c) and its options:
  * cache_bytes, cache_medium, cache_max, cache_grow; which blocks it keeps (a parked
  * arena's, the segment map's marks).  A process of its own, so that
  * which arenas exist is known: the main thread's arena 0 and the arenas

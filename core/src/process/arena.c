@@ -31,9 +31,9 @@ static scr_arena *proc_arena_new(void) {
   P->pool_left -= sz;
   a->heap = h;
   a->id = P->narenas++;
-  /* never takes a block; its slot test fails every address (recycle.c
+  /* never takes a block; its slot test fails every address (tcache.c
    * sets the other lists at each claim) */
-  a->rc[SCR_TAG_OTHER] = (scr_recycled){.head = NULL, .room = 0, .max = 0, .magic = 0, .mask = 0};
+  a->tc[SCR_TAG_OTHER] = (scr_tcache_list){.head = NULL, .room = 0, .max = 0, .magic = 0, .mask = 0};
   pthread_mutex_init(&a->snap_lock, NULL);
   a->hooks = _scr_arena_hooks;
   _scr_huge_cache_install(&a->hooks);
@@ -73,7 +73,7 @@ static scr_arena *proc_take_parked(void) {
 }
 
 /* Under the lock: a, off the parked list or new, is held from now on.
- * Returns whether no other thread held an arena (recycle.c's medium
+ * Returns whether no other thread held an arena (tcache.c's medium
  * lists, set by the claiming thread after the lock). */
 static bool proc_own_locked(scr_arena *a, bool was_parked) {
   scr_proc *P = &_scr_proc;
@@ -223,7 +223,7 @@ void _scr_arena_publish_figures(scr_arena *a, const struct scr_stats *st, const 
 void _scr_arena_publish(scr_arena *a) {
   struct scr_stats st, lent;
 #if SCR_DEBUG >= 2
-  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) scr_assert(a->rc[c].head == NULL);
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) scr_assert(a->tc[c].head == NULL);
 #endif
   scr_heap_stats(a->heap, &st);
   memset(&lent, 0, sizeof lent);

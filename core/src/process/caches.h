@@ -1,11 +1,11 @@
 /* The caches' layer of the process allocator.
  * Layer: caches.  What a thread keeps between its calls and its arena's
- * heap: its cache of freed blocks (recycle.c), the pool of other arenas'
+ * heap: its cache of freed blocks (tcache.c), the pool of other arenas'
  * blocks (pool.c), its batches of remote frees (remote.c), and the
  * holder's side of an arena (holder.c: claim and park with the cache set
  * and flushed, the tick, trim).  Uses the arenas' layer (arenas.h);
  * knows nothing of the entry points (entry.h).  Files, bottom up:
- * remote.c pool.c recycle.c holder.c.  Words: docs/process.md's
+ * remote.c pool.c tcache.c holder.c.  Words: docs/process.md's
  * glossary. */
 #ifndef SCR_PROCESS_CACHES_H
 #define SCR_PROCESS_CACHES_H
@@ -50,21 +50,21 @@ SCR_INTERNAL void _scr_pool_unlock_all(void);
 SCR_INTERNAL bool _scr_pool_holds(unsigned c, const void *p);
 #endif
 
-/* recycle.c: the thread's cache of the blocks it frees */
-SCR_INTERNAL void _scr_recycle_init(scr_arena *a, bool alone);
-SCR_INTERNAL void _scr_recycle_limit(scr_arena *a, uint64_t max_size);
-SCR_INTERNAL void _scr_recycle_medium_malloc(scr_arena *a, unsigned c);
-SCR_INTERNAL void _scr_recycle_flush(scr_arena *a);
-#define SCR_GROW_FIRST 35 /* the class of 4 KiB: lists from here on may grow (_scr_recycle_grow) */
+/* tcache.c: the thread's cache of the blocks it frees */
+SCR_INTERNAL void _scr_tcache_init(scr_arena *a, bool alone);
+SCR_INTERNAL void _scr_tcache_limit(scr_arena *a, uint64_t max_size);
+SCR_INTERNAL void _scr_tcache_medium_malloc(scr_arena *a, unsigned c);
+SCR_INTERNAL void _scr_tcache_flush(scr_arena *a);
+#define SCR_GROW_FIRST 35 /* the class of 4 KiB: lists from here on may grow (_scr_tcache_grow) */
 _Static_assert(SCR_GROW_FIRST < SCR_CLASS_COUNT, "the first class whose list may grow");
-SCR_INTERNAL bool _scr_recycle_grow(scr_arena *a, unsigned c);
-SCR_INTERNAL void _scr_recycle_account(const scr_arena *a, struct scr_stats *st, struct scr_stats *lent);
+SCR_INTERNAL bool _scr_tcache_grow(scr_arena *a, unsigned c);
+SCR_INTERNAL void _scr_tcache_account(const scr_arena *a, struct scr_stats *st, struct scr_stats *lent);
 #if SCR_DEBUG > 0
-SCR_INTERNAL bool _scr_recycle_refused(const scr_recycled *r, const scr_segment *seg, uintptr_t idx, unsigned c, void *p);
+SCR_INTERNAL bool _scr_tcache_refused(const scr_tcache_list *r, const scr_segment *seg, uintptr_t idx, unsigned c, void *p);
 #endif
 /* Whether a's holder may keep a block it frees whose segment has the
  * mark `mark` in the segment map (internal.h): a's own, or another
- * arena's while another thread holds an arena (recycle.c says why).  Not
+ * arena's while another thread holds an arena (tcache.c says why).  Not
  * a heap the program made (unmarked), and not another arena's while the
  * caller is alone: that arena is then parked (or borrowed by a helper,
  * or a claim or park is under way), and its blocks go home so that its
@@ -75,7 +75,7 @@ SCR_INTERNAL bool _scr_recycle_refused(const scr_recycled *r, const scr_segment 
  * may have written since.  (scr_free's fast path keeps the thread's own
  * blocks only: another arena's block is claimed first, on the slow side,
  * _scr_proc_claim.) */
-static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark) {
+static inline bool _scr_tcache_may_keep(const scr_arena *a, uintptr_t mark) {
   unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
   return mark == a->own_mark || (mark != 0 && held > 1);
 }
@@ -85,7 +85,7 @@ static inline bool _scr_recycle_may_keep(const scr_arena *a, uintptr_t mark) {
  * fast path, and read into a register, two more).  A decrement the
  * compiler cannot see into (as _scr_slot_beyond); ThreadSanitizer builds
  * and other targets test and decrement plainly. */
-static inline bool _scr_recycle_take_room(scr_recycled *r) {
+static inline bool _scr_tcache_take_room(scr_tcache_list *r) {
 #if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
   bool full;
   __asm__("subl $1, %0" : "+m"(r->room), "=@ccb"(full));
@@ -103,37 +103,37 @@ static inline bool _scr_recycle_take_room(scr_recycled *r) {
 /* Link block p of class c onto list r, whose room the caller took
  * (linked through its first word; ASan builds poison the rest); key:
  * _scr_misuse.key, as the caller read it. */
-static inline void _scr_recycle_link_key(scr_recycled *r, unsigned c, void *p, uint64_t key) {
+static inline void _scr_tcache_link_key(scr_tcache_list *r, unsigned c, void *p, uint64_t key) {
   *(void **)p = r->head;
   _scr_block_set_word1(p, key); /* free (core/src/misuse.c) */
   SCR_POISON(p, _scr_class_sizes[c]); /* ASan: a use after free is caught */
   r->head = p;
 }
 /* Push block p of class c on list r, which has room. */
-static inline void _scr_recycle_push(scr_recycled *r, unsigned c, void *p) {
-  _scr_recycle_link_key(r, c, p, _scr_misuse.key);
+static inline void _scr_tcache_push(scr_tcache_list *r, unsigned c, void *p) {
+  _scr_tcache_link_key(r, c, p, _scr_misuse.key);
   r->room--;
 }
 /* Keep p, a block on page idx of seg with tag `tag` that a's holder frees
- * and may keep (_scr_recycle_may_keep), for a's next malloc of its class:
+ * and may keep (_scr_tcache_may_keep), for a's next malloc of its class:
  * 1, or 0 when it is not kept (p is not a block of a size class: its
  * tag's list has no room; or the list is full). */
-static inline int _scr_recycle_put(scr_arena *a, const scr_segment *seg, uintptr_t idx, unsigned tag, void *p) {
+static inline int _scr_tcache_put(scr_arena *a, const scr_segment *seg, uintptr_t idx, unsigned tag, void *p) {
   unsigned c = tag;
   scr_assert(c <= SCR_TAG_OTHER);
-  scr_recycled *r = &a->rc[c]; /* SCR_TAG_OTHER's has no room */
+  scr_tcache_list *r = &a->tc[c]; /* SCR_TAG_OTHER's has no room */
   if (r->room == 0) return 0;
 #if SCR_DEBUG > 0
-  if (_scr_recycle_refused(r, seg, idx, c, p)) return 1;
+  if (_scr_tcache_refused(r, seg, idx, c, p)) return 1;
 #endif
-  _scr_recycle_push(r, c, p);
+  _scr_tcache_push(r, c, p);
   return 1;
 }
-/* A kept block of the class whose list is at a->rc plus `at` bytes, or
+/* A kept block of the class whose list is at a->tc plus `at` bytes, or
  * NULL. */
-static inline void *_scr_recycle_take_at(scr_arena *a, uintptr_t at) {
-  scr_recycled *r = (scr_recycled *)((char *)a->rc + at);
-  unsigned c = (unsigned)(at / sizeof(scr_recycled));
+static inline void *_scr_tcache_take_at(scr_arena *a, uintptr_t at) {
+  scr_tcache_list *r = (scr_tcache_list *)((char *)a->tc + at);
+  unsigned c = (unsigned)(at / sizeof(scr_tcache_list));
   void *b = r->head;
 #if defined(__x86_64__)
   /* loaded into the return register (left to itself, the compiler put
@@ -149,8 +149,8 @@ static inline void *_scr_recycle_take_at(scr_arena *a, uintptr_t at) {
   return b;
 }
 /* A kept block of class c, or NULL. */
-static inline void *_scr_recycle_take(scr_arena *a, unsigned c) {
-  return _scr_recycle_take_at(a, (uintptr_t)c * sizeof(scr_recycled));
+static inline void *_scr_tcache_take(scr_arena *a, unsigned c) {
+  return _scr_tcache_take_at(a, (uintptr_t)c * sizeof(scr_tcache_list));
 }
 
 /* holder.c: the holder's side of its arena */
@@ -166,7 +166,7 @@ static inline scr_arena *_scr_holder_get(void) {
 }
 #define SCR_ARENA_PUBLISH_EVERY 65536 /* calls between stats snapshots */
 /* Counts the holder's heap calls: a malloc or free that the thread's cache
- * serves (recycle.c) changes nothing in the heap and does not tick (a
+ * serves (tcache.c) changes nothing in the heap and does not tick (a
  * count on the cache's hits would tax every pair: docs/process.md, "Why
  * it is built this way").  Every SCR_ARENA_POLL_EVERY heap
  * calls the slow side frees what other threads pushed (reading the remote

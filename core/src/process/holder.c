@@ -3,7 +3,7 @@
  * Layer: caches (its top).  Each step here is the caches' part first and
  * the arena's after (or the reverse when an arena is taken), so that
  * arena.c never calls up into the cache:
- *   claim: the arena (arena.c), then its cache set (recycle.c) and the
+ *   claim: the arena (arena.c), then its cache set (tcache.c) and the
  *          thread's exit hook;
  *   park:  the cache, the pool's batches and the batch of remote frees
  *          flushed, then the arena parked, then the helper woken;
@@ -39,14 +39,14 @@ scr_arena *_scr_holder_claim(void) {
   bool alone;
   scr_arena *a = _scr_arena_claim(&alone);
   if (a == NULL) return NULL;
-  _scr_recycle_init(a, alone);
+  _scr_tcache_init(a, alone);
   holder_set_exit_hook(a);
   return a;
 }
 
 /* The holder gives the arena up; the blocks its cache kept go home. */
 void _scr_holder_park(scr_arena *a) {
-  _scr_recycle_flush(a);
+  _scr_tcache_flush(a);
   _scr_pool_flush(a);
   if (_scr_arena_park(a)) _scr_helper_post();
 }
@@ -55,12 +55,12 @@ void _scr_holder_park(scr_arena *a) {
 void _scr_holder_publish(scr_arena *a) {
   struct scr_stats st, lent;
   scr_heap_stats(a->heap, &st);
-  _scr_recycle_account(a, &st, &lent);
+  _scr_tcache_account(a, &st, &lent);
   _scr_arena_publish_figures(a, &st, &lent);
 }
 
 size_t _scr_holder_trim(scr_arena *a) {
-  _scr_recycle_flush(a);
+  _scr_tcache_flush(a);
   _scr_pool_flush(a);
   _scr_remote_drain(a);
   size_t n = scr_heap_trim(a->heap);

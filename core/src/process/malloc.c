@@ -24,7 +24,7 @@ static __attribute__((noinline)) void *proc_malloc_general(scr_arena *a, size_t 
   void *p;
   if (SCR_LIKELY(n <= SCR_SMALL_MAX)) {
     unsigned c = _scr_class_of(n); /* the list is empty: the fast path looked, or a was just claimed */
-    if (c >= SCR_MEDIUM_FIRST && SCR_UNLIKELY(a->medium_cap[c - SCR_MEDIUM_FIRST] != 0)) _scr_recycle_medium_malloc(a, c);
+    if (c >= SCR_MEDIUM_FIRST && SCR_UNLIKELY(a->medium_cap[c - SCR_MEDIUM_FIRST] != 0)) _scr_tcache_medium_malloc(a, c);
     /* a free slot in the arena's own page first, then the pool's blocks,
      * then the rest of the page, then a new page */
     scr_page *pg = a->heap->queue[c];
@@ -116,7 +116,7 @@ __attribute__((aligned(64))) void *scr_malloc(size_t n) {
      * scales it by 8 (internal.h: _scr_class_x4) */
     uintptr_t x4 = _scr_class_x4(n);
     if (_scr_prof_due(&a->prof, n)) return proc_malloc_sampled(n, a, __builtin_return_address(0));
-    void *p = _scr_recycle_take_at(a, x4 * (sizeof(scr_recycled) / 4));
+    void *p = _scr_tcache_take_at(a, x4 * (sizeof(scr_tcache_list) / 4));
     if (SCR_LIKELY(p != NULL)) return p; /* no tick: the heap did not change */
     return proc_malloc_slow(n, a, x4);
   }
@@ -130,7 +130,7 @@ void *scr_calloc(size_t count, size_t size) {
   scr_arena *a = _scr_tl.arena;
   size_t n;
   if (SCR_LIKELY(a != NULL) && !__builtin_mul_overflow(count, size, &n) && n <= SCR_SMALL_MAX) {
-    void *p = _scr_recycle_take(a, _scr_class_of(n));
+    void *p = _scr_tcache_take(a, _scr_class_of(n));
     if (p != NULL) return PROC_COUNTED(a, memset(p, 0, n), n);
   }
   a = _scr_holder_get();
@@ -159,7 +159,7 @@ static inline scr_arena *proc_arena_of_heap(scr_heap *h) { return (scr_arena *)_
  * when it holds none).  Whose block p is, decided once, from its segment
  * map entry; then p is claimed (one atomic exchange: of two frees of it,
  * racing or not, exactly one goes on) and goes to the one place it goes
- * next: the thread's cache when it may keep p (_scr_recycle_may_keep) and
+ * next: the thread's cache when it may keep p (_scr_tcache_may_keep) and
  * the list has room, or a full list grows (classes from SCR_GROW_FIRST
  * on), or another arena's block makes room by sending the list's older
  * half to the pool; else p's heap, the caller's at once, another arena's
@@ -175,7 +175,7 @@ static __attribute__((noinline)) void proc_free_slow(void *p, scr_arena *a) {
    * blocks, a page with live sampled blocks (slot_limit 0: profile.c), a
    * heap the program made, misuse. */
   bool screened = a != NULL && _scr_segmap_mark(e) != 0 &&
-                  !_scr_proc_block_suspect_r(seg, p, idx, &a->rc[tag], _scr_misuse.key);
+                  !_scr_proc_block_suspect_r(seg, p, idx, &a->tc[tag], _scr_misuse.key);
   if (!screened) {
     if (p == NULL) return;
     if (SCR_UNLIKELY(_scr_proc_check("free", p) != SCR_OK)) return; /* reported (misuse.c) */
@@ -185,14 +185,14 @@ static __attribute__((noinline)) void proc_free_slow(void *p, scr_arena *a) {
   scr_heap *h = seg->heap;
   scr_arena *o = proc_arena_of_heap(h);
   scr_assert(o != NULL); /* _scr_proc_check: an arena's block */
-  if (a != NULL && tag < SCR_CLASS_COUNT && _scr_recycle_may_keep(a, _scr_segmap_mark(e))) {
+  if (a != NULL && tag < SCR_CLASS_COUNT && _scr_tcache_may_keep(a, _scr_segmap_mark(e))) {
     bool home = o == a || !_scr_arena_parked(o); /* the list may grow or overflow for it */
-    if (_scr_recycle_put(a, seg, idx, tag, p)) return;
-    if (tag >= SCR_GROW_FIRST && home && _scr_recycle_grow(a, tag) && _scr_recycle_put(a, seg, idx, tag, p)) return;
+    if (_scr_tcache_put(a, seg, idx, tag, p)) return;
+    if (tag >= SCR_GROW_FIRST && home && _scr_tcache_grow(a, tag) && _scr_tcache_put(a, seg, idx, tag, p)) return;
     /* Another arena's block and a full list: its older half leaves.  The
      * arena's own block goes to its heap, so that frees in address order
      * (scr_free_many) stay in order. */
-    if (o != a && home && _scr_pool_overflow(a, tag) && _scr_recycle_put(a, seg, idx, tag, p)) return;
+    if (o != a && home && _scr_pool_overflow(a, tag) && _scr_tcache_put(a, seg, idx, tag, p)) return;
   }
   if (SCR_LIKELY(o == a)) {
     if (tag < SCR_CLASS_COUNT) _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
@@ -214,8 +214,8 @@ static __attribute__((noinline)) void proc_free_refused(void *p, scr_arena *a) {
   uintptr_t idx;
   unsigned tag = _scr_block_tag(seg, p, &idx);
   if (SCR_LIKELY(tag < SCR_GROW_FIRST)) {
-    /* a full list grows to the thread's runs (recycle.c), within its budget */
-    if (_scr_recycle_grow(a, tag) && _scr_recycle_put(a, seg, idx, tag, p)) return;
+    /* a full list grows to the thread's runs (tcache.c), within its budget */
+    if (_scr_tcache_grow(a, tag) && _scr_tcache_put(a, seg, idx, tag, p)) return;
     _scr_small_free(a->heap, _scr_class_page(seg, idx, tag), p);
     _scr_holder_tick(a);
     return;
@@ -238,17 +238,17 @@ __attribute__((aligned(64))) void scr_free(void *p) {
     unsigned tag = (unsigned)(x4 / 4);
     /* The list of the tag (SCR_TAG_OTHER's: no room, a test no address
      * passes): the address scales the tag times 4 by 8. */
-    scr_recycled *r = (scr_recycled *)((char *)a->rc + x4 * (sizeof(scr_recycled) / 4));
+    scr_tcache_list *r = (scr_tcache_list *)((char *)a->tc + x4 * (sizeof(scr_tcache_list) / 4));
     uint64_t key = _scr_misuse.key;
     if (SCR_UNLIKELY(_scr_proc_block_suspect_r(seg, p, idx, r, key))) return proc_free_slow(p, a);
-    if (SCR_LIKELY(_scr_recycle_take_room(r))) {
+    if (SCR_LIKELY(_scr_tcache_take_room(r))) {
 #if SCR_DEBUG > 0
-      if (_scr_recycle_refused(r, seg, idx, tag, p)) {
+      if (_scr_tcache_refused(r, seg, idx, tag, p)) {
         r->room++; /* (its room back) */
         return;
       }
 #endif
-      _scr_recycle_link_key(r, tag, p, key);
+      _scr_tcache_link_key(r, tag, p, key);
       return;
     }
     return proc_free_refused(p, a);

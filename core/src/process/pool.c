@@ -11,7 +11,7 @@
  * often; the figure: docs/process.md, "Why it is built this way").  A
  * batch in the pool is taken by the next thread that needs the class and
  * finds no free slot in its own pages.  The blocks stay live in
- * their owners' heaps all along, as in the caches (recycle.c).
+ * their owners' heaps all along, as in the caches (tcache.c).
  *
  * A batch is made of the other arenas' blocks among the older half of a
  * full list (the arena's own go back to its heap, where its next malloc
@@ -35,7 +35,7 @@ scr_pool_line _scr_pool[SCR_CLASS_COUNT] = {[0 ... SCR_CLASS_COUNT - 1] = {{.loc
  * (a list of one block, or a pool that holds enough of the class: the
  * caller's block then goes home, as those of the batch would have). */
 bool _scr_pool_overflow(scr_arena *a, unsigned c) {
-  scr_recycled *r = &a->rc[c];
+  scr_tcache_list *r = &a->tc[c];
   uint32_t keep = r->max - r->max / 2, moved = r->max - keep;
   scr_pool_class *q = &_scr_pool[c].c;
   if (!_scr_proc.opt.pool || moved == 0 || atomic_load_explicit(&q->n, memory_order_relaxed) >= SCR_POOL_BATCHES) return false;
@@ -96,7 +96,7 @@ void *_scr_pool_refill_slow(scr_arena *a, unsigned c) {
   uint32_t k = 0;
   /* A batch longer than a's list (put by a thread that claimed its arena
    * before the cache options changed) stays for another. */
-  if (n > 0 && q->count[n - 1] <= a->rc[c].max) {
+  if (n > 0 && q->count[n - 1] <= a->tc[c].max) {
     b = q->batch[n - 1];
     k = q->count[n - 1];
     atomic_store_explicit(&q->n, n - 1, memory_order_relaxed);
@@ -104,7 +104,7 @@ void *_scr_pool_refill_slow(scr_arena *a, unsigned c) {
   pthread_mutex_unlock(&q->lock);
   if (b == NULL) return NULL;
   SCR_PC_ADD(pool_takes, 1);
-  scr_recycled *r = &a->rc[c];
+  scr_tcache_list *r = &a->tc[c];
   scr_assert(r->head == NULL && r->room == r->max && k <= r->max);
   SCR_UNPOISON(b, _scr_class_sizes[c]);
   r->head = *(void **)b;

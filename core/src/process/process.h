@@ -7,7 +7,7 @@
  *
  *   observers  stats.c override_stats.c                        observers.h
  *   entry      malloc.c free_many.c fork.c override.c               entry.h
- *   caches     remote.c pool.c recycle.c holder.c                   caches.h
+ *   caches     remote.c pool.c tcache.c holder.c                   caches.h
  *   arenas     hooks.c huge_cache.c decay.c validate.c
  *              arena.c discard.c helper.c                           arenas.h
  *   base       os_linux.c options.c state.c misuse.c                process.h
@@ -100,17 +100,17 @@ typedef enum scr_arena_state {
 /* Other arenas' blocks of one size class that the holder freed, kept for
  * its own mallocs of the class (linked through the first word; live in
  * their heaps all along). */
-typedef struct scr_recycled {
+typedef struct scr_tcache_list {
   void *head;
   uint32_t room;                    /* blocks the list may still take: max less its length */
-  uint32_t max;                     /* the list's cap (recycle.c: bytes and blocks per class) */
+  uint32_t max;                     /* the list's cap (tcache.c: bytes and blocks per class) */
   /* the class's slot test (core/src/misuse.c: _scr_misuse.geom[class]), on
    * the line the free fast path reads anyway */
   uint64_t magic;
   uint32_t mask;
   uint32_t pad_;
-} scr_recycled;
-_Static_assert(sizeof(scr_recycled) == 32, "two lists a line, none across two");
+} scr_tcache_list;
+_Static_assert(sizeof(scr_tcache_list) == 32, "two lists a line, none across two");
 
 /* Two groups of fields, a cache line (or more) each, by who writes them:
  * other threads (remote, drain_req), and the holder (from heap on).  The
@@ -134,23 +134,23 @@ typedef struct scr_arena {
   struct _scr_heap_hooks hooks;     /* the heap's hooks, arg = this arena */
   pthread_mutex_t snap_lock;        /* guards snap */
   struct scr_stats snap;            /* heap stats as of the last publish, less the blocks the
-                                       holder keeps for reuse (recycle.c) */
+                                       holder keeps for reuse (tcache.c) */
   struct scr_stats snap_lent;       /* other arenas' blocks the holder kept, at that publish */
   uint64_t snap_drained;            /* remote_drained as of the last publish */
   uint64_t snap_sent;               /* remote_sent as of the last publish */
   uintptr_t own_mark;               /* its segments' mark in the segment map (UINTPTR_MAX: none) */
   unsigned own_fast;                /* its mark in the mark map (SCR_SEGMAP_NO_MARK: none fits) */
-  uint64_t cache_grown;             /* bytes its lists' caps grew past their base (recycle.c) (holder) */
+  uint64_t cache_grown;             /* bytes its lists' caps grew past their base (tcache.c) (holder) */
   scr_prof_countdown prof;          /* the sampler's countdown of scr_malloc & co. (holder; profile.c) */
-  /* Recycled blocks per class (holder).  On a line boundary, so that no
+  /* The thread cache: freed blocks per class (holder).  On a line boundary, so that no
    * list's 32 bytes straddle two lines: the malloc and free fast paths
    * touch one line per call.  One list more, for tag
    * SCR_TAG_OTHER, always empty and full (room 0): a free looks a
    * block's list up by its page's tag without testing the tag first, and
    * a block of no size class finds no room there. */
-  _Alignas(64) scr_recycled rc[SCR_CLASS_COUNT + 1];
+  _Alignas(64) scr_tcache_list tc[SCR_CLASS_COUNT + 1];
   /* a medium class's list, closed until the holder's cache_medium_after-th
-   * malloc of the class (recycle.c): its cap once open (0: open, or never
+   * malloc of the class (tcache.c): its cap once open (0: open, or never
    * to open), and the mallocs that found it closed */
   uint8_t medium_cap[SCR_CLASS_COUNT - SCR_MEDIUM_FIRST];
   uint16_t medium_mallocs[SCR_CLASS_COUNT - SCR_MEDIUM_FIRST];
@@ -317,7 +317,7 @@ SCR_INTERNAL int _scr_proc_check(const char *call, const void *p);
  * into the block it keeps (a second read of the global after the block's
  * first word is written is an instruction more: the compiler cannot tell
  * that the two do not alias). */
-static inline bool _scr_proc_block_suspect_r(const scr_segment *seg, const void *p, uintptr_t idx, const scr_recycled *r,
+static inline bool _scr_proc_block_suspect_r(const scr_segment *seg, const void *p, uintptr_t idx, const scr_tcache_list *r,
                                              uint64_t key) {
   uint64_t off = (uintptr_t)p & r->mask;
   return _scr_slot_beyond(seg, idx, off * r->magic) || _scr_block_word1(p) == key;

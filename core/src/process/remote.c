@@ -7,7 +7,7 @@
  * ABA problem.  A list of blocks that leaves a thread's cache or the pool
  * goes home grouped by owner, one CAS per owner.
  * Layer: caches (its bottom): the pushing side and the blocks that go
- * home from the caches (pool.c, recycle.c); the arena's side, its
+ * home from the caches (pool.c, tcache.c); the arena's side, its
  * stack's drain, is arena.c's.  Owns remote_sent (each arena's holder)
  * and drain_req (pushers of a parked arena). */
 #include "caches.h"

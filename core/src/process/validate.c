@@ -33,7 +33,7 @@ bool _scr_proc_validate_locked(void) {
       _scr_report(SCR_EINVAL, "arena %u in state %u", a->id, a->state);
       return false;
     }
-    if (a->rc[SCR_TAG_OTHER].head != NULL || a->rc[SCR_TAG_OTHER].room != 0) {
+    if (a->tc[SCR_TAG_OTHER].head != NULL || a->tc[SCR_TAG_OTHER].room != 0) {
       _scr_report(SCR_EINVAL, "arena %u: the list of blocks of no size class is not empty and full", a->id);
       return false;
     }

@@ -1,7 +1,7 @@
-/* Recycling, the thread's cache of freed blocks: a block of a size class
+/* The thread cache (tcache) of freed blocks: a block of a size class
  * that the holder of an arena frees, of its own arena or of another, is
  * kept on a per-class list for the holder's next malloc of the class, up
- * to cache_bytes and SCR_RECYCLE_CLASS_MAX blocks per class (cache_medium
+ * to cache_bytes and SCR_TCACHE_CLASS_MAX blocks per class (cache_medium
  * blocks of a medium class; none of a class above cache_max).
  *
  * Why: the most recently freed block of a class is the one whose cache
@@ -31,8 +31,8 @@
 #include "caches.h"
 #include <string.h>
 
-#define SCR_RECYCLE_CLASS_MAX 64
-#define SCR_RECYCLE_RUN_MAX 1024 /* blocks a list of a class below SCR_GROW_FIRST may grow to */
+#define SCR_TCACHE_CLASS_MAX 64
+#define SCR_TCACHE_RUN_MAX 1024 /* blocks a list of a class below SCR_GROW_FIRST may grow to */
 /* cache_medium, 2: a thread's frees and mallocs of medium blocks come in
  * runs, and each one past the cap goes back to its run, whose emptying
  * the arena's cap on kept pages may decommit for the next malloc to
@@ -52,10 +52,10 @@
 
 /* List c's cap as the options set it (its base: what a grown cap goes
  * back to). */
-static uint32_t recycle_base_max(unsigned c) {
+static uint32_t tcache_base_max(unsigned c) {
   const scr_proc_options *o = &_scr_proc.opt;
   uint64_t size = _scr_class_sizes[c], max = (o->cache_bytes + size - 1) / size;
-  if (max > SCR_RECYCLE_CLASS_MAX) max = SCR_RECYCLE_CLASS_MAX;
+  if (max > SCR_TCACHE_CLASS_MAX) max = SCR_TCACHE_CLASS_MAX;
   if (c >= SCR_MEDIUM_FIRST) max = o->cache_medium;
   if (size > o->cache_max) max = 0;
   return (uint32_t)max;
@@ -65,23 +65,23 @@ static uint32_t recycle_base_max(unsigned c) {
  * empty then): the caps as the options say now.  alone: no other arena is
  * held; its medium lists stay closed until their class's
  * cache_medium_after-th malloc. */
-void _scr_recycle_init(scr_arena *a, bool alone) {
+void _scr_tcache_init(scr_arena *a, bool alone) {
   const scr_proc_options *o = &_scr_proc.opt;
   scr_assert(_scr_class_sizes[SCR_GROW_FIRST] == 4096);
   a->cache_grown = 0;
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
-    uint32_t max = recycle_base_max(c);
-    scr_assert(a->rc[c].head == NULL);
+    uint32_t max = tcache_base_max(c);
+    scr_assert(a->tc[c].head == NULL);
     if (c >= SCR_MEDIUM_FIRST) {
       unsigned m = c - SCR_MEDIUM_FIRST;
       a->medium_mallocs[m] = 0;
       a->medium_cap[m] = alone && o->cache_medium_after > 0 ? (uint8_t)max : 0;
       if (a->medium_cap[m] != 0) max = 0; /* closed for now */
     }
-    a->rc[c].max = (uint32_t)max;
-    a->rc[c].room = (uint32_t)max;
-    a->rc[c].magic = _scr_misuse.geom[c].magic;
-    a->rc[c].mask = _scr_misuse.geom[c].mask;
+    a->tc[c].max = (uint32_t)max;
+    a->tc[c].room = (uint32_t)max;
+    a->tc[c].magic = _scr_misuse.geom[c].magic;
+    a->tc[c].mask = _scr_misuse.geom[c].mask;
   }
   /* (the list of tag SCR_TAG_OTHER is set once, when the arena is made:
    * arena.c) */
@@ -89,32 +89,32 @@ void _scr_recycle_init(scr_arena *a, bool alone) {
 
 /* The holder mallocs a block of medium class c whose list is closed (the
  * slow path): the list opens at the cache_medium_after-th. */
-void _scr_recycle_medium_malloc(scr_arena *a, unsigned c) {
+void _scr_tcache_medium_malloc(scr_arena *a, unsigned c) {
   unsigned m = c - SCR_MEDIUM_FIRST;
   if (++a->medium_mallocs[m] < _scr_proc.opt.cache_medium_after) return;
-  scr_assert(a->rc[c].head == NULL && a->rc[c].max == 0);
-  a->rc[c].max = a->rc[c].room = a->medium_cap[m];
+  scr_assert(a->tc[c].head == NULL && a->tc[c].max == 0);
+  a->tc[c].max = a->tc[c].room = a->medium_cap[m];
   a->medium_cap[m] = 0;
 }
 
 /* List c's blocks go back; it keeps up to max blocks from now on, at
  * most its base (a grown cap starts again). */
-static void recycle_empty_list(scr_arena *a, unsigned c, uint32_t max) {
-  void *p = a->rc[c].head;
-  uint32_t base = recycle_base_max(c);
-  if (a->rc[c].max > base) { /* (options changed since the claim may have moved the base) */
-    uint64_t grown = (uint64_t)(a->rc[c].max - base) * _scr_class_sizes[c];
+static void tcache_empty_list(scr_arena *a, unsigned c, uint32_t max) {
+  void *p = a->tc[c].head;
+  uint32_t base = tcache_base_max(c);
+  if (a->tc[c].max > base) { /* (options changed since the claim may have moved the base) */
+    uint64_t grown = (uint64_t)(a->tc[c].max - base) * _scr_class_sizes[c];
     a->cache_grown -= grown < a->cache_grown ? grown : a->cache_grown;
   }
   if (max > base) max = base;
-  a->rc[c].head = NULL;
-  a->rc[c].max = a->rc[c].room = max;
+  a->tc[c].head = NULL;
+  a->tc[c].max = a->tc[c].room = max;
   _scr_remote_send_list_home(a, c, p);
 }
 
 /* a's holder frees a block of class c into its full list: the cap grows
- * by one block, up to SCR_RECYCLE_RUN_MAX blocks for a class below
- * SCR_GROW_FIRST and SCR_RECYCLE_CLASS_MAX for the others, while the
+ * by one block, up to SCR_TCACHE_RUN_MAX blocks for a class below
+ * SCR_GROW_FIRST and SCR_TCACHE_CLASS_MAX for the others, while the
  * arena's grown bytes stay within its share of cache_grow (false: it
  * does not).
  *
@@ -135,10 +135,10 @@ static void recycle_empty_list(scr_arena *a, unsigned c, uint32_t max) {
  * threads keep past their bases, so a program of many threads keeps
  * about what one would.  The caps go back to their bases at park and
  * trim. */
-bool _scr_recycle_grow(scr_arena *a, unsigned c) {
-  scr_recycled *r = &a->rc[c];
+bool _scr_tcache_grow(scr_arena *a, unsigned c) {
+  scr_tcache_list *r = &a->tc[c];
   uint64_t size = _scr_class_sizes[c], budget = _scr_proc.opt.cache_grow;
-  uint32_t cap = c < SCR_GROW_FIRST ? SCR_RECYCLE_RUN_MAX : SCR_RECYCLE_CLASS_MAX;
+  uint32_t cap = c < SCR_GROW_FIRST ? SCR_TCACHE_RUN_MAX : SCR_TCACHE_CLASS_MAX;
   if (r->max == 0 || r->max >= cap || budget == 0)
     return false;
   unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
@@ -158,13 +158,13 @@ bool _scr_recycle_grow(scr_arena *a, unsigned c) {
 /* The holder's lists of classes above max_size go back and stay empty
  * (until the next claim); a grown cap of a smaller class goes back to its
  * base. */
-void _scr_recycle_limit(scr_arena *a, uint64_t max_size) {
+void _scr_tcache_limit(scr_arena *a, uint64_t max_size) {
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     if (_scr_class_sizes[c] <= max_size) {
-      if (a->rc[c].max > recycle_base_max(c)) recycle_empty_list(a, c, a->rc[c].max);
+      if (a->tc[c].max > tcache_base_max(c)) tcache_empty_list(a, c, a->tc[c].max);
       continue;
     }
-    recycle_empty_list(a, c, 0);
+    tcache_empty_list(a, c, 0);
     if (c >= SCR_MEDIUM_FIRST) a->medium_cap[c - SCR_MEDIUM_FIRST] = 0; /* a closed list stays closed */
   }
 }
@@ -172,7 +172,7 @@ void _scr_recycle_limit(scr_arena *a, uint64_t max_size) {
 #if SCR_DEBUG > 0
 /* Checked builds: what the heap's free would have refused (an interior
  * pointer, a block already kept) is reported and dropped. */
-bool _scr_recycle_refused(const scr_recycled *r, const scr_segment *seg, uintptr_t idx, unsigned c, void *p) {
+bool _scr_tcache_refused(const scr_tcache_list *r, const scr_segment *seg, uintptr_t idx, unsigned c, void *p) {
   uintptr_t first = _scr_class_first(idx, c);
   if (((uintptr_t)p - ((uintptr_t)seg + (first << SCR_PAGE_SHIFT))) % _scr_class_sizes[c] != 0) {
     _scr_report(SCR_EINTERIOR, "free(%p): interior of a block (ignored)", p);
@@ -196,8 +196,8 @@ bool _scr_recycle_refused(const scr_recycled *r, const scr_segment *seg, uintptr
 #endif
 
 /* Every kept block goes back (at park and trim). */
-void _scr_recycle_flush(scr_arena *a) {
-  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) recycle_empty_list(a, c, a->rc[c].max);
+void _scr_tcache_flush(scr_arena *a) {
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) tcache_empty_list(a, c, a->tc[c].max);
 }
 
 /* Adds sign (1 or -1) times one block of list c to t's block counts. */
@@ -211,13 +211,13 @@ static void proc_count_block(struct scr_stats *t, unsigned c, int64_t sign) {
 /* Take the kept blocks out of the arena's figures: its own come off `st`
  * (the heap counts them as live), other arenas' are added up in `lent`,
  * which scr_stats() takes off the process-wide sum. */
-void _scr_recycle_account(const scr_arena *a, struct scr_stats *st, struct scr_stats *lent) {
+void _scr_tcache_account(const scr_arena *a, struct scr_stats *st, struct scr_stats *lent) {
   memset(lent, 0, sizeof *lent);
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     /* at most the list's length: a list a use after free corrupted (a
      * cycle) does not hang the report */
-    uint32_t left = a->rc[c].max - a->rc[c].room;
-    for (void *p = a->rc[c].head, *next; p && left > 0; p = next, left--) {
+    uint32_t left = a->tc[c].max - a->tc[c].room;
+    for (void *p = a->tc[c].head, *next; p && left > 0; p = next, left--) {
       SCR_UNPOISON(p, sizeof(void *));
       next = *(void **)p;
       SCR_POISON(p, sizeof(void *));

@@ -253,14 +253,29 @@ void scr_heap_profile_rate(scr_heap *h, size_t rate) {
   (void)_scr_prof_next(&h->prof, rate); /* a countdown at the new rate */
 }
 
-void *scr_heap_malloc(scr_heap *h, size_t n) {
+/* scr_heap_malloc of a large block, or on a bad heap. */
+static __attribute__((noinline)) void *heap_malloc_other(scr_heap *h, size_t n, const void *caller) {
   if (SCR_UNLIKELY(!_scr_heap_live(h))) {
     _scr_heap_bad("scr_heap_malloc", h);
     errno = EINVAL;
     return NULL;
   }
   void *p = _scr_heap_malloc(h, n);
-  return HEAP_COUNTED(h, p, n);
+  return _scr_prof_due(&h->prof, n) ? _scr_heap_sampled(h, p, n, caller) : p;
+}
+/* scr_heap_malloc's countdown ran out at a small request. */
+static __attribute__((noinline)) void *heap_malloc_sampled(scr_heap *h, size_t n, const void *caller) {
+  return _scr_heap_sampled(h, _scr_small_alloc(h, _scr_class_of(n)), n, caller);
+}
+
+/* The hit path, a block of the class's head page, needs no stack frame:
+ * the rest is a tail call. */
+void *scr_heap_malloc(scr_heap *h, size_t n) {
+  if (SCR_LIKELY(n <= SCR_SMALL_MAX && _scr_heap_live(h))) {
+    if (SCR_UNLIKELY(_scr_prof_due(&h->prof, n))) return heap_malloc_sampled(h, n, __builtin_return_address(0));
+    return _scr_small_alloc(h, _scr_class_of(n));
+  }
+  return heap_malloc_other(h, n, __builtin_return_address(0));
 }
 
 void *scr_heap_calloc(scr_heap *h, size_t count, size_t size) {
@@ -407,11 +422,21 @@ static inline scr_segment *heap_checked_segment(const scr_heap *h, const void *p
   return heap_misuse(h, p, call) == SCR_OK ? seg : NULL;
 }
 
-void scr_heap_free(scr_heap *h, void *p) {
+/* scr_heap_free beyond its hit path (a bad heap, NULL, a block of
+ * another segment, a large block, misuse). */
+static __attribute__((noinline)) void heap_free_slow(scr_heap *h, void *p) {
   HEAP_OR_RETURN("scr_heap_free", h);
-  /* The fast path of _scr_heap_free_block, with the misuse tests. */
+  if (p == NULL) return;
+  if (heap_checked_segment(h, p, "scr_heap_free") == NULL) return;
+  _scr_prof_free(p); /* (a sampled block's page sends its frees here: slot_limit 0) */
+  _scr_heap_free_block(h, p);
+}
+
+/* The fast path of _scr_heap_free_block, with the misuse tests, needs no
+ * stack frame: the rest is a tail call. */
+void scr_heap_free(scr_heap *h, void *p) {
   scr_segment *seg = _scr_segment_of(p);
-  if (SCR_LIKELY(seg == h->last_free_seg && seg != NULL)) {
+  if (SCR_LIKELY(_scr_heap_live(h) && seg == h->last_free_seg && seg != NULL)) {
     uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
     unsigned tag = scr_seg_tag(seg, idx);
     if (SCR_LIKELY(tag < SCR_CLASS_COUNT && !_scr_block_suspect(seg, idx, p, tag))) {
@@ -419,10 +444,7 @@ void scr_heap_free(scr_heap *h, void *p) {
       return;
     }
   }
-  if (p == NULL) return;
-  if (heap_checked_segment(h, p, "scr_heap_free") == NULL) return;
-  _scr_prof_free(p); /* (a sampled block's page sends its frees here: slot_limit 0) */
-  _scr_heap_free_block(h, p);
+  heap_free_slow(h, p);
 }
 
 size_t _scr_heap_usable_size(const scr_heap *h, const void *p) {

@@ -460,6 +460,8 @@ def main():
                          "'scralloc NAME' in the tables, against this build as a --profile column is")
     ap.add_argument("--no-peers", action="store_true",
                     help="run scralloc and its --profile columns only (the mechanism table, in less time)")
+    ap.add_argument("--mechanisms", action="store_true",
+                    help="print the mechanism table of the --profile columns only (docs/process.md's copy)")
     ap.add_argument("--json", default="build/bench/suite.json")
     ap.add_argument("--markdown", default="", help="also write the tables to this file")
     ap.add_argument("--from-json", default="",
@@ -513,7 +515,12 @@ def main():
         machine = (f"  Measured on {os.cpu_count()} CPUs, {time.time() - t0:.0f} s; 5-minute load average "
                    f"{load0:.1f} at the start, {os.getloadavg()[1]:.1f} at the end.")
         text, summary = report(progs, allocs, results, args.rounds, machine)
-        if not args.only:
+        if args.mechanisms:
+            names = [a for a, _, _ in allocs]
+            variants = [a for a in names if a.startswith("scralloc ")]
+            text = (f"{len(progs)} programs of the breadth suite, {args.rounds} interleaved rounds.{machine}\n\n"
+                    + "\n".join(profiles_table(progs, names, results, variants)) + "\n")
+        elif not args.only:
             text += "\n".join(scr_heap_pairs(args.bin))
         print(text)
         if args.markdown:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Refresh the benchmark tables in README.md by running the benchmarks.
+"""Refresh the benchmark tables in README.md (and docs/process.md) by running the benchmarks.
 
     python3 bench/update_readme.py [--rounds N] [--quick] [--only NAME ...] [--file README.md]
     make readme-tables [ROUNDS=N] [QUICK=1] [ONLY="process pairs"]
@@ -44,6 +44,12 @@ BIN = "build/release/bench"
 #   make:    targets built first (make -s, from the repository root)
 #   argv:    function(rounds, quick) -> the command (a list), run from the root
 #   rounds:  the default number of rounds when --rounds is not given
+#   file:    the file whose markers it fills (README.md when not given)
+# The mechanism table: each mechanism an option switches off, in turn,
+# across the breadth suite (the parked drain and the huge cache have no
+# option: docs/process.md measures them apart).
+MECHANISMS = ["pool=0", "cache_max=0", "cache_grow=0", "cache_medium=0", "cache_medium_after=0", "discard=0",
+              "decay_ms=0"]
 BENCHES = {
     "seed": {
         "make": [f"{BIN}/bench_pairs"],
@@ -68,6 +74,15 @@ BENCHES = {
         "argv": lambda r, q: ["python3", "bench/suite_bench.py", "--lib", LIB, "--bin", BIN, "--rounds", str(r)]
                              + (["--only", "runs", "--only", "RFC"] if q else []),
         "rounds": 3,
+    },
+    "mechanisms": {
+        "make": [LIB, "suite-bin"],
+        "argv": lambda r, q: ["python3", "bench/suite_bench.py", "--lib", LIB, "--bin", BIN, "--rounds", str(r),
+                              "--no-peers", "--mechanisms"]
+                             + [a for m in MECHANISMS for a in ("--profile", m)]
+                             + (["--only", "runs"] if q else []),
+        "rounds": 3,
+        "file": "docs/process.md",
     },
     "replay": {
         "make": [LIB, f"{BIN}/malloc_replay", f"{BIN}/libmalloc_trace.so"],
@@ -110,15 +125,17 @@ def main():
     ap.add_argument("--rounds", type=int, help="rounds (traces for replay) of every benchmark run")
     ap.add_argument("--quick", action="store_true", help="less work per round (a check that the refresh works)")
     ap.add_argument("--only", nargs="+", choices=sorted(BENCHES), help="refresh these tables only")
-    ap.add_argument("--file", default=os.path.join(ROOT, "README.md"))
+    ap.add_argument("--file", help="the file for every table (else each its own: README.md, docs/process.md)")
     args = ap.parse_args()
     names = args.only or list(BENCHES)
-    text = open(args.file, encoding="utf-8").read()
+    path_of = {n: args.file or os.path.join(ROOT, BENCHES[n].get("file", "README.md")) for n in names}
     for name in names:  # every marker pair must be there before anything runs
-        replace_block(text, name, "")
+        replace_block(open(path_of[name], encoding="utf-8").read(), name, "")
     where = machine()
     for name in names:
         b = BENCHES[name]
+        path = path_of[name]
+        text = open(path, encoding="utf-8").read()
         rounds = args.rounds or b["rounds"]
         subprocess.run(["make", "-s"] + b["make"], cwd=ROOT, check=True)
         argv = b["argv"](rounds, args.quick)
@@ -128,9 +145,9 @@ def main():
             raise SystemExit(f"update_readme: {name}: exit {p.returncode}; its table is unchanged")
         body = f"`{shown(argv)}` on {where}:\n\n{p.stdout.strip()}"
         text = replace_block(text, name, body)
-        with open(args.file, "w", encoding="utf-8") as f:  # each table as soon as it is measured
+        with open(path, "w", encoding="utf-8") as f:  # each table as soon as it is measured
             f.write(text)
-        print(f"== {name}: table written to {os.path.relpath(args.file, ROOT)}", file=sys.stderr)
+        print(f"== {name}: table written to {os.path.relpath(path, ROOT)}", file=sys.stderr)
     return 0
 
 

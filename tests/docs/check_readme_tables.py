@@ -3,8 +3,8 @@
 
     python3 tests/docs/check_readme_tables.py
 
-Every benchmark that update_readme.py knows has its marker pair in the
-README; a refresh of one table (the quickest, `seed`, one round, on a
+Every benchmark that update_readme.py knows has its marker pair in its
+file (the README, or the one its entry names); a refresh of one table (the quickest, `seed`, one round, on a
 copy of the README) replaces the text between its markers with the
 command, the machine and the benchmark's own Markdown, and leaves every
 other byte alone; a file without the markers is refused and left as it
@@ -26,9 +26,11 @@ BLOCK = re.compile(r"(<!-- bench:seed -->\n)(.*?)(<!-- /bench:seed -->)", re.S)
 
 def main():
     readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
-    for name in update_readme.BENCHES:
-        assert f"<!-- bench:{name} -->" in readme and f"<!-- /bench:{name} -->" in readme, \
-            f"README.md lacks the markers of benchmark {name!r}"
+    for name, b in update_readme.BENCHES.items():
+        where = b.get("file", "README.md")
+        text = open(os.path.join(ROOT, where), encoding="utf-8").read()
+        assert f"<!-- bench:{name} -->" in text and f"<!-- /bench:{name} -->" in text, \
+            f"{where} lacks the markers of benchmark {name!r}"
     with tempfile.TemporaryDirectory(prefix="scr-readme-") as tmp:
         copy = os.path.join(tmp, "README.md")
         with open(copy, "w", encoding="utf-8") as f:

@@ -128,8 +128,10 @@ bool _scr_heap_grow_ok(const scr_heap *h, size_t more) {
 static scr_page *page_for_class(scr_heap *h, unsigned c) {
   scr_assert(h->empty_count[c] == 0);
   unsigned span = _scr_class_span(c);
-  for (unsigned k = 0; k < SCR_CLASS_COUNT; k++) {
-    if (h->empty_count[k] == 0 || _scr_class_span(k) != span) continue;
+  /* the classes of c's span: the small ones, or the medium ones */
+  unsigned first = c < SCR_MEDIUM_FIRST ? 0 : SCR_MEDIUM_FIRST, end = c < SCR_MEDIUM_FIRST ? SCR_MEDIUM_FIRST : SCR_CLASS_COUNT;
+  for (unsigned k = h->retained_pages != 0 ? first : end; k < end; k++) {
+    if (h->empty_count[k] == 0) continue;
     scr_page *pg = h->queue_tail[k];
     scr_assert(pg && pg->used == 0);
     _scr_queue_remove(h, pg);

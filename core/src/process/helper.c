@@ -35,6 +35,7 @@ static void *proc_helper_main(void *arg) {
     pthread_mutex_lock(&P->helper_lock);
     P->helper_kick = 0;
     pthread_mutex_unlock(&P->helper_lock);
+    atomic_store_explicit(&P->helper_wake_ns, 0, memory_order_relaxed);
 
     uint64_t now = _scr_proc_now_ns();
     pthread_mutex_lock(&P->decay_lock);
@@ -42,6 +43,7 @@ static void *proc_helper_main(void *arg) {
     pthread_mutex_unlock(&P->decay_lock);
     if (_scr_discard_step(now, &wait_until)) continue; /* one at a time, then look again */
 
+    atomic_store_explicit(&P->helper_wake_ns, wait_until, memory_order_relaxed);
     pthread_mutex_lock(&P->helper_lock);
     if (!P->helper_kick) {
       if (wait_until == UINT64_MAX) pthread_cond_wait(&P->helper_cv, &P->helper_lock);

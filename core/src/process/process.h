@@ -180,6 +180,8 @@ typedef struct scr_proc {
    * tick to wake the helper; the rest is the helper's alone. */
   _Atomic uint64_t decay_delay_ms;
   _Atomic int decay_wake;
+  _Atomic uint64_t helper_wake_ns;  /* when the helper looks next: 0 while it runs (or before it
+                                       starts), UINT64_MAX while it waits for a post (helper.c) */
   uint64_t decay_next_ns;           /* the next pass (UINT64_MAX: none due until woken) */
   uint64_t decay_refaults_seen;     /* refaulted bytes as of the last pass */
   uint64_t decay_returned_now;      /* decay_bytes as of the last pass */

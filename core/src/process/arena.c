@@ -44,7 +44,6 @@ static scr_arena *proc_arena_new(void) {
    * caches and go to their heaps, malloc.c's slow side). */
   uintptr_t mark = (uintptr_t)a->id + 1 <= SCR_SEGMAP_MARK_MASK ? (uintptr_t)a->id + 1 : 0;
   a->own_mark = mark != 0 ? mark : UINTPTR_MAX;
-  a->own_fast = _scr_segmap_fast_of(mark);
   _scr_heap_set_owner(h, a, mark);
   _scr_heap_set_hooks(h, &a->hooks);
   scr_heap_stats(h, &a->snap);

@@ -139,7 +139,6 @@ typedef struct scr_arena {
   uint64_t snap_drained;            /* remote_drained as of the last publish */
   uint64_t snap_sent;               /* remote_sent as of the last publish */
   uintptr_t own_mark;               /* its segments' mark in the segment map (UINTPTR_MAX: none) */
-  unsigned own_fast;                /* its mark in the mark map (SCR_SEGMAP_NO_MARK: none fits) */
   uint64_t cache_grown;             /* bytes its lists' caps grew past their base (tcache.c) (holder) */
   scr_prof_countdown prof;          /* the sampler's countdown of scr_malloc & co. (holder; profile.c) */
   /* The thread cache: freed blocks per class (holder).  On a line boundary, so that no
@@ -220,7 +219,7 @@ typedef struct scr_tl {
 SCR_INTERNAL extern __thread scr_tl _scr_tl __attribute__((tls_model("initial-exec")));
 static inline void _scr_tl_set(scr_arena *a) {
   _scr_tl.arena = a;
-  _scr_tl.fast = a != NULL ? a->own_fast : SCR_SEGMAP_NO_MARK;
+  _scr_tl.fast = a != NULL ? _scr_segmap_fast_of(a->own_mark) : SCR_SEGMAP_NO_MARK; /* (UINTPTR_MAX: none fits) */
   _scr_tl.small_end = a != NULL ? SCR_SMALL_MAX + 1 : 0;
 }
 
@@ -299,7 +298,10 @@ static inline unsigned _scr_block_tag(const scr_segment *seg, const void *p, uin
   *idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
   return scr_seg_tag(seg, *idx);
 }
-/* The same, the tag times 4 (types.h: page_tag4). */
+/* The same, the tag times 4 (types.h: page_tag4), for an index scaled in
+ * the address (the free fast path): the byte as it is stored (through
+ * scr_seg_tag, the compiler masks the low bits again, an instruction
+ * more). */
 static inline unsigned _scr_block_tag_x4(const scr_segment *seg, const void *p, uintptr_t *idx) {
   *idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
   return seg->page_tag4[*idx];

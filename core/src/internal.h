@@ -206,6 +206,7 @@ SCR_INTERNAL void _scr_segment_detach(scr_heap *h, scr_segment *seg);
 SCR_INTERNAL scr_segment *_scr_segment_attach(scr_heap *h, scr_segment *seg, size_t new_size);
 /* Unmap a detached huge segment (the process allocator's huge cache). */
 SCR_INTERNAL void _scr_segment_unmap_detached(scr_segment *seg, scr_os_counters *c);
+SCR_INTERNAL bool _scr_segment_shrink_detached(scr_segment *seg, size_t new_size, scr_os_counters *c);
 SCR_INTERNAL void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigned npages);
 SCR_INTERNAL void _scr_segment_purge(scr_heap *h, bool all);
 /* The decay's pass over h's dirty pages (types.h: who may touch what). */

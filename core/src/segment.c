@@ -141,19 +141,40 @@ static void segmap_clear_tail(uintptr_t base, size_t from, size_t to) {
   if (first < base + to) _scr_segmap_clear(first, base + to - first);
 }
 
+/* A detached huge segment gives back its tail from new_size on (a page
+ * multiple); false when the munmap failed (nothing changed). */
+bool _scr_segment_shrink_detached(scr_segment *seg, size_t new_size, scr_os_counters *c) {
+  size_t old_size = seg->size;
+  scr_assert(seg->kind == SCR_SEG_HUGE && !seg->huge_live && new_size > seg->huge_offset && new_size < old_size);
+  segmap_clear_tail((uintptr_t)seg, new_size, old_size); /* before: the range is anyone's after */
+  if (_scr_os_unmap((uint8_t *)seg + new_size, old_size - new_size, c) != 0) {
+    _scr_segmap_set((uintptr_t)seg, old_size, seg, seg->heap->map_mark);
+    return false;
+  }
+  seg->size = new_size;
+  seg->huge_size = new_size - seg->huge_offset;
+  _scr_owned_shrink(old_size - new_size);
+  return true;
+}
+
 scr_segment *_scr_segment_attach(scr_heap *h, scr_segment *seg, size_t new_size) {
   size_t old_size = seg->size;
   scr_segment *split = NULL;
   if (new_size < old_size) {
-    /* The head, resident, serves the block.  A tail that holds a huge
-     * block from its next segment boundary on becomes a cached huge
+    /* The head, resident, serves the block, and keeps up to a quarter
+     * more of what it has (the block's usable size; jemalloc's large size
+     * classes round up as much), so that the block serves a larger
+     * request once freed instead of being grown.  A tail that holds a
+     * huge block from its next segment boundary on becomes a cached huge
      * segment of its own (its first page the header): its pages stay
      * resident for the next request; the rest of the tail goes back. */
     uintptr_t base = (uintptr_t)seg, end = base + old_size;
     uintptr_t t = (base + new_size + SCR_SEGMENT_SIZE - 1) & ~(uintptr_t)(SCR_SEGMENT_SIZE - 1);
-    size_t cut = old_size;
+    size_t cut = old_size, ps = _scr_os_page_size();
     if (h->hooks.huge_put && seg->huge_offset == SCR_HUGE_OFFSET && t + SCR_HUGE_OFFSET + h->opt.huge_threshold < end)
       cut = t - base;
+    size_t keep = (new_size + (new_size - seg->huge_offset) / 4 + ps - 1) & ~(ps - 1);
+    new_size = keep < cut ? keep : cut;
     segmap_clear_tail(base, new_size, cut);
     if (cut > new_size && _scr_os_unmap((uint8_t *)seg + new_size, cut - new_size, &h->os) != 0) {
       _scr_segmap_set(base, cut, seg, h->map_mark);

@@ -67,6 +67,7 @@ CORE_ALLOWED = {
     # give back pages: a heap's interior pages, a detached huge segment
     # (the huge cache's), and the poison mode's walk of free pages
     "_scr_heap_return_interior": "return", "_scr_segment_unmap_detached": "return",
+    "_scr_segment_shrink_detached": "return",
     "scr_segment.size": "return", "scr_segment.huge_offset": "return", "scr_segment.next": "return",
     "scr_segment.free_mask": "return",
     # purge up to a time: the decay, its refaults, what a heap could give

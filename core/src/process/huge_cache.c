@@ -68,6 +68,31 @@ static uint64_t hc_unmap(scr_segment **out, unsigned n) {
   return bytes;
 }
 
+/* The cached segment seg, taken out, gives back its tail from size on
+ * (outside the lock) and goes back in at its place by age. */
+static void hc_trim(scr_segment *seg, uint64_t size, uint64_t at_ns) {
+  uint64_t old_size = seg->size;
+  scr_os_counters c = {0};
+  bool done = _scr_segment_shrink_detached(seg, size, &c);
+  pthread_mutex_lock(&hc.lock);
+  hc_os.munmap_calls += c.munmap_calls;
+  hc_os.failures += c.failures;
+  if (hc.n == SCR_HUGE_CACHE_MAX) {
+    pthread_mutex_unlock(&hc.lock);
+    SCR_PC_ADD(huge_cache_evicted, hc_unmap(&seg, 1) + (done ? old_size - size : 0));
+    return;
+  }
+  unsigned i = 0;
+  while (i < hc.n && hc.e[i].at_ns <= at_ns) i++;
+  memmove(&hc.e[i + 1], &hc.e[i], (hc.n - i) * sizeof hc.e[0]);
+  hc.e[i].seg = seg;
+  hc.e[i].at_ns = at_ns;
+  hc.n++;
+  atomic_store_explicit(&hc_bytes, hc_bytes + seg->size, memory_order_relaxed);
+  pthread_mutex_unlock(&hc.lock);
+  if (done) SCR_PC_ADD(huge_cache_evicted, old_size - size);
+}
+
 static void hc_put(scr_heap *h, scr_segment *seg, void *arg) {
   (void)h;
   scr_arena *a = arg;
@@ -118,7 +143,7 @@ static void hc_miss(size_t size) {
 uint64_t _scr_huge_cache_refaults(void) { return atomic_load_explicit(&hc_refaults, memory_order_relaxed); }
 
 static scr_segment *hc_take(scr_heap *h, size_t size, size_t offset, void *arg) {
-  (void)h, (void)arg;
+  (void)arg;
   if (_scr_huge_cache_bytes() == 0) {
     if (SCR_UNLIKELY(atomic_load_explicit(&hc_back_bytes, memory_order_relaxed) != 0)) {
       pthread_mutex_lock(&hc.lock);
@@ -152,17 +177,27 @@ static scr_segment *hc_take(scr_heap *h, size_t size, size_t offset, void *arg) 
    * growth) while it caches blocks that did not fit: as many bytes of the
    * oldest go back, so that what it holds does not grow while it keeps
    * free memory (as Go's heap scavenges when it grows; decay.c says why
-   * pages do not). */
+   * pages do not).  The last of them gives back only its tail where what
+   * stays still holds a huge block. */
   uint64_t grow = seg == NULL ? size : seg->size < size ? size - seg->size : 0;
+  scr_segment *trim = NULL;
+  uint64_t trim_at_ns = 0, trim_size = 0;
   while (grow > 0 && hc.n > 0) {
     uint64_t b = hc.e[0].seg->size;
-    out[nout++] = hc.e[0].seg;
+    if (b >= grow + SCR_HUGE_OFFSET + h->opt.huge_threshold + _scr_os_page_size()) {
+      trim = hc.e[0].seg;
+      trim_at_ns = hc.e[0].at_ns;
+      trim_size = b - ((grow + _scr_os_page_size() - 1) & ~(uint64_t)(_scr_os_page_size() - 1));
+    } else {
+      out[nout++] = hc.e[0].seg;
+    }
     hc_remove_at(0);
     grow = grow > b ? grow - b : 0;
   }
   pthread_mutex_unlock(&hc.lock);
   if (seg) SCR_PC_ADD(huge_cache_hits, 1);
   if (nout) SCR_PC_ADD(huge_cache_evicted, hc_unmap(out, nout));
+  if (trim) hc_trim(trim, trim_size, trim_at_ns);
   return seg;
 }
 

@@ -20,7 +20,7 @@ static void proc_segment_mapped(scr_heap *h, void *base, size_t size, void *arg)
 #endif
 #ifdef MADV_DONTDUMP
   if (P->opt.dontdump == 1 || (P->opt.dontdump == 2 && !P->core_dumps)) {
-    if (_scr_os_advise(base, size, MADV_DONTDUMP, &h->os) == 0) SCR_PC_ADD(dontdump_advised, 1);
+    if (_scr_os_advise(base, size, MADV_DONTDUMP, &h->os) == 0) SCR_PC_ADD(dontdump_segments, 1);
   }
 #endif
 }

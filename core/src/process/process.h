@@ -223,41 +223,22 @@ static inline void _scr_tl_set(scr_arena *a) {
   _scr_tl.small_end = a != NULL ? SCR_SMALL_MAX + 1 : 0;
 }
 
-/* Cumulative counters, updated with relaxed atomics. */
-#define SCR_PROC_COUNTERS(X)                                                   \
-  X(claims, "arenas claimed by threads")                                       \
-  X(parks, "arenas parked at thread exit")                                     \
-  X(foreign_frees, "frees of memory no scralloc arena owns")                  \
-  X(double_frees, "frees of blocks already free")                              \
-  X(interior_frees, "frees of addresses inside a block, not at its start")     \
-  X(unallocated_frees, "frees of slots or pages never handed out")             \
-  X(realloc_moves, "reallocs that moved a block into the caller's arena")      \
-  X(discards, "parked arenas whose free pages were returned")                  \
-  X(discard_bytes, "committed bytes the discards returned")                    \
-  X(delay_doublings, "times the discard delay doubled")                        \
-  X(dontdump_advised, "segments advised MADV_DONTDUMP")                        \
-  X(parked_drains, "parked arenas a pusher drained of remote frees")         \
-  X(pool_puts, "batches of other arenas' blocks full cache lists gave the pool") \
-  X(pool_takes, "batches threads with an empty cache list took from the pool") \
-  X(cache_grows, "blocks by which threads' full cache lists grew") \
-  X(remote_sent_unowned, "remote frees by threads that hold no arena")      \
-  X(trim_answers, "trims made by threads holding arenas at their next tick, asked by another thread's scr_trim or malloc_trim") \
-  X(trim_answer_bytes, "bytes those trims gave back")                        \
-  X(interior_bytes, "bytes given back inside pages that hold live blocks: free slots, never carved tails (trim, discard)") \
-  X(interior_lazy_bytes, "of those, bytes given back with MADV_FREE (not yet reclaimed, maybe)") \
-  X(huge_cache_puts, "freed huge blocks put in the process's cache")          \
-  X(huge_cache_hits, "huge blocks served from the process's cache (resized)") \
-  X(huge_cache_evicted, "bytes of cached huge blocks unmapped when the process grew (or past retain_max)") \
-  X(huge_cache_decayed, "bytes of cached huge blocks unmapped after the decay delay") \
-  X(decay_bytes, "bytes the decay gave back: pages and huge blocks unused past the delay") \
-  X(decay_passes, "passes the decay made over every arena") \
-  X(decay_backoffs, "times refaults doubled the decay delay") \
-  X(forks, "forks the allocator went through")
+/* Cumulative counters, updated with relaxed atomics: each the field of
+ * scr_process_stats of its name (scralloc.h says what it counts; stats.c
+ * copies them), and the remote frees of threads that hold no arena. */
+#define SCR_PROC_COUNTERS(X)                                                             \
+  X(claims) X(parks) X(foreign_frees) X(double_frees) X(interior_frees)                  \
+  X(unallocated_frees) X(realloc_moves) X(discards) X(discard_bytes) X(delay_doublings)  \
+  X(dontdump_segments) X(parked_drains) X(pool_puts) X(pool_takes) X(cache_grows)        \
+  X(trim_answers) X(trim_answer_bytes) X(interior_bytes) X(interior_lazy_bytes)          \
+  X(huge_cache_puts) X(huge_cache_hits) X(huge_cache_evicted) X(huge_cache_decayed)      \
+  X(decay_bytes) X(decay_passes) X(decay_backoffs) X(forks)
 
 typedef struct scr_proc_counters {
-#define SCR_PROC_CTR_FIELD_(name, doc) _Atomic uint64_t name;
+#define SCR_PROC_CTR_FIELD_(name) _Atomic uint64_t name;
   SCR_PROC_COUNTERS(SCR_PROC_CTR_FIELD_)
 #undef SCR_PROC_CTR_FIELD_
+  _Atomic uint64_t remote_sent_unowned;
 } scr_proc_counters;
 
 SCR_INTERNAL extern scr_proc_counters _scr_pc;

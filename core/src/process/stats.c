@@ -153,39 +153,14 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->lazy_free_pending = proc_lazy_free_pending(lazy);
   o->remote_frees = sent;
   o->remote_pending = sent > drained ? sent - drained : 0;
-#define SCR_PLOAD_(name) atomic_load_explicit(&_scr_pc.name, memory_order_relaxed)
-  o->claims = SCR_PLOAD_(claims);
-  o->parks = SCR_PLOAD_(parks);
-  o->pool_puts = SCR_PLOAD_(pool_puts);
-  o->pool_takes = SCR_PLOAD_(pool_takes);
-  o->cache_grows = SCR_PLOAD_(cache_grows);
-  o->foreign_frees = SCR_PLOAD_(foreign_frees);
-  o->double_frees = SCR_PLOAD_(double_frees);
-  o->interior_frees = SCR_PLOAD_(interior_frees);
-  o->unallocated_frees = SCR_PLOAD_(unallocated_frees);
-  o->realloc_moves = SCR_PLOAD_(realloc_moves);
-  o->discards = SCR_PLOAD_(discards);
-  o->discard_bytes = SCR_PLOAD_(discard_bytes);
-  o->delay_doublings = SCR_PLOAD_(delay_doublings);
-  o->dontdump_segments = SCR_PLOAD_(dontdump_advised);
-  o->forks = SCR_PLOAD_(forks);
-  o->parked_drains = SCR_PLOAD_(parked_drains);
-  o->trim_answers = SCR_PLOAD_(trim_answers);
-  o->trim_answer_bytes = SCR_PLOAD_(trim_answer_bytes);
-  o->interior_bytes = SCR_PLOAD_(interior_bytes);
-  o->interior_lazy_bytes = SCR_PLOAD_(interior_lazy_bytes);
-  o->huge_cache_puts = SCR_PLOAD_(huge_cache_puts);
-  o->huge_cache_hits = SCR_PLOAD_(huge_cache_hits);
-  o->huge_cache_evicted = SCR_PLOAD_(huge_cache_evicted);
-  o->huge_cache_decayed = SCR_PLOAD_(huge_cache_decayed);
+#define SCR_PLOAD_(name) o->name = atomic_load_explicit(&_scr_pc.name, memory_order_relaxed);
+  SCR_PROC_COUNTERS(SCR_PLOAD_)
+#undef SCR_PLOAD_
+  o->decay_passes += o->discards; /* a discard is a pass over a parked arena */
   uint64_t munmaps, failures;
   _scr_huge_cache_counts(&o->huge_cache_blocks, &o->huge_cache_bytes, &munmaps, &failures);
   o->free_committed += o->huge_cache_bytes;
   o->decay_delay_ms = _scr_decay_delay_ms();
-  o->decay_passes = SCR_PLOAD_(decay_passes) + o->discards;
-  o->decay_bytes = SCR_PLOAD_(decay_bytes);
-  o->decay_backoffs = SCR_PLOAD_(decay_backoffs);
-#undef SCR_PLOAD_
   o->refault_bytes += _scr_huge_cache_refaults();
   o->committed = atomic_load_explicit(&_scr_owned_bytes, memory_order_relaxed);
   o->committed_peak = atomic_load_explicit(&_scr_owned_peak, memory_order_relaxed);

@@ -27,20 +27,40 @@ static void link_segment(scr_heap *h, scr_segment *seg) {
 }
 
 static void avail_remove(scr_heap *h, scr_segment *seg) {
-  if (!seg->in_avail) return;
-  if (seg->avail_prev) seg->avail_prev->avail_next = seg->avail_next; else h->avail = seg->avail_next;
+  unsigned r = seg->avail_run;
+  if (r == 0) return;
+  if (seg->avail_prev) seg->avail_prev->avail_next = seg->avail_next; else h->avail[r] = seg->avail_next;
   if (seg->avail_next) seg->avail_next->avail_prev = seg->avail_prev;
+  if (h->avail[r] == NULL) h->avail_runs &= ~((uint64_t)1 << r);
   seg->avail_next = seg->avail_prev = NULL;
-  seg->in_avail = 0;
+  seg->avail_run = 0;
 }
 
-static void avail_push(scr_heap *h, scr_segment *seg) {
-  if (seg->in_avail) return;
+/* The longest run of set bits in m. */
+static unsigned longest_run(uint64_t m) {
+  unsigned best = 0;
+  while (m) {
+    unsigned at = (unsigned)__builtin_ctzll(m);
+    uint64_t rest = ~(m >> at);
+    unsigned len = rest ? (unsigned)__builtin_ctzll(rest) : 64 - at;
+    if (len > best) best = len;
+    m = at + len >= 64 ? 0 : m & (~(uint64_t)0 << (at + len));
+  }
+  return best;
+}
+
+/* seg's free_mask changed: it moves to the list of its longest run. */
+static void avail_update(scr_heap *h, scr_segment *seg) {
+  unsigned r = longest_run(seg->free_mask);
+  if (r == seg->avail_run) return;
+  avail_remove(h, seg);
+  if (r == 0) return;
   seg->avail_prev = NULL;
-  seg->avail_next = h->avail;
-  if (h->avail) h->avail->avail_prev = seg;
-  h->avail = seg;
-  seg->in_avail = 1;
+  seg->avail_next = h->avail[r];
+  if (h->avail[r]) h->avail[r]->avail_prev = seg;
+  h->avail[r] = seg;
+  h->avail_runs |= (uint64_t)1 << r;
+  seg->avail_run = r;
 }
 
 static void unlink_segment(scr_heap *h, scr_segment *seg) {
@@ -67,7 +87,7 @@ static scr_segment *segment_map(scr_heap *h, size_t size, size_t align, scr_segm
   link_segment(h, seg);
   if (kind == SCR_SEG_NORMAL) {
     seg->free_mask = ALL_PAGES_MASK;
-    avail_push(h, seg);
+    avail_update(h, seg);
   }
   h->mmaps++;
   h->reserved += size;
@@ -97,7 +117,7 @@ static bool segment_unmap(scr_heap *h, scr_segment *seg) {
     seg->magic = SCR_SEGMENT_MAGIC;
     _scr_segmap_set((uintptr_t)seg, size, seg, h->map_mark); /* leaves exist already */
     link_segment(h, seg);
-    if (seg->free_mask) avail_push(h, seg);
+    avail_update(h, seg);
     _scr_report(SCR_ENOMEM, "munmap of a segment failed; kept for a later trim");
     return false;
   }
@@ -263,7 +283,7 @@ static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigne
   if (SCR_UNLIKELY(seg->decayed_mask & bits)) note_refault(h, seg, bits);
   seg->lazy_free_mask &= ~bits;
   seg->free_mask &= ~bits;
-  if (seg->free_mask == 0) avail_remove(h, seg);
+  avail_update(h, seg);
   seg->committed_free_mask &= ~bits;
   uint64_t dirty = (seg->dirty_new | seg->dirty_old) & bits;
   h->dirty_pages -= (uint64_t)__builtin_popcountll(dirty);
@@ -295,26 +315,37 @@ static void purge_tick(scr_heap *h);
 /* A run of n free pages whose start is `align`-aligned (align <= a
  * segment), from an existing segment or a new one.  The pages come back
  * committed (counted in bytes) with kind FREE for the caller to set.
- * Pages still committed come first (no fault on first touch), then the
- * fullest segment with a run, so that emptier ones can go back.  With
- * fresh_first, a run never touched (or decommitted) in the fullest
- * segment that has one comes before them (when the heap may grow). */
+ * Among the first TAKE_LOOK segments whose runs fit, shortest longest
+ * run first (best fit, which leaves long runs whole and emptier segments
+ * free to go back), pages still committed come first (no fault on first
+ * touch), then the first segment with a run.  With fresh_first, a run
+ * never touched (or decommitted) comes before them (when the heap may
+ * grow). */
+#define TAKE_LOOK 8
 static scr_page *take_pages(scr_heap *h, unsigned n, size_t align, bool fresh_first) {
   purge_tick(h);
   scr_segment *best = NULL, *fresh = NULL, *committed = NULL;
   uint64_t best_m = 0, fresh_m = 0, committed_m = 0;
-  for (scr_segment *seg = h->avail; seg; seg = seg->avail_next) {
-    uint64_t m = run_starts(seg->free_mask, n, align);
-    if (m == 0) continue;
-    if (committed == NULL && (committed_m = run_starts(seg->committed_free_mask, n, align)) != 0) {
-      committed = seg;
-      if (!fresh_first) break;
+  unsigned looked = 0;
+  /* The shortest runs first (best fit); past TAKE_LOOK segments with a
+   * run, the first one found serves. */
+  for (uint64_t runs = h->avail_runs & (~(uint64_t)0 << n); runs && !(best && looked >= TAKE_LOOK); runs &= runs - 1) {
+    for (scr_segment *seg = h->avail[__builtin_ctzll(runs)]; seg; seg = seg->avail_next) {
+      uint64_t m = run_starts(seg->free_mask, n, align);
+      if (m == 0) continue; /* none aligned */
+      looked++;
+      if (committed == NULL && (committed_m = run_starts(seg->committed_free_mask, n, align)) != 0) {
+        committed = seg;
+        if (!fresh_first) break;
+      }
+      if (fresh_first && fresh == NULL) {
+        uint64_t f = run_starts(seg->free_mask & ~seg->committed_free_mask, n, align);
+        if (f) fresh = seg, fresh_m = f;
+      }
+      if (best == NULL) best = seg, best_m = m;
+      if (looked >= TAKE_LOOK) break;
     }
-    if (fresh_first) {
-      uint64_t f = run_starts(seg->free_mask & ~seg->committed_free_mask, n, align);
-      if (f && (fresh == NULL || seg->used_pages > fresh->used_pages)) fresh = seg, fresh_m = f;
-    }
-    if (best == NULL || seg->used_pages > best->used_pages) best = seg, best_m = m;
+    if (committed && !fresh_first) break;
   }
   bool grow_ok = _scr_heap_grow_ok(h, (size_t)n * SCR_PAGE_SIZE);
   if (fresh && grow_ok) return take_run(h, fresh, (unsigned)__builtin_ctzll(fresh_m), n);
@@ -410,7 +441,7 @@ static void release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigne
   }
   SCR_UNPOISON((uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT), (size_t)n << SCR_PAGE_SHIFT);
   seg->free_mask |= bits;
-  avail_push(h, seg);
+  avail_update(h, seg);
   seg->committed_free_mask |= bits;
   seg->used_pages -= n;
   h->page_releases += n;

@@ -94,15 +94,16 @@ typedef enum scr_segment_kind { SCR_SEG_NORMAL = 0, SCR_SEG_HUGE = 1 } scr_segme
 /* A segment header, at the start of every mapping.
  *   NORMAL: pages[0] is the header itself; free_mask has bit i set for
  *           every page i >= 1 of kind FREE; used_pages = 63 - popcount(free_mask);
- *           in_avail <=> free_mask != 0
+ *           avail_run = the longest run of set bits in free_mask, and the
+ *           segment is on the heap's list avail[avail_run] while it is not 0
  *   HUGE:   block at base + huge_offset, huge_size usable bytes; huge_live
  *           is 1 while the block is live, 0 while cached. */
 typedef struct scr_segment {
   uint64_t magic;               /* SCR_SEGMENT_MAGIC while mapped */
   scr_heap *heap;               /* owner */
   struct scr_segment *next, *prev; /* heap's segment list */
-  struct scr_segment *avail_next, *avail_prev; /* NORMAL with a FREE page: heap's avail list */
-  uint32_t in_avail;            /* linked in the avail list */
+  struct scr_segment *avail_next, *avail_prev; /* NORMAL with a FREE page: heap's avail[avail_run] */
+  uint32_t avail_run;           /* NORMAL: its longest run of FREE pages (0: on no avail list) */
   uint32_t pad_;
   size_t size;                  /* bytes mapped */
   uint32_t kind;                /* scr_segment_kind */
@@ -259,7 +260,12 @@ struct scr_heap {
   uint32_t fresh_taken[SCR_CLASS_COUNT]; /* pages class c took fresh first (heap.c: SCR_FRESH_PAGES) */
   scr_options opt;                       /* options, clamped */
   scr_segment *segments;                 /* every mapping of this heap */
-  scr_segment *avail;                    /* NORMAL segments with a free page */
+  /* NORMAL segments with a free page, by their longest run of free pages
+   * (bit r of avail_runs: avail[r] is not empty), as mimalloc's span
+   * queues and tcmalloc's page heap keep free spans by length: a take
+   * reads only the headers of segments with a run long enough. */
+  scr_segment *avail[SCR_PAGES_PER_SEGMENT];
+  uint64_t avail_runs;
   scr_segment *last_free_seg;            /* NORMAL segment of the last free (NULL once unmapped) */
   pthread_mutex_t lock;                  /* see "who may touch what" above */
   uint64_t mmaps;                        /* live mappings */

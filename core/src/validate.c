@@ -47,7 +47,9 @@ static bool validate(const scr_heap *h) {
       }
     }
     if (used != seg->used_pages) FAIL("segment %p: used_pages %u, counted %u", (void *)seg, seg->used_pages, used);
-    if ((seg->free_mask != 0) != (seg->in_avail != 0)) FAIL("segment %p: avail list membership", (void *)seg);
+    unsigned run = 0;
+    for (uint64_t m = seg->free_mask; m; m &= m >> 1) run++;
+    if (seg->avail_run != run) FAIL("segment %p: avail_run %u, its longest free run %u", (void *)seg, seg->avail_run, run);
     if ((seg->dirty_new & seg->dirty_old) != 0 ||
         ((seg->dirty_new | seg->dirty_old) & ~seg->committed_free_mask) != 0)
       FAIL("segment %p: dirty masks overlap or hold pages that are not committed and free", (void *)seg);
@@ -61,8 +63,11 @@ static bool validate(const scr_heap *h) {
   if (over != 0 && over * SCR_PAGE_SIZE >= h->opt.decommit_batch) FAIL("%llu pages wait for a batch of %zu bytes", (unsigned long long)over, h->opt.decommit_batch);
   if (dirty != h->dirty_pages) FAIL("dirty_pages %llu, counted %llu", (unsigned long long)h->dirty_pages, (unsigned long long)dirty);
   if (h->opt.purge_delay_ms == 0 && dirty != 0) FAIL("dirty pages without a purge delay");
-  for (const scr_segment *seg = h->avail; seg; seg = seg->avail_next)
-    if (!seg->in_avail || seg->kind != SCR_SEG_NORMAL) FAIL("avail list holds %p", (void *)seg);
+  for (unsigned r = 0; r < SCR_PAGES_PER_SEGMENT; r++) {
+    if (((h->avail_runs >> r) & 1) != (h->avail[r] != NULL)) FAIL("avail_runs bit %u and its list disagree", r);
+    for (const scr_segment *seg = h->avail[r]; seg; seg = seg->avail_next)
+      if (seg->avail_run != r || seg->kind != SCR_SEG_NORMAL) FAIL("avail list %u holds %p", r, (void *)seg);
+  }
   uint64_t retained = 0;
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     unsigned empties = 0;

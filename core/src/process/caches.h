@@ -52,7 +52,6 @@ SCR_INTERNAL bool _scr_pool_holds(unsigned c, const void *p);
 
 /* tcache.c: the thread's cache of the blocks it frees */
 SCR_INTERNAL void _scr_tcache_init(scr_arena *a, bool alone);
-SCR_INTERNAL void _scr_tcache_limit(scr_arena *a, uint64_t max_size);
 SCR_INTERNAL void _scr_tcache_medium_malloc(scr_arena *a, unsigned c);
 SCR_INTERNAL void _scr_tcache_flush(scr_arena *a);
 #define SCR_GROW_FIRST 35 /* the class of 4 KiB: lists from here on may grow (_scr_tcache_grow) */

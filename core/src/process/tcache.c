@@ -155,20 +155,6 @@ bool _scr_tcache_grow(scr_arena *a, unsigned c) {
   return true;
 }
 
-/* The holder's lists of classes above max_size go back and stay empty
- * (until the next claim); a grown cap of a smaller class goes back to its
- * base. */
-void _scr_tcache_limit(scr_arena *a, uint64_t max_size) {
-  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
-    if (_scr_class_sizes[c] <= max_size) {
-      if (a->tc[c].max > tcache_base_max(c)) tcache_empty_list(a, c, a->tc[c].max);
-      continue;
-    }
-    tcache_empty_list(a, c, 0);
-    if (c >= SCR_MEDIUM_FIRST) a->medium_cap[c - SCR_MEDIUM_FIRST] = 0; /* a closed list stays closed */
-  }
-}
-
 #if SCR_DEBUG > 0
 /* Checked builds: what the heap's free would have refused (an interior
  * pointer, a block already kept) is reported and dropped. */

@@ -151,10 +151,6 @@ void *scr_aligned_alloc(size_t alignment, size_t n) {
   return p ? PROC_COUNTED(a, p, n) : NULL;
 }
 
-/* The arena of a heap, or NULL when the heap is not one of ours (a
- * scr_heap the program made itself). */
-static inline scr_arena *proc_arena_of_heap(scr_heap *h) { return (scr_arena *)_scr_heap_owner(h); }
-
 /* Everything free does beyond its hit path; a is the caller's arena (NULL
  * when it holds none).  Whose block p is, decided once, from its segment
  * map entry; then p is claimed (one atomic exchange: of two frees of it,
@@ -183,7 +179,7 @@ static __attribute__((noinline)) void proc_free_slow(void *p, scr_arena *a) {
   if (SCR_UNLIKELY(!_scr_proc_claim(p))) return _scr_proc_misuse("free", p, SCR_EDOUBLEFREE); /* lost a race */
   if (!screened) _scr_prof_free(p);
   scr_heap *h = seg->heap;
-  scr_arena *o = proc_arena_of_heap(h);
+  scr_arena *o = (scr_arena *)_scr_heap_owner(h); /* the heap's arena */
   scr_assert(o != NULL); /* _scr_proc_check: an arena's block */
   if (a != NULL && tag < SCR_CLASS_COUNT && _scr_tcache_may_keep(a, _scr_segmap_mark(e))) {
     bool home = o == a || !_scr_arena_parked(o); /* the list may grow or overflow for it */
@@ -305,7 +301,7 @@ void *scr_realloc(void *p, size_t n) {
     return NULL;
   }
   _scr_prof_free(p);
-  _scr_remote_push(proc_arena_of_heap(h), p);
+  _scr_remote_push((scr_arena *)_scr_heap_owner(h), p);
   SCR_PC_ADD(realloc_moves, 1);
   return q;
 }

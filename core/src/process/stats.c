@@ -224,6 +224,7 @@ static void proc_line(const proc_report *r, const char *fmt, ...) {
 }
 
 static double proc_mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
+#define U(x) (unsigned long long)(x)
 
 /* The process's resident set now (/proc/self/statm), 0 when unknown. */
 static uint64_t proc_rss_now(void) {
@@ -247,20 +248,19 @@ static void proc_report_memory(const proc_report *r, const struct scr_stats *st,
             proc_mib(rss > ps->rss_peak ? rss : ps->rss_peak));
   proc_line(r, "heap_total by use (MiB; other threads' arenas as last published)");
   proc_line(r, "  in live blocks    %9.2f   heap_used: %llu blocks, %llu large", proc_mib(st->heap_used),
-            (unsigned long long)st->allocs, (unsigned long long)st->large_allocs);
+            U(st->allocs), U(st->large_allocs));
   proc_line(r, "  free in busy pages%9.2f   free slots of pages that hold live blocks", proc_mib(busy_free));
   proc_line(r, "  empty pages kept  %9.2f   retained for their size class", proc_mib(st->retained_bytes));
   proc_line(r, "  freed, waiting    %9.2f   to go back after the decay delay", proc_mib(st->dirty_bytes));
   proc_line(r, "  cached large      %9.2f   freed large blocks an arena keeps", proc_mib(large));
   proc_line(r, "  cached huge       %9.2f   the huge cache, for any thread", proc_mib(ps->huge_cache_bytes));
   proc_line(r, "  heap_total        %9.2f   in %llu mappings; %.2f MiB of address space", proc_mib(st->heap_total),
-            (unsigned long long)st->mmaps, proc_mib(st->reserved_bytes));
+            U(st->mmaps), proc_mib(st->reserved_bytes));
 }
 
 /* The decay (what went back after the delay, what came back too soon),
  * and the huge cache. */
 static void proc_report_decay(const proc_report *r, const struct scr_process_stats *ps) {
-#define U(x) (unsigned long long)(x)
   proc_line(r, "decay: free memory unused %llu ms goes back (backed off %llu times)", U(ps->decay_delay_ms),
             U(ps->decay_backoffs));
   proc_line(r, "  given back by the decay %.2f MiB; refaulted after return %.2f MiB",
@@ -271,12 +271,10 @@ static void proc_report_decay(const proc_report *r, const struct scr_process_sta
             U(ps->huge_cache_blocks), U(ps->huge_cache_puts), U(ps->huge_cache_hits));
   proc_line(r, "  unmapped %.2f MiB as the process grew, %.2f MiB after the decay",
             proc_mib(ps->huge_cache_evicted), proc_mib(ps->huge_cache_decayed));
-#undef U
 }
 
 /* The system calls, and the memory that went back and how. */
 static void proc_report_returns(const proc_report *r, const struct scr_stats *st, const struct scr_process_stats *ps) {
-#define U(x) (unsigned long long)(x)
   proc_line(r, "syscalls: %llu mmap, %llu munmap, %llu madvise, %llu mremap, %llu failed", U(st->mmap_calls),
             U(st->munmap_calls), U(st->madvise_calls), U(st->mremap_calls), U(st->os_failures));
   proc_line(r, "madvise: %llu gave memory back, %llu only marked memory (MADV_DONTDUMP, NOHUGEPAGE)",
@@ -290,14 +288,12 @@ static void proc_report_returns(const proc_report *r, const struct scr_stats *st
             U(ps->decay_passes), U(ps->discards), proc_mib(ps->discard_bytes));
   proc_line(r, "  by trims another thread asked for: %llu (%.2f MiB)", U(ps->trim_answers),
             proc_mib(ps->trim_answer_bytes));
-#undef U
 }
 
 /* Threads and their arenas, and the bad pointers. */
 static void proc_report_threads(const proc_report *r, const struct scr_process_stats *ps) {
   static const char *const on_error[] = {"abort", "warn", "ignore"};
   uint64_t mode = _scr_proc.opt.on_error;
-#define U(x) (unsigned long long)(x)
   proc_line(r, "%llu arenas (%llu held by threads, %llu waiting for a thread), %llu claims, %llu parks",
             U(ps->arenas), U(ps->arenas_owned), U(ps->arenas_parked), U(ps->claims), U(ps->parks));
   proc_line(r, "discards of waiting arenas: delay %llu ms, doubled %llu times", U(ps->discard_delay_ms),
@@ -311,7 +307,6 @@ static void proc_report_threads(const proc_report *r, const struct scr_process_s
   proc_line(r, "  SCRALLOC_ON_ERROR=%s", on_error[mode < 3 ? mode : 0]);
   proc_line(r, "THP %s; segments left out of core dumps: %llu", proc_thp_name(ps->thp_mode),
             U(ps->dontdump_segments));
-#undef U
 }
 
 /* A row for each arena (malloc_stats, SCRALLOC_STATS=2). */
@@ -321,8 +316,8 @@ static void proc_report_arenas(const proc_report *r, unsigned n) {
     struct scr_stats as;
     if (scr_arena_stats(i, &as) != SCR_OK) continue;
     proc_line(r, "%5u %11.2f %11.2f %8llu %9llu %11llu %12.2f", i, proc_mib(as.heap_total),
-              proc_mib(as.heap_used), (unsigned long long)as.allocs, (unsigned long long)as.mmaps,
-              (unsigned long long)as.retained_pages, proc_mib(as.dirty_bytes));
+              proc_mib(as.heap_used), U(as.allocs), U(as.mmaps),
+              U(as.retained_pages), proc_mib(as.dirty_bytes));
   }
 }
 

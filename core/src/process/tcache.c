@@ -5,50 +5,29 @@
  * blocks of a medium class; none of a class above cache_max).
  *
  * Why: the most recently freed block of a class is the one whose cache
- * line this thread touched last; a page's free list hands out whatever
- * that page got back first, and a block of another arena would take a
- * push onto that arena's remote stack, a drain by its owner and a trip
- * through its page.  The block stays live in its owner's heap the whole
- * time; it goes back when this thread frees past the caps, exits or calls
- * scr_trim (the flush).  Blocks of a parked arena are kept only while
- * another thread holds an arena too: a program freeing what its finished
- * threads left, with nobody else running, sends them home so that their
- * pages can go back, where threads still running reuse them (otherwise
- * each such free is a push onto a parked arena's remote stack, a batch of
- * them a drain under the process lock, and the freeing thread carves
- * fresh memory meanwhile).  The figures of _scr_holder_publish (holder.c)
- * leave the kept blocks out of what is used.
+ * line this thread touched last, and a block of another arena kept here
+ * takes no push onto that arena's remote stack, drain and trip through
+ * its page.  It stays live in its owner's heap the whole time; it goes
+ * back when this thread frees past the caps, exits or calls scr_trim (the
+ * flush).  Blocks of a parked arena are kept only while another thread
+ * holds an arena too (else they go home, so that their pages can go
+ * back).  A kept block keeps its page in use: hence options, with
+ * defaults for speed.  The figures behind these choices and the caps
+ * below: docs/process.md, "Why it is built this way"; the words: its
+ * glossary.  The figures of _scr_holder_publish (holder.c) leave the kept
+ * blocks out of what is used.
  *
- * The cost: a kept block keeps its page in use, so a page of a class the
- * thread stopped using cannot empty and serve another class.  A program
- * of threads taking turns (Python's GIL) multiplies that by its threads.
- * Hence options, and defaults for speed.  The measurements of these
- * choices and of the caps below: docs/process.md, "Why it is built this
- * way"; the words (holder, park, remote stack, drain): its glossary.
- *
- * Layer: caches.  Owns each arena's lists (rc, medium_cap,
+ * Layer: caches.  Owns each arena's lists (tc, medium_cap,
  * medium_mallocs, cache_grown): its holder alone touches them. */
 #include "caches.h"
 #include <string.h>
 
 #define SCR_TCACHE_CLASS_MAX 64
 #define SCR_TCACHE_RUN_MAX 1024 /* blocks a list of a class below SCR_GROW_FIRST may grow to */
-/* cache_medium, 2: a thread's frees and mallocs of medium blocks come in
- * runs, and each one past the cap goes back to its run, whose emptying
- * the arena's cap on kept pages may decommit for the next malloc to
- * fault in again; more a class hold pages in use for every thread. */
-
-/* cache_medium_after, 16: the medium lists of an arena claimed while no
- * other is held (the main thread's, as a rule) open at the holder's
- * 16th malloc of their class.  Why: a program that starts by using a
- * medium size a few times and moving on keeps two blocks of each such
- * class in its cache, and their pages in use.  Python's start reads each
- * module's code into a buffer of the file's size, so almost every buffer
- * is of another medium class.  Not for every arena: threads that free
- * their first blocks of a class into the class's run while the list is
- * closed empty the run, which goes back and is taken again fresh.  A
- * program that allocates a medium class over and over opens its list
- * within its first calls. */
+/* cache_medium (2 blocks a medium class) and cache_medium_after (16: the
+ * medium lists of an arena claimed while no other is held open at the
+ * holder's 16th malloc of their class, so that a program's start, which
+ * uses many medium sizes once, keeps none of them): docs/process.md. */
 
 /* List c's cap as the options set it (its base: what a grown cap goes
  * back to). */

@@ -262,6 +262,21 @@ static void test_huge_cache_keeps_a_quarter_and_trims(void) {
   scr_free(b);
   scr_free(c);
   scr_trim();
+  /* the oldest cached block has an aligned block's offset: what would stay
+   * after the growth holds no huge block past it, so it goes whole */
+  uint8_t *q = scr_aligned_alloc(8 * mib, 3 * mib);
+  CHECK(q != NULL);
+  scr_free(q);
+  ps0 = pstats();
+  CHECK_EQ(ps0.huge_cache_blocks, 1);
+  uint8_t *r = scr_malloc(5 * mib);
+  CHECK(r != NULL);
+  memset(r, 1, 5 * mib);
+  ps1 = pstats();
+  CHECK_EQ(ps1.huge_cache_blocks, 0);
+  CHECK_EQ(ps1.huge_cache_evicted, ps0.huge_cache_evicted + ps0.huge_cache_bytes);
+  scr_free(r);
+  scr_trim();
 }
 
 /* The helper thread unmaps a cached huge block the decay delay after it

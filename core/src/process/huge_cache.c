@@ -184,7 +184,7 @@ static scr_segment *hc_take(scr_heap *h, size_t size, size_t offset, void *arg) 
   uint64_t trim_at_ns = 0, trim_size = 0;
   while (grow > 0 && hc.n > 0) {
     uint64_t b = hc.e[0].seg->size;
-    if (b >= grow + SCR_HUGE_OFFSET + h->opt.huge_threshold + _scr_os_page_size()) {
+    if (b >= grow + hc.e[0].seg->huge_offset + h->opt.huge_threshold + _scr_os_page_size()) {
       trim = hc.e[0].seg;
       trim_at_ns = hc.e[0].at_ns;
       trim_size = b - ((grow + _scr_os_page_size() - 1) & ~(uint64_t)(_scr_os_page_size() - 1));

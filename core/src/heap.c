@@ -62,6 +62,7 @@ scr_heap *scr_heap_new(const scr_options *opt) {
   }
   if (opt) h->opt = *opt; else scr_options_init(&h->opt);
   _scr_options_clamp(&h->opt);
+  _scr_heap_set_keep(h);
   pthread_mutex_init(&h->lock, NULL);
   h->magic = SCR_HEAP_MAGIC;
   (void)_scr_prof_next(&h->prof, h->opt.profile_rate);
@@ -120,30 +121,36 @@ bool _scr_heap_grow_ok(const scr_heap *h, size_t more) {
  * pages, 852 madvise calls; 0.25 MiB and 5 calls with this). */
 #define SCR_FRESH_PAGES 2
 
-/* A page for class c: a retained page of another class of the same span,
- * else a page (a run, for a medium class) from a segment.  It comes back
- * counted as an empty page of class c, which the first allocation from it
- * uncounts.  (A retained page of class c itself would already be the head
- * of queue c.) */
+/* The empty page pg of class k becomes a page of class c, counted as an
+ * empty page of c. */
+static scr_page *page_steal(scr_heap *h, scr_page *pg, unsigned k, unsigned c) {
+  scr_assert(pg->used == 0);
+  if (pg->idle) pg->idle = 0, h->retained_pages += pg->span; /* (it was not counted) */
+  else h->empty_count[k]--;
+  _scr_queue_remove(h, pg);
+  h->class_pages[k]--;
+  h->class_pages[c]++;
+  h->empty_count[c]++;
+  pg->zero = 0; /* reused memory is not zero */
+  _scr_gone_note(h, pg->start, pg->block_size, pg->capacity); /* its blocks of class k */
+  _scr_page_format(pg, c);
+  return pg;
+}
+
+/* A page for class c: a retained page of another class of the same span
+ * (an idle one, the current page of a small class, last), else a page (a
+ * run, for a medium class) from a segment.  It comes back counted as an
+ * empty page of class c, which the first allocation from it uncounts.  (A
+ * retained page of class c itself would already be the head of queue c.) */
 static scr_page *page_for_class(scr_heap *h, unsigned c) {
   scr_assert(h->empty_count[c] == 0);
   unsigned span = _scr_class_span(c);
   /* the classes of c's span: the small ones, or the medium ones */
   unsigned first = c < SCR_MEDIUM_FIRST ? 0 : SCR_MEDIUM_FIRST, end = c < SCR_MEDIUM_FIRST ? SCR_MEDIUM_FIRST : SCR_CLASS_COUNT;
-  for (unsigned k = h->retained_pages != 0 ? first : end; k < end; k++) {
-    if (h->empty_count[k] == 0) continue;
-    scr_page *pg = h->queue_tail[k];
-    scr_assert(pg && pg->used == 0);
-    _scr_queue_remove(h, pg);
-    h->empty_count[k]--;
-    h->class_pages[k]--;
-    h->class_pages[c]++;
-    h->empty_count[c]++;
-    pg->zero = 0; /* reused memory is not zero */
-    _scr_gone_note(h, pg->start, pg->block_size, pg->capacity); /* its blocks of class k */
-    _scr_page_format(pg, c);
-    return pg;
-  }
+  for (unsigned k = h->retained_pages != 0 ? first : end; k < end; k++)
+    if (h->empty_count[k] != 0) return page_steal(h, h->queue_tail[k], k, c);
+  for (unsigned k = h->keep_current && span == 1 ? first : end; k < end; k++)
+    if (h->queue[k] != NULL && h->queue[k]->idle) return page_steal(h, h->queue[k], k, c);
   bool fresh_first = c < SCR_MEDIUM_FIRST && h->fresh_taken[c] < SCR_FRESH_PAGES;
   scr_page *pg = _scr_segment_take_pages(h, span, span * SCR_PAGE_SIZE, fresh_first);
   if (pg == NULL) return NULL;
@@ -174,7 +181,7 @@ static scr_page *page_with_room(scr_heap *h, unsigned c, bool *added) {
   return pg;
 }
 
-void *_scr_heap_alloc_small_slow(scr_heap *h, unsigned c) {
+__attribute__((noinline)) void *_scr_heap_alloc_small_slow(scr_heap *h, unsigned c) {
   bool added;
   scr_page *pg = page_with_room(h, c, &added);
   if (pg == NULL) return NULL;
@@ -208,6 +215,33 @@ static void page_release(scr_heap *h, scr_page *pg) {
   h->class_pages[pg->cls]--;
   scr_segment *seg = _scr_page_segment(pg);
   _scr_segment_release_pages(h, seg, _scr_page_index(seg, pg), pg->span);
+}
+
+/* keep_pages and keep_current from the options: a heap that may keep a
+ * page of every small class (retain, and retain_bytes for two each) keeps
+ * its classes' current pages idle, and the rest within retain_bytes less
+ * those. */
+static bool keeps_current(unsigned retain, size_t retain_bytes) {
+  return retain != 0 && retain_bytes / SCR_PAGE_SIZE >= 2 * SCR_MEDIUM_FIRST;
+}
+
+void _scr_heap_set_keep(scr_heap *h) {
+  uint64_t pages = h->opt.retain_bytes / SCR_PAGE_SIZE;
+  h->keep_current = keeps_current(h->opt.retain, h->opt.retain_bytes);
+  h->keep_pages = h->keep_current ? pages - SCR_MEDIUM_FIRST : pages;
+}
+
+/* A full page got a slot back: it goes in front of its queue, where the
+ * next block of its class comes from; an idle page it takes the place of
+ * is settled as any page that empties (kept and counted, or given back). */
+void _scr_heap_page_requeue(scr_heap *h, scr_page *pg) {
+  scr_assert(pg->used != 0);
+  scr_page *old = h->queue[pg->cls];
+  _scr_queue_push_front(h, pg);
+  if (SCR_UNLIKELY(old != NULL && old->idle)) {
+    old->idle = 0;
+    _scr_heap_page_emptied(h, old);
+  }
 }
 
 void _scr_heap_page_emptied(scr_heap *h, scr_page *pg) {
@@ -514,14 +548,20 @@ void *scr_heap_realloc(scr_heap *h, void *p, size_t n) {
 
 /* ---- trim ---- */
 
-/* Every retained (empty) page goes back to its segment. */
+/* Every retained (empty) page goes back to its segment, the idle ones
+ * too. */
 static void release_retained(scr_heap *h) {
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     while (h->empty_count[c] > 0) {
       scr_page *pg = h->queue_tail[c];
-      scr_assert(pg && pg->used == 0);
+      scr_assert(pg && pg->used == 0 && !pg->idle);
       h->empty_count[c]--;
       h->retained_pages -= pg->span;
+      page_release(h, pg);
+    }
+    scr_page *pg = h->queue[c];
+    if (pg != NULL && pg->idle) {
+      pg->idle = 0;
       page_release(h, pg);
     }
   }
@@ -545,13 +585,23 @@ size_t scr_heap_trim(scr_heap *h) {
  * 512 KiB gave back those 512 KiB too, which the next thread faulted in
  * again: proc_churn's faults +4%.) */
 void _scr_heap_set_retain_bytes(scr_heap *h, size_t bytes) {
+  /* idle pages are settled as any page that empties, under the old cap,
+   * before the heap stops keeping them */
+  for (unsigned c = 0; c < SCR_CLASS_COUNT && h->keep_current && !keeps_current(h->opt.retain, bytes); c++) {
+    scr_page *pg = h->queue[c];
+    if (pg != NULL && pg->idle) {
+      pg->idle = 0;
+      _scr_heap_page_emptied(h, pg);
+    }
+  }
   pthread_mutex_lock(&h->lock);
   h->opt.retain_bytes = bytes;
-  bool within = (h->retained_pages + h->dirty_pages) * SCR_PAGE_SIZE <= bytes;
+  _scr_heap_set_keep(h);
+  bool within = h->retained_pages + h->dirty_pages <= h->keep_pages;
   pthread_mutex_unlock(&h->lock);
   if (within) return;
   release_retained(h);
-  _scr_segment_purge_down(h, bytes / SCR_PAGE_SIZE);
+  _scr_segment_purge_down(h, h->keep_pages);
   scr_validate_heap(h);
 }
 

@@ -73,10 +73,9 @@ static inline void *_scr_page_alloc(scr_heap *h, scr_page *pg) {
     if (!pg->zero) _scr_block_set_word1(b, 0); /* reused memory may hold an old key there */
   }
   if (SCR_UNLIKELY(pg->used++ == 0)) {
-    h->empty_count[pg->cls]--;
-    h->retained_pages -= pg->span;
+    if (pg->idle) pg->idle = 0; /* never counted */
+    else h->empty_count[pg->cls]--, h->retained_pages -= pg->span;
   }
-  h->class_live[pg->cls]++;
   scr_validate_page(pg);
   return b;
 }
@@ -101,11 +100,20 @@ static inline void *_scr_small_alloc(scr_heap *h, unsigned c) {
  * times a run with retained runs, 12.2k with dirty ones).  The common
  * case (kept, already last in its queue) is inline in _scr_small_free. */
 static inline bool _scr_page_keep(const scr_heap *h, const scr_page *pg) {
-  return (pg->span == 1 || h->opt.purge_delay_ms == 0) && h->empty_count[pg->cls] < h->opt.retain &&
-         (h->retained_pages + h->dirty_pages + pg->span) * SCR_PAGE_SIZE <= h->opt.retain_bytes;
+  const scr_page *head = h->queue[pg->cls]; /* an idle head is one of the retain a class keeps */
+  unsigned kept = h->empty_count[pg->cls] + (head != NULL && head->idle);
+  return (pg->span == 1 || h->opt.purge_delay_ms == 0) && kept < h->opt.retain &&
+         h->retained_pages + h->dirty_pages + pg->span <= h->keep_pages;
 }
 
-/* Free p, a block of the small page pg of h. */
+/* Free p, a block of the small page pg of h.  A page that empties while
+ * it is the head of its queue, the one its class's next block comes from,
+ * stays there idle, uncounted, where the heap keeps a page of every small
+ * class (keep_current), as mimalloc keeps a queue's only page when it
+ * empties: a program that mallocs and frees one block at a time pays no
+ * count of kept pages either way.  It is settled as any emptied page when
+ * another page takes its place (_scr_heap_page_requeue), and given back
+ * by a trim. */
 static inline void _scr_small_free(scr_heap *h, scr_page *pg, void *p) {
   scr_assert(((uint8_t *)p - pg->start) % pg->block_size == 0);
   scr_block *b = p;
@@ -113,12 +121,16 @@ static inline void _scr_small_free(scr_heap *h, scr_page *pg, void *p) {
   _scr_block_set_word1(b, _scr_misuse.key); /* free (misuse.c) */
   pg->free = b;
   SCR_POISON(b, pg->block_size);
-  h->class_live[pg->cls]--;
-  if (SCR_UNLIKELY(!pg->in_queue)) _scr_queue_push_front(h, pg); /* it was full */
   pg->used--;
+  if (pg != h->queue[pg->cls]) h->class_bank[pg->cls]--; /* (the head's are its own: types.h) */
   scr_validate_page(pg);
+  /* it was full, and holds another block (a full page has two slots or
+   * more): nothing else to do (a tail call) */
+  if (SCR_UNLIKELY(!pg->in_queue)) return _scr_heap_page_requeue(h, pg);
   if (SCR_UNLIKELY(pg->used == 0)) {
-    if (h->queue_tail[pg->cls] == pg && _scr_page_keep(h, pg)) {
+    if (h->queue[pg->cls] == pg && h->keep_current && pg->span == 1 && h->empty_count[pg->cls] < h->opt.retain) {
+      pg->idle = 1;
+    } else if (h->queue_tail[pg->cls] == pg && _scr_page_keep(h, pg)) {
       h->empty_count[pg->cls]++;
       h->retained_pages += pg->span;
     } else {

@@ -238,6 +238,8 @@ SCR_INTERNAL bool _scr_page_slot_is_free(const scr_page *pg, const void *p);
 /* heap.c / queue handling */
 SCR_INTERNAL void *_scr_heap_alloc_small_slow(scr_heap *h, unsigned cls);
 SCR_INTERNAL void _scr_heap_page_emptied(scr_heap *h, scr_page *pg);
+SCR_INTERNAL void _scr_heap_page_requeue(scr_heap *h, scr_page *pg);
+SCR_INTERNAL void _scr_heap_set_keep(scr_heap *h);
 SCR_INTERNAL void _scr_queue_push_front(scr_heap *h, scr_page *pg);
 SCR_INTERNAL void _scr_queue_push_back(scr_heap *h, scr_page *pg);
 SCR_INTERNAL void _scr_queue_remove(scr_heap *h, scr_page *pg);

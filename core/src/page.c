@@ -19,6 +19,7 @@ void _scr_page_format(scr_page *pg, unsigned cls) {
   __atomic_store_n(&pg->capacity, 0, __ATOMIC_RELAXED); /* (_scr_page_capacity's readers) */
   for (unsigned i = first; i < first + span; i++) __atomic_store_n(&seg->slot_limit[i], 0, __ATOMIC_RELAXED);
   pg->used = 0;
+  pg->idle = 0;
   pg->free = NULL;
   __atomic_store_n(&pg->sampled, 0, __ATOMIC_RELAXED);
   pg->in_queue = 0;

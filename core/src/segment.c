@@ -446,7 +446,7 @@ static void release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigne
   seg->used_pages -= n;
   h->page_releases += n;
   if (h->opt.purge_delay_ms > 0 &&
-      (h->retained_pages + h->dirty_pages + n) * PAGE_BYTES <= h->opt.retain_bytes) {
+      h->retained_pages + h->dirty_pages + n <= h->keep_pages) {
     /* kept committed until a purge pass finds it old */
     seg->dirty_new |= bits;
     if (h->dirty_pages == 0 && h->hooks.pages_dirty) h->hooks.pages_dirty(h, h->hooks.arg);

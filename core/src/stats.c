@@ -3,11 +3,22 @@
 #include "internal.h"
 #include <string.h>
 
+/* The live blocks of each class (types.h: the bank and the head's). */
+static void heap_class_live(const scr_heap *h, uint64_t live[SCR_CLASS_COUNT]) {
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) live[c] = h->class_bank[c] + (h->queue[c] ? h->queue[c]->used : 0);
+}
+
+static uint64_t heap_used_bytes(const scr_heap *h, const uint64_t live[SCR_CLASS_COUNT]) {
+  uint64_t used = h->large_bytes;
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) used += live[c] * _scr_class_sizes[c];
+  return used;
+}
+
 /* Bytes in live blocks (usable sizes): heap_used. */
 uint64_t _scr_heap_used_bytes(const scr_heap *h) {
-  uint64_t used = h->large_bytes;
-  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) used += h->class_live[c] * _scr_class_sizes[c];
-  return used;
+  uint64_t live[SCR_CLASS_COUNT];
+  heap_class_live(h, live);
+  return heap_used_bytes(h, live);
 }
 
 _Atomic uint64_t _scr_owned_bytes, _scr_owned_peak, _scr_owned_large;
@@ -29,13 +40,16 @@ void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
   }
   pthread_mutex_t *lock = (pthread_mutex_t *)&h->lock; /* the decay's fields (types.h) */
   pthread_mutex_lock(lock);
-  uint64_t small_live = 0;
+  uint64_t small_live = 0, live[SCR_CLASS_COUNT], idle = 0;
+  heap_class_live(h, live);
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     scr_class_stats *cs = &st->classes[c];
     cs->block_size = _scr_class_sizes[c];
-    cs->live = h->class_live[c];
+    cs->live = live[c];
     cs->pages = h->class_pages[c];
-    cs->retained = h->empty_count[c];
+    unsigned c_idle = h->queue[c] != NULL && h->queue[c]->idle; /* kept too, uncounted (heap_fast.h) */
+    cs->retained = h->empty_count[c] + c_idle;
+    idle += c_idle;
     small_live += cs->live;
   }
   st->allocs = small_live + h->large_live;
@@ -47,9 +61,9 @@ void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
   st->mremap_calls = h->os.mremap_calls;
   st->os_failures = h->os.failures + h->decay_os.failures;
   st->heap_total = h->bytes;
-  st->heap_used = _scr_heap_used_bytes(h);
-  st->retained_pages = h->retained_pages;
-  st->retained_bytes = h->retained_pages * SCR_PAGE_SIZE;
+  st->heap_used = heap_used_bytes(h, live);
+  st->retained_pages = h->retained_pages + idle;
+  st->retained_bytes = st->retained_pages * SCR_PAGE_SIZE;
   st->cached_blocks = h->cache_count;
   st->cached_bytes = h->cache_bytes;
   st->dirty_bytes = (h->dirty_pages + h->over_pages) * SCR_PAGE_SIZE;

@@ -76,7 +76,9 @@ typedef struct scr_page {
   uint32_t sampled;            /* SMALL: live sampled blocks (profile.c); while nonzero the page's
                                   slot_limit is 0, so that their frees take the slow side, which
                                   finds their samples.  Atomic: any thread that frees one writes it */
-  uint32_t pad_;
+  uint8_t idle;                /* SMALL: empty, the head of its queue and not counted in
+                                  empty_count (the class's current page: heap_fast.h) */
+  uint8_t pad_[3];
   uint8_t kind;                /* scr_page_kind */
   uint8_t cls;                 /* size class (SMALL, RUN_TAIL) */
   uint8_t zero;                /* bytes not yet carved read as zero */
@@ -231,10 +233,16 @@ struct _scr_heap_hooks {
 };
 
 /* The heap.
- *   queue[c]: pages of class c with a free slot or empty; non-empty pages
+ *   queue[c]: pages of class c with a free slot or empty; its head may be
+ *             an idle page (empty, not counted); after it non-empty pages
  *             first, the empty_count[c] empty (retained) pages last.
+ *   live blocks of class c == class_bank[c] + queue[c]->used (queue[c]
+ *             not NULL), so that a malloc, always from the head, and a
+ *             free into it count nothing (queue.c moves the counts)
  *   retained_pages == sum(empty_count[c] * span of class c)  (in pages)
- *   (retained_pages + dirty_pages) * SCR_PAGE_SIZE <= opt.retain_bytes
+ *   retained_pages + dirty_pages <= keep_pages; idle pages only while
+ *   keep_current, and keep_pages + SCR_MEDIUM_FIRST (one page a small
+ *   class) is then retain_bytes in pages
  *   over_pages * SCR_PAGE_SIZE < opt.decommit_batch (or over_pages == 0)
  *   bytes == SCR_PAGE_SIZE * (committed pages, any kind) + sum(huge sizes)
  *   mmaps == number of segments on `segments`
@@ -255,8 +263,8 @@ struct scr_heap {
   scr_page *queue[SCR_CLASS_COUNT];      /* head of each class queue */
   scr_page *queue_tail[SCR_CLASS_COUNT]; /* tail of each class queue */
   uint32_t empty_count[SCR_CLASS_COUNT]; /* retained pages per class */
-  uint64_t class_live[SCR_CLASS_COUNT];  /* live blocks per class */
   uint64_t class_pages[SCR_CLASS_COUNT]; /* pages per class */
+  uint64_t class_bank[SCR_CLASS_COUNT];  /* live blocks of class c outside the head of queue c */
   uint32_t fresh_taken[SCR_CLASS_COUNT]; /* pages class c took fresh first (heap.c: SCR_FRESH_PAGES) */
   scr_options opt;                       /* options, clamped */
   scr_segment *segments;                 /* every mapping of this heap */
@@ -271,7 +279,9 @@ struct scr_heap {
   uint64_t mmaps;                        /* live mappings */
   _Atomic uint64_t bytes;                /* committed bytes */
   uint64_t reserved;                     /* mapped bytes */
-  uint64_t retained_pages;               /* empty small pages kept */
+  uint64_t retained_pages;               /* empty small pages kept (idle ones not counted) */
+  uint64_t keep_pages;                   /* retained and dirty pages kept at most (heap.c: heap_set_keep) */
+  uint8_t keep_current;                  /* a class's current page stays when it empties, idle */
   _Atomic uint64_t dirty_pages;          /* sum of popcount(dirty_new | dirty_old); atomic: the holder reads
                                             it without the lock when a page empties (heap_fast.h) */
   uint64_t over_pages;                   /* sum of popcount(dirty_over) */

@@ -75,17 +75,23 @@ static bool validate(const scr_heap *h) {
     for (const scr_page *pg = h->queue[c]; pg; pg = pg->next) {
       if (pg->cls != c || !pg->in_queue) FAIL("class %u queue holds a foreign page", c);
       if (pg->next == NULL && h->queue_tail[c] != pg) FAIL("class %u queue tail wrong", c);
+      if (pg->idle) {
+        if (pg != h->queue[c] || pg->used != 0 || pg->span != 1 || !h->keep_current)
+          FAIL("class %u: an idle page that is not an empty head of one page (keep_current %u)", c, h->keep_current);
+        continue;
+      }
       if (pg->used == 0) empties++, seen_empty = true;
       else if (seen_empty) FAIL("class %u: a used page after an empty one", c);
     }
     if (empties != h->empty_count[c]) FAIL("class %u: %u empty pages, count says %u", c, empties, h->empty_count[c]);
-    if (empties > h->opt.retain) FAIL("class %u: %u retained pages above retain=%u", c, empties, h->opt.retain);
+    unsigned idle = h->queue[c] != NULL && h->queue[c]->idle;
+    if (empties + idle > h->opt.retain) FAIL("class %u: %u retained pages above retain=%u", c, empties + idle, h->opt.retain);
     if (class_pages[c] != h->class_pages[c]) FAIL("class %u: page count", c);
-    if (class_live[c] != h->class_live[c]) FAIL("class %u: live count", c);
+    if (class_live[c] != h->class_bank[c] + (h->queue[c] ? h->queue[c]->used : 0)) FAIL("class %u: live count", c);
     retained += (uint64_t)empties * _scr_class_span(c);
   }
   if (retained != h->retained_pages) FAIL("retained pages %llu, counted %llu", (unsigned long long)h->retained_pages, (unsigned long long)retained);
-  if ((retained + dirty) * SCR_PAGE_SIZE > h->opt.retain_bytes) FAIL("retained and dirty bytes above the cap");
+  if (retained + dirty > h->keep_pages) FAIL("retained and dirty pages above the cap");
   uint64_t cached = 0;
   for (uint32_t i = 0; i < h->cache_count; i++) cached += h->cache[i].size;
   if (cached != h->cache_bytes) FAIL("large cache bytes");

@@ -46,6 +46,8 @@ __attribute__((noinline)) void _scr_heap_bad(const char *call, const scr_heap *h
     }                                        \
   } while (0)
 
+static void heap_set_keep(scr_heap *h);
+
 scr_heap *scr_heap_new(const scr_options *opt) {
   _scr_misuse_init();
   /* The descriptor has a mapping of its own (not counted in the heap's
@@ -62,7 +64,7 @@ scr_heap *scr_heap_new(const scr_options *opt) {
   }
   if (opt) h->opt = *opt; else scr_options_init(&h->opt);
   _scr_options_clamp(&h->opt);
-  _scr_heap_set_keep(h);
+  heap_set_keep(h);
   pthread_mutex_init(&h->lock, NULL);
   h->magic = SCR_HEAP_MAGIC;
   (void)_scr_prof_next(&h->prof, h->opt.profile_rate);
@@ -225,7 +227,7 @@ static bool keeps_current(unsigned retain, size_t retain_bytes) {
   return retain != 0 && retain_bytes / SCR_PAGE_SIZE >= 2 * SCR_MEDIUM_FIRST;
 }
 
-void _scr_heap_set_keep(scr_heap *h) {
+static void heap_set_keep(scr_heap *h) {
   uint64_t pages = h->opt.retain_bytes / SCR_PAGE_SIZE;
   h->keep_current = keeps_current(h->opt.retain, h->opt.retain_bytes);
   h->keep_pages = h->keep_current ? pages - SCR_MEDIUM_FIRST : pages;
@@ -596,7 +598,7 @@ void _scr_heap_set_retain_bytes(scr_heap *h, size_t bytes) {
   }
   pthread_mutex_lock(&h->lock);
   h->opt.retain_bytes = bytes;
-  _scr_heap_set_keep(h);
+  heap_set_keep(h);
   bool within = h->retained_pages + h->dirty_pages <= h->keep_pages;
   pthread_mutex_unlock(&h->lock);
   if (within) return;

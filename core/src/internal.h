@@ -120,10 +120,9 @@ static inline size_t _scr_realloc_size(size_t usable, size_t n) {
  * gives the memory back), or it is a medium one asked for a medium size:
  * a buffer growing into the medium classes gets the largest
  * (_scr_realloc_size), and its next steps (a quarter or an eighth more
- * each) would otherwise move it back down and up again (Python's
- * json.dumps: 20 -> 64 -> 28 -> 64 KiB, three moves a call).  The price:
- * a medium request that shrinks such a block keeps its 64 KiB, at most
- * 44 KiB more than the request's class. */
+ * each) would otherwise move it back down and up again (docs/process.md,
+ * "realloc").  The price: a medium request that shrinks such a block
+ * keeps the largest medium class. */
 static inline bool _scr_realloc_stays(size_t usable, size_t n) {
   bool medium = n >= SCR_MEDIUM_MIN && usable <= SCR_SMALL_MAX;
   return n <= usable && (usable <= 64 || n > usable / 2 || medium);
@@ -239,7 +238,6 @@ SCR_INTERNAL bool _scr_page_slot_is_free(const scr_page *pg, const void *p);
 SCR_INTERNAL void *_scr_heap_alloc_small_slow(scr_heap *h, unsigned cls);
 SCR_INTERNAL void _scr_heap_page_emptied(scr_heap *h, scr_page *pg);
 SCR_INTERNAL void _scr_heap_page_requeue(scr_heap *h, scr_page *pg);
-SCR_INTERNAL void _scr_heap_set_keep(scr_heap *h);
 SCR_INTERNAL void _scr_queue_push_front(scr_heap *h, scr_page *pg);
 SCR_INTERNAL void _scr_queue_push_back(scr_heap *h, scr_page *pg);
 SCR_INTERNAL void _scr_queue_remove(scr_heap *h, scr_page *pg);

@@ -260,8 +260,7 @@ static uint64_t run_starts(uint64_t free_mask, unsigned n, size_t align) {
   for (unsigned i = 1; i < n && m; i++) m &= free_mask >> i;
   size_t step = align > SCR_PAGE_SIZE ? align >> SCR_PAGE_SHIFT : 1;
   /* a bit every `step` pages (a power of two that divides 64): all ones
-   * over 2^step - 1, which a take of a medium run (every segment on the
-   * avail list asked) computed with a loop of 16 before */
+   * over 2^step - 1, one division rather than a loop */
   scr_assert((step & (step - 1)) == 0 && step <= SCR_PAGES_PER_SEGMENT / 2);
   if (step > 1) m &= ~(uint64_t)0 / (((uint64_t)1 << step) - 1);
   return m;

@@ -427,9 +427,12 @@ static void test_refaults_back_off(void) {
          (unsigned long long)((ps1.refault_bytes - ps0.refault_bytes) >> 10),
          (unsigned long long)(ps1.decay_backoffs - ps0.decay_backoffs), (unsigned long long)ps1.decay_delay_ms);
   CHECK(ps1.refault_bytes >= ps0.refault_bytes + ((uint64_t)1 << 20));
-  CHECK(ps1.decay_backoffs >= ps0.decay_backoffs + 2);
-  /* a round saw the delay backed off (it stays so for four quiet passes,
-   * longer than a round; where it ends depends on the rounds' timing) */
+  /* At least one back-off: a second needs a round's pause (250 ms) to
+   * outlast the doubled delay (200 ms) and the helper's pass after it,
+   * which a loaded machine does not promise (CI saw one back-off once).
+   * A round saw the delay backed off (it stays so for four quiet passes,
+   * longer than a round; where it ends depends on the rounds' timing). */
+  CHECK(ps1.decay_backoffs >= ps0.decay_backoffs + 1);
   printf("  longest delay seen by a round: %llu ms\n", (unsigned long long)refault_top_delay);
   CHECK(refault_top_delay >= 200);
   scr_process_option_set("decay_ms", "2000"); /* and the back-off starts again */

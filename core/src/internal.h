@@ -322,27 +322,29 @@ SCR_INTERNAL void _scr_owned_grow(uint64_t n);
 static inline void _scr_owned_shrink(uint64_t n) { atomic_fetch_sub_explicit(&_scr_owned_bytes, n, memory_order_relaxed); }
 /* h->bytes changes through these. */
 static inline void _scr_heap_bytes_add(scr_heap *h, uint64_t n) {
+  if (n == 0) return; /* bytes is atomic: no locked add for nothing */
   h->bytes += n;
-  if (h->owner && n) _scr_owned_grow(n);
+  if (h->owner) _scr_owned_grow(n);
 }
 static inline void _scr_heap_bytes_sub(scr_heap *h, uint64_t n) {
+  if (n == 0) return;
   h->bytes -= n;
-  if (h->owner && n) _scr_owned_shrink(n);
+  if (h->owner) _scr_owned_shrink(n);
 }
-/* The live bytes of large and huge blocks of every heap with an owner,
- * kept where a heap's large_bytes change (a large block's malloc, free or
- * growth: never a small block's), so that another thread reads them
- * current (the process allocator's scr_stats: a thread's big blocks
- * before its next snapshot).
- *   _scr_owned_large == sum(h->large_bytes of owned heaps) */
-SCR_INTERNAL extern _Atomic uint64_t _scr_owned_large;
+/* h->large_bytes changes through these, by the heap's holder alone (one
+ * writer), stored atomically so that another thread reads it current
+ * with _scr_heap_large_bytes (the process allocator's scr_stats: a
+ * thread's big blocks before its next snapshot).  A plain store: a
+ * shared counter's locked add on every large malloc and free cost more
+ * than the block's own work (docs/process.md). */
 static inline void _scr_heap_large_add(scr_heap *h, uint64_t n) {
-  h->large_bytes += n;
-  if (h->owner) atomic_fetch_add_explicit(&_scr_owned_large, n, memory_order_relaxed);
+  __atomic_store_n(&h->large_bytes, h->large_bytes + n, __ATOMIC_RELAXED);
 }
 static inline void _scr_heap_large_sub(scr_heap *h, uint64_t n) {
-  h->large_bytes -= n;
-  if (h->owner) atomic_fetch_sub_explicit(&_scr_owned_large, n, memory_order_relaxed);
+  __atomic_store_n(&h->large_bytes, h->large_bytes - n, __ATOMIC_RELAXED);
+}
+static inline uint64_t _scr_heap_large_bytes(const scr_heap *h) {
+  return __atomic_load_n(&h->large_bytes, __ATOMIC_RELAXED);
 }
 SCR_INTERNAL void *_scr_heap_owner(const scr_heap *h);
 SCR_INTERNAL void _scr_heap_set_hooks(scr_heap *h, const struct _scr_heap_hooks *hooks);

@@ -14,6 +14,13 @@
 static inline void heap_lock(scr_heap *h) { pthread_mutex_lock(&h->lock); }
 static inline void heap_unlock(scr_heap *h) { pthread_mutex_unlock(&h->lock); }
 
+/* dirty_pages changes under the lock only (types.h), so a load and a store
+ * do: it is atomic for the holder's reads without the lock, and a locked
+ * add would drain the store buffer at every page taken or given back. */
+static inline void dirty_pages_set(scr_heap *h, uint64_t v) {
+  atomic_store_explicit(&h->dirty_pages, v, memory_order_relaxed);
+}
+
 static size_t meta_size(void) {
   size_t ps = _scr_os_page_size();
   return (sizeof(scr_segment) + ps - 1) & ~(ps - 1);
@@ -124,7 +131,7 @@ static bool segment_unmap(scr_heap *h, scr_segment *seg) {
   h->mmaps--;
   h->reserved -= size;
   _scr_heap_bytes_sub(h, committed);
-  h->dirty_pages -= (uint64_t)__builtin_popcountll(dirty);
+  dirty_pages_set(h, h->dirty_pages - (uint64_t)__builtin_popcountll(dirty));
   h->over_pages -= (uint64_t)__builtin_popcountll(over);
   return true;
 }
@@ -285,7 +292,7 @@ static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigne
   avail_update(h, seg);
   seg->committed_free_mask &= ~bits;
   uint64_t dirty = (seg->dirty_new | seg->dirty_old) & bits;
-  h->dirty_pages -= (uint64_t)__builtin_popcountll(dirty);
+  dirty_pages_set(h, h->dirty_pages - (uint64_t)__builtin_popcountll(dirty));
   seg->dirty_new &= ~bits;
   seg->dirty_old &= ~bits;
   h->over_pages -= (uint64_t)__builtin_popcountll(seg->dirty_over & bits);
@@ -449,7 +456,7 @@ static void release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigne
     /* kept committed until a purge pass finds it old */
     seg->dirty_new |= bits;
     if (h->dirty_pages == 0 && h->hooks.pages_dirty) h->hooks.pages_dirty(h, h->hooks.arg);
-    h->dirty_pages += n;
+    dirty_pages_set(h, h->dirty_pages + n);
     purge_tick(h);
     return;
   }
@@ -522,7 +529,7 @@ static void purge(scr_heap *h, bool all) {
     if (seg->kind != SCR_SEG_NORMAL) continue;
     uint64_t over = over_take(h, seg);
     uint64_t old = all ? seg->committed_free_mask : seg->dirty_old | over;
-    h->dirty_pages -= (uint64_t)__builtin_popcountll(old & (seg->dirty_new | seg->dirty_old));
+    dirty_pages_set(h, h->dirty_pages - (uint64_t)__builtin_popcountll(old & (seg->dirty_new | seg->dirty_old)));
     seg->dirty_new &= ~old;
     seg->dirty_old = seg->dirty_new;
     seg->dirty_new = 0;
@@ -573,7 +580,7 @@ size_t _scr_segment_decay(scr_heap *h, uint64_t delay_ms, bool *left) {
   for (scr_segment *seg = h->segments; seg && (h->dirty_pages || h->over_pages); seg = seg->next) {
     if (seg->kind != SCR_SEG_NORMAL) continue;
     uint64_t old = seg->dirty_old | over_take(h, seg);
-    h->dirty_pages -= (uint64_t)__builtin_popcountll(seg->dirty_old);
+    dirty_pages_set(h, h->dirty_pages - (uint64_t)__builtin_popcountll(seg->dirty_old));
     seg->dirty_old = seg->dirty_new;
     seg->dirty_new = 0;
     if (old == 0) continue;
@@ -608,7 +615,7 @@ static void purge_down(scr_heap *h, uint64_t keep) {
         need--;
       }
       if (take == 0) continue;
-      h->dirty_pages -= (uint64_t)__builtin_popcountll(take);
+      dirty_pages_set(h, h->dirty_pages - (uint64_t)__builtin_popcountll(take));
       seg->dirty_old &= ~take;
       seg->dirty_new &= ~take;
       decommit_mask(h, seg, take, &batch, &h->os);

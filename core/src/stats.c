@@ -21,7 +21,7 @@ uint64_t _scr_heap_used_bytes(const scr_heap *h) {
   return heap_used_bytes(h, live);
 }
 
-_Atomic uint64_t _scr_owned_bytes, _scr_owned_peak, _scr_owned_large;
+_Atomic uint64_t _scr_owned_bytes, _scr_owned_peak;
 
 void _scr_owned_grow(uint64_t n) {
   uint64_t now = atomic_fetch_add_explicit(&_scr_owned_bytes, n, memory_order_relaxed) + n;

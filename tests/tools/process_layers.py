@@ -74,7 +74,7 @@ CORE_ALLOWED = {
     "_scr_heap_decay": "purge", "_scr_heap_refault_bytes": "purge", "_scr_heap_unused_bytes": "purge",
     # reports, statistics, options (core/src/options.c: the one parser)
     "_scr_report": "report", "_scr_verbose": "report", "_scr_assert_fail": "report",
-    "_scr_out_put": "report", "_scr_owned_large": "report",
+    "_scr_out_put": "report", "_scr_heap_large_bytes": "report",
     "_scr_option_find": "options", "_scr_option_parse": "options", "_scr_option_env": "options",
     "_scr_env_option": "options",
     # sample an allocation site (profile.c): the countdown, the sample

@@ -41,7 +41,9 @@ void scr_stats(struct scr_stats *out) {
   proc_refresh_own();
   struct scr_stats lent;
   memset(&lent, 0, sizeof lent);
+  uint64_t large = 0;
   for (scr_arena *a = atomic_load_explicit(&_scr_proc.all, memory_order_acquire); a; a = a->next_all) {
+    large += _scr_heap_large_bytes(a->heap);
     pthread_mutex_lock(&a->snap_lock);
     proc_stats_add(out, &a->snap);
     proc_stats_add(&lent, &a->snap_lent);
@@ -51,7 +53,6 @@ void scr_stats(struct scr_stats *out) {
   /* The live large and huge blocks as they are now, not as last published
    * (a thread that makes few calls publishes rarely): the difference goes
    * into the figures that count them, which then still add up. */
-  uint64_t large = atomic_load_explicit(&_scr_owned_large, memory_order_relaxed);
   if (large >> 62) large = 0; /* a free counted before its malloc, for a moment */
   int64_t d = (int64_t)(large - out->large_bytes);
   if (d < 0 && (uint64_t)-d > out->heap_used) d = -(int64_t)out->heap_used;

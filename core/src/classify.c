@@ -35,13 +35,13 @@ static int classify_slot(const scr_heap *h, const scr_segment *seg, uintptr_t id
   /* Free or live: a heap the program made has every free block on its
    * page's list (exact); an arena's may wait in any thread's cache, the
    * pool or a remote stack, where only the key tells (misuse.c). */
-  if (h->owner == NULL) return _scr_page_slot_is_free(pg, p) ? SCR_EDOUBLEFREE : SCR_OK;
+  if (_scr_heap_owner(h) == NULL) return _scr_page_slot_is_free(pg, p) ? SCR_EDOUBLEFREE : SCR_OK;
   return _scr_block_word1(p) == _scr_misuse.key ? SCR_EDOUBLEFREE : SCR_OK;
 }
 
 /* p, in h's segment seg: as _scr_classify says, less the runs given back. */
 static int classify_in(const scr_heap *h, const scr_segment *seg, const void *p) {
-  bool arena = h->owner != NULL;
+  bool arena = _scr_heap_owner(h) != NULL;
   uintptr_t a = (uintptr_t)p, base = (uintptr_t)seg;
   if (seg->kind == SCR_SEG_HUGE) {
     uintptr_t block = base + seg->huge_offset;
@@ -94,7 +94,7 @@ int _scr_classify(const scr_heap *h, const void *p) {
    * last block is freed, and its segment with it).  An arena's holder
    * writes the ring, other threads classify: heaps the program made
    * only. */
-  if ((r == SCR_EFOREIGN || r == SCR_ENOTALLOC) && h->owner == NULL && gone_block(h, p)) return SCR_EDOUBLEFREE;
+  if ((r == SCR_EFOREIGN || r == SCR_ENOTALLOC) && _scr_heap_owner(h) == NULL && gone_block(h, p)) return SCR_EDOUBLEFREE;
   return r;
 }
 

@@ -23,6 +23,7 @@ static size_t heap_desc_size(void) {
  * faulting, the rest goes back to the OS (MADV_DONTNEED), and the next
  * scr_heap_new takes one.  A stale pointer to a descriptor taken again
  * names the new heap: that is the case the magic word cannot tell. */
+static const struct _scr_heap_hooks no_hooks; /* a heap of the scr_heap API's: none, no owner */
 static scr_heap *dead_heaps;       /* linked through meta_next */
 static _Atomic int dead_lock;      /* a spin lock: heaps are made and destroyed rarely */
 static void dead_lock_take(void) {
@@ -66,6 +67,7 @@ scr_heap *scr_heap_new(const scr_options *opt) {
   _scr_options_clamp(&h->opt);
   heap_set_keep(h);
   pthread_mutex_init(&h->lock, NULL);
+  h->hooks = &no_hooks;
   h->magic = SCR_HEAP_MAGIC;
   (void)_scr_prof_next(&h->prof, h->opt.profile_rate);
   scr_validate_heap(h);
@@ -629,12 +631,8 @@ scr_heap *_scr_heap_of(const void *p) {
   scr_segment *seg = _scr_segmap_get(p);
   return seg ? seg->heap : NULL;
 }
-void _scr_heap_set_owner(scr_heap *h, void *owner, uintptr_t map_mark) {
-  scr_assert(h->segments == NULL && map_mark <= SCR_SEGMAP_MARK_MASK);
-  h->owner = owner;
+void _scr_heap_set_owner(scr_heap *h, const struct _scr_heap_hooks *hooks, uintptr_t map_mark) {
+  scr_assert(h->segments == NULL && hooks != NULL && hooks->arg != NULL && map_mark <= SCR_SEGMAP_MARK_MASK);
+  h->hooks = hooks;
   h->map_mark = map_mark;
-}
-void *_scr_heap_owner(const scr_heap *h) { return h->owner; }
-void _scr_heap_set_hooks(scr_heap *h, const struct _scr_heap_hooks *hooks) {
-  if (hooks) h->hooks = *hooks; else memset(&h->hooks, 0, sizeof h->hooks);
 }

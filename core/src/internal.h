@@ -309,7 +309,11 @@ SCR_INTERNAL uint64_t _scr_heap_unused_bytes(const scr_heap *h);
  * the delay of its return counts in refault_bytes. */
 SCR_INTERNAL size_t _scr_heap_decay(scr_heap *h, uint64_t delay_ms, bool *left);
 SCR_INTERNAL uint64_t _scr_heap_refault_bytes(scr_heap *h);
-SCR_INTERNAL void _scr_heap_set_owner(scr_heap *h, void *owner, uintptr_t map_mark); /* before its first segment */
+/* Before its first segment: the process allocator's hooks (their arg is
+ * the arena, the heap's owner, which _scr_heap_owner gives) and the mark
+ * of its segments in the segment map.  The hooks stay where they are. */
+SCR_INTERNAL void _scr_heap_set_owner(scr_heap *h, const struct _scr_heap_hooks *hooks, uintptr_t map_mark);
+static inline void *_scr_heap_owner(const scr_heap *h) { return h->hooks->arg; }
 /* stats.c: the committed bytes of every heap with an owner (the process
  * allocator's arenas) and of the huge segments detached from them (its
  * huge cache), and the most they were, kept where a heap's bytes change:
@@ -324,12 +328,12 @@ static inline void _scr_owned_shrink(uint64_t n) { atomic_fetch_sub_explicit(&_s
 static inline void _scr_heap_bytes_add(scr_heap *h, uint64_t n) {
   if (n == 0) return; /* bytes is atomic: no locked add for nothing */
   h->bytes += n;
-  if (h->owner) _scr_owned_grow(n);
+  if (_scr_heap_owner(h)) _scr_owned_grow(n);
 }
 static inline void _scr_heap_bytes_sub(scr_heap *h, uint64_t n) {
   if (n == 0) return;
   h->bytes -= n;
-  if (h->owner) _scr_owned_shrink(n);
+  if (_scr_heap_owner(h)) _scr_owned_shrink(n);
 }
 /* h->large_bytes changes through these, by the heap's holder alone (one
  * writer), stored atomically so that another thread reads it current
@@ -346,8 +350,6 @@ static inline void _scr_heap_large_sub(scr_heap *h, uint64_t n) {
 static inline uint64_t _scr_heap_large_bytes(const scr_heap *h) {
   return __atomic_load_n(&h->large_bytes, __ATOMIC_RELAXED);
 }
-SCR_INTERNAL void *_scr_heap_owner(const scr_heap *h);
-SCR_INTERNAL void _scr_heap_set_hooks(scr_heap *h, const struct _scr_heap_hooks *hooks);
 
 /* misuse.c: the freed-block key and the slot test (misuse.c says how).
  * Read-only once _scr_misuse_init has run (the first heap made). */

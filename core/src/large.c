@@ -117,10 +117,10 @@ static void *huge_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
     errno = ENOMEM;
     return NULL;
   }
-  if (h->hooks.huge_take) {
+  if (h->hooks->huge_take) {
     /* A freed huge block of any thread, resized: the pages it keeps are
      * resident already (no fault, no zeroing by the kernel). */
-    scr_segment *seg = h->hooks.huge_take(h, size, offset, h->hooks.arg);
+    scr_segment *seg = h->hooks->huge_take(h, size, offset, h->hooks->arg);
     if (seg != NULL && (seg = _scr_segment_attach(h, seg, size)) != NULL) {
       seg->huge_live = 1;
       *zero = false;
@@ -206,9 +206,9 @@ void _scr_large_free(scr_heap *h, scr_segment *seg, void *p) {
   }
   h->large_live--;
   _scr_heap_large_sub(h, size);
-  if (seg->kind == SCR_SEG_HUGE && h->hooks.huge_put) { /* the process's huge cache */
+  if (seg->kind == SCR_SEG_HUGE && h->hooks->huge_put) { /* the process's huge cache */
     _scr_segment_detach(h, seg);
-    h->hooks.huge_put(h, seg, h->hooks.arg);
+    h->hooks->huge_put(h, seg, h->hooks->arg);
     scr_validate_heap(h);
     return;
   }

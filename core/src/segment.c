@@ -98,7 +98,7 @@ static scr_segment *segment_map(scr_heap *h, size_t size, size_t align, scr_segm
   }
   h->mmaps++;
   h->reserved += size;
-  if (h->hooks.segment_mapped) h->hooks.segment_mapped(h, seg, size, h->hooks.arg);
+  if (h->hooks->segment_mapped) h->hooks->segment_mapped(h, seg, size, h->hooks->arg);
   return seg;
 }
 
@@ -198,7 +198,7 @@ scr_segment *_scr_segment_attach(scr_heap *h, scr_segment *seg, size_t new_size)
     uintptr_t base = (uintptr_t)seg, end = base + old_size;
     uintptr_t t = (base + new_size + SCR_SEGMENT_SIZE - 1) & ~(uintptr_t)(SCR_SEGMENT_SIZE - 1);
     size_t cut = old_size, ps = _scr_os_page_size();
-    if (h->hooks.huge_put && seg->huge_offset == SCR_HUGE_OFFSET && t + SCR_HUGE_OFFSET + h->opt.huge_threshold < end)
+    if (h->hooks->huge_put && seg->huge_offset == SCR_HUGE_OFFSET && t + SCR_HUGE_OFFSET + h->opt.huge_threshold < end)
       cut = t - base;
     size_t keep = (new_size + (new_size - seg->huge_offset) / 4 + ps - 1) & ~(ps - 1);
     new_size = keep < cut ? keep : cut;
@@ -256,7 +256,7 @@ scr_segment *_scr_segment_attach(scr_heap *h, scr_segment *seg, size_t new_size)
   uint64_t now = new_size + (split ? split->size : 0);
   if (now > old_size) _scr_owned_grow(now - old_size);
   else _scr_owned_shrink(old_size - now);
-  if (split) h->hooks.huge_put(h, split, h->hooks.arg); /* detached from birth */
+  if (split) h->hooks->huge_put(h, split, h->hooks->arg); /* detached from birth */
   return seg;
 }
 
@@ -455,7 +455,7 @@ static void release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigne
       h->retained_pages + h->dirty_pages + n <= h->keep_pages) {
     /* kept committed until a purge pass finds it old */
     seg->dirty_new |= bits;
-    if (h->dirty_pages == 0 && h->hooks.pages_dirty) h->hooks.pages_dirty(h, h->hooks.arg);
+    if (h->dirty_pages == 0 && h->hooks->pages_dirty) h->hooks->pages_dirty(h, h->hooks->arg);
     dirty_pages_set(h, h->dirty_pages + n);
     purge_tick(h);
     return;
@@ -634,7 +634,7 @@ void _scr_segment_purge_down(scr_heap *h, uint64_t keep) {
  * where pages are taken and freed, so an idle heap purges at its next
  * page-level call (or trim). */
 static void purge_tick(scr_heap *h) {
-  if (h->hooks.pages_dirty) return; /* another thread's clock gives them back */
+  if (h->hooks->pages_dirty) return; /* another thread's clock gives them back */
   if (h->dirty_pages == 0 && h->over_pages == 0) {
     h->purge_at_ms = 0;
     return;

@@ -301,13 +301,13 @@ struct scr_heap {
   scr_cached cache[SCR_LARGE_CACHE_MAX]; /* freed large blocks, oldest first */
   scr_gone gone[SCR_GONE_MAX];           /* runs given back, for checked calls (classify.c) */
   uint32_t gone_next;                    /* next entry of gone to replace */
-  /* The process allocator's: its arena, and 1 while that arena is parked
-   * (process.h: _scr_arena_parked), on one line that only changes at park
-   * and claim, which every thread that frees a block of the heap reads. */
-  _Alignas(64) void *owner;
-  _Atomic int owner_parked;
+  /* The process allocator's state, behind one pointer: its arena's hooks,
+   * whose arg is the arena (the heap's owner); for a heap of the scr_heap
+   * API, hooks that are all NULL.  Never NULL.  On a line that changes only
+   * when the heap is set up, which every thread that frees a block of the
+   * heap reads. */
+  _Alignas(64) const struct _scr_heap_hooks *hooks;
   uintptr_t map_mark;                    /* its segments' mark in the segment map (0: none) */
-  struct _scr_heap_hooks hooks;          /* process allocator's hooks */
   struct scr_heap *meta_next;            /* descriptor pool free list */
   scr_prof_countdown prof;               /* sampling of scr_heap_* calls (profile.c) */
 };

@@ -63,7 +63,7 @@ CORE_ALLOWED = {
     "_scr_class_sizes": "classes", "_scr_class_of": "classes", "_scr_class_x4": "classes", "_scr_class_first": "classes",
     "_scr_realloc_size": "classes", "_scr_realloc_stays": "classes",
     # set up an arena's heap: hooks, owner, what it keeps
-    "_scr_heap_set_hooks": "setup", "_scr_heap_set_owner": "setup", "_scr_heap_set_retain_bytes": "setup",
+    "_scr_heap_set_owner": "setup", "_scr_heap_set_retain_bytes": "setup",
     # give back pages: a heap's interior pages, a detached huge segment
     # (the huge cache's), and the poison mode's walk of free pages
     "_scr_heap_return_interior": "return", "_scr_segment_unmap_detached": "return",
@@ -74,7 +74,7 @@ CORE_ALLOWED = {
     "_scr_heap_decay": "purge", "_scr_heap_refault_bytes": "purge", "_scr_heap_unused_bytes": "purge",
     # reports, statistics, options (core/src/options.c: the one parser)
     "_scr_report": "report", "_scr_verbose": "report", "_scr_assert_fail": "report",
-    "_scr_out_put": "report", "_scr_heap_large_bytes": "report",
+    "_scr_out_put": "report", "_scr_heap_large_bytes": "report", "_scr_owned_peak": "report",
     "_scr_option_find": "options", "_scr_option_parse": "options", "_scr_option_env": "options",
     "_scr_env_option": "options",
     # sample an allocation site (profile.c): the countdown, the sample

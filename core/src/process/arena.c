@@ -44,8 +44,7 @@ static scr_arena *proc_arena_new(void) {
    * caches and go to their heaps, malloc.c's slow side). */
   uintptr_t mark = (uintptr_t)a->id + 1 <= SCR_SEGMAP_MARK_MASK ? (uintptr_t)a->id + 1 : 0;
   a->own_mark = mark != 0 ? mark : UINTPTR_MAX;
-  _scr_heap_set_owner(h, a, mark);
-  _scr_heap_set_hooks(h, &a->hooks);
+  _scr_heap_set_owner(h, &a->hooks, mark);
   scr_heap_stats(h, &a->snap);
   a->next_all = atomic_load_explicit(&P->all, memory_order_relaxed);
   atomic_store_explicit(&P->all, a, memory_order_release);

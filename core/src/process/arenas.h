@@ -81,10 +81,10 @@ SCR_INTERNAL size_t _scr_arena_return_interior(scr_arena *a); /* free runs insid
  * blocks do not keep them): set and cleared under _scr_proc.lock, read
  * without it. */
 static inline int _scr_arena_parked(const scr_arena *a) {
-  return atomic_load_explicit(&a->heap->owner_parked, memory_order_relaxed);
+  return atomic_load_explicit(&a->parked, memory_order_relaxed);
 }
 static inline void _scr_arena_set_parked(scr_arena *a, int parked) {
-  atomic_store_explicit(&a->heap->owner_parked, parked, memory_order_relaxed);
+  atomic_store_explicit(&a->parked, parked, memory_order_relaxed);
 }
 /* The arena's remote stack (remote.c pushes on it): whoever holds the
  * arena frees what waits there into its heap. */

@@ -59,7 +59,7 @@ bool _scr_pool_overflow(scr_arena *a, unsigned c) {
     SCR_UNPOISON(p, sizeof(void *));
     void *next = *(void **)p;
     scr_heap *h = _scr_heap_of(p);
-    if (h != a->heap && !atomic_load_explicit(&h->owner_parked, memory_order_relaxed)) {
+    if (h != a->heap && !_scr_arena_parked((scr_arena *)_scr_heap_owner(h))) {
       *(void **)p = batch; /* still poisoned but for this word */
       batch = p;
       k++;

@@ -112,15 +112,18 @@ typedef struct scr_tcache_list {
 } scr_tcache_list;
 _Static_assert(sizeof(scr_tcache_list) == 32, "two lists a line, none across two");
 
-/* Two groups of fields, a cache line (or more) each, by who writes them:
- * other threads (remote, drain_req), and the holder (from heap on).  The
- * parked flag, which every thread that frees a block of the arena reads,
- * is on its heap's line with the owner pointer (_scr_arena_parked). */
+/* Three groups of fields, a cache line (or more) each, by who writes
+ * them: other threads (remote, drain_req); nobody but at park and claim
+ * (from hooks on), which every thread that frees a block of the arena
+ * reads (its heap's hooks point there); and the holder (from id on). */
 typedef struct scr_arena {
   _Atomic(void *) remote;           /* lock-free stack of remote frees */
   _Atomic int drain_req;            /* a pusher is draining this parked arena */
-  _Alignas(64) scr_heap *heap;      /* this arena's heap */
-  unsigned id;                      /* index in creation order */
+  _Alignas(64) struct _scr_heap_hooks hooks; /* the heap's hooks, arg = this arena */
+  _Atomic int parked;               /* 1 while PARKED (_scr_arena_parked) */
+  scr_heap *heap;                   /* this arena's heap */
+  uintptr_t own_mark;               /* its segments' mark in the segment map (UINTPTR_MAX: none) */
+  _Alignas(64) unsigned id;         /* index in creation order */
   unsigned state;                   /* scr_arena_state, under _scr_proc.lock */
   unsigned discarded;               /* pages returned since it was parked */
   uint64_t parked_ns;               /* when it was parked (monotonic) */
@@ -131,14 +134,12 @@ typedef struct scr_arena {
   uint64_t keep;                    /* the heap's retain_bytes as last set (decay.c, arena.c) (holder) */
   uint64_t trim_seen;               /* trim_epoch as of its holder's last trim (holder) */
   unsigned poisoned;                /* discard made its free pages PROT_NONE */
-  struct _scr_heap_hooks hooks;     /* the heap's hooks, arg = this arena */
   pthread_mutex_t snap_lock;        /* guards snap */
   struct scr_stats snap;            /* heap stats as of the last publish, less the blocks the
                                        holder keeps for reuse (tcache.c) */
   struct scr_stats snap_lent;       /* other arenas' blocks the holder kept, at that publish */
   uint64_t snap_drained;            /* remote_drained as of the last publish */
   uint64_t snap_sent;               /* remote_sent as of the last publish */
-  uintptr_t own_mark;               /* its segments' mark in the segment map (UINTPTR_MAX: none) */
   uint64_t cache_grown;             /* bytes its lists' caps grew past their base (tcache.c) (holder) */
   scr_prof_countdown prof;          /* the sampler's countdown of scr_malloc & co. (holder; profile.c) */
   /* The thread cache: freed blocks per class (holder).  On a line boundary, so that no
@@ -160,6 +161,7 @@ typedef struct scr_arena {
 /* tests/c/test_process_remote.c reads the remote stack at the arena's
  * start, and the batch length, without this header. */
 _Static_assert(offsetof(scr_arena, remote) == 0, "the remote stack opens the arena");
+_Static_assert(offsetof(scr_arena, own_mark) < 128, "what frees read is on one line");
 
 /* Process-wide state. */
 typedef struct scr_proc {

@@ -211,7 +211,6 @@ void _scr_arena_publish_figures(scr_arena *a, const struct scr_stats *st, const 
   a->snap = *st;
   a->snap_lent = *lent;
   a->snap_drained = a->remote_drained;
-  a->snap_sent = a->remote_sent;
   pthread_mutex_unlock(&a->snap_lock);
   a->ops_published = a->ops;
 }

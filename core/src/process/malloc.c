@@ -166,12 +166,13 @@ static __attribute__((noinline)) void proc_free_slow(void *p, scr_arena *a) {
   scr_segment *seg = _scr_segmap_seg(e);
   uintptr_t idx = 0;
   unsigned tag = seg != NULL ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
-  /* The screen first, as on the hit path, for an arena's segment (marked);
-   * the exact check (misuse.c) for what it stops: NULL, large and huge
-   * blocks, a page with live sampled blocks (slot_limit 0: profile.c), a
-   * heap the program made, misuse. */
-  bool screened = a != NULL && _scr_segmap_mark(e) != 0 &&
-                  !_scr_proc_block_suspect_r(seg, p, idx, &a->tc[tag], _scr_misuse.key);
+  /* The screen first, as on the hit path, for an arena's segment (marked),
+   * whether or not the caller holds an arena; the exact check (misuse.c)
+   * for what it stops: NULL, large and huge blocks, a page with live
+   * sampled blocks (slot_limit 0: profile.c), a heap the program made,
+   * misuse. */
+  const _scr_slot_geom *g = &_scr_misuse.geom[tag];
+  bool screened = _scr_segmap_mark(e) != 0 && !_scr_proc_block_suspect(seg, p, idx, g->magic, g->mask, _scr_misuse.key);
   if (!screened) {
     if (p == NULL) return;
     if (SCR_UNLIKELY(_scr_proc_check("free", p) != SCR_OK)) return; /* reported (misuse.c) */
@@ -236,7 +237,7 @@ __attribute__((aligned(64))) void scr_free(void *p) {
      * passes): the address scales the tag times 4 by 8. */
     scr_tcache_list *r = (scr_tcache_list *)((char *)a->tc + x4 * (sizeof(scr_tcache_list) / 4));
     uint64_t key = _scr_misuse.key;
-    if (SCR_UNLIKELY(_scr_proc_block_suspect_r(seg, p, idx, r, key))) return proc_free_slow(p, a);
+    if (SCR_UNLIKELY(_scr_proc_block_suspect(seg, p, idx, r->magic, r->mask, key))) return proc_free_slow(p, a);
     if (SCR_LIKELY(_scr_tcache_take_room(r))) {
 #if SCR_DEBUG > 0
       if (_scr_tcache_refused(r, seg, idx, tag, p)) {

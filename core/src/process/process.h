@@ -95,8 +95,7 @@ typedef enum scr_arena_state {
 /* An arena.
  *   remote: blocks freed by threads that do not hold the arena, linked
  *           through their first word; pushed with CAS, taken all at once.
- *   sum(remote_sent) + _scr_pc.remote_sent_unowned - sum(remote_drained)
- *     == sum(length(remote)) (when quiescent) */
+ *   remote_pushed - remote_drained == length(remote) (when quiescent) */
 /* Other arenas' blocks of one size class that the holder freed, kept for
  * its own mallocs of the class (linked through the first word; live in
  * their heaps all along). */
@@ -119,6 +118,8 @@ _Static_assert(sizeof(scr_tcache_list) == 32, "two lists a line, none across two
 typedef struct scr_arena {
   _Atomic(void *) remote;           /* lock-free stack of remote frees */
   _Atomic int drain_req;            /* a pusher is draining this parked arena */
+  _Atomic uint64_t remote_pushed;   /* blocks pushed on remote, counted by the pushers on the line their
+                                       CAS just took (no shared counter) */
   _Alignas(64) struct _scr_heap_hooks hooks; /* the heap's hooks, arg = this arena */
   _Atomic int parked;               /* 1 while PARKED (_scr_arena_parked) */
   scr_heap *heap;                   /* this arena's heap */
@@ -130,7 +131,6 @@ typedef struct scr_arena {
   uint64_t ops;                     /* holder's heap calls (ticks) */
   uint64_t ops_published;           /* ops at the last snapshot */
   uint64_t remote_drained;          /* blocks taken from remote (holder) */
-  uint64_t remote_sent;             /* blocks its holder pushed on other arenas (holder) */
   uint64_t keep;                    /* the heap's retain_bytes as last set (decay.c, arena.c) (holder) */
   uint64_t trim_seen;               /* trim_epoch as of its holder's last trim (holder) */
   unsigned poisoned;                /* discard made its free pages PROT_NONE */
@@ -139,7 +139,6 @@ typedef struct scr_arena {
                                        holder keeps for reuse (tcache.c) */
   struct scr_stats snap_lent;       /* other arenas' blocks the holder kept, at that publish */
   uint64_t snap_drained;            /* remote_drained as of the last publish */
-  uint64_t snap_sent;               /* remote_sent as of the last publish */
   uint64_t cache_grown;             /* bytes its lists' caps grew past their base (tcache.c) (holder) */
   scr_prof_countdown prof;          /* the sampler's countdown of scr_malloc & co. (holder; profile.c) */
   /* The thread cache: freed blocks per class (holder).  On a line boundary, so that no
@@ -240,7 +239,6 @@ typedef struct scr_proc_counters {
 #define SCR_PROC_CTR_FIELD_(name) _Atomic uint64_t name;
   SCR_PROC_COUNTERS(SCR_PROC_CTR_FIELD_)
 #undef SCR_PROC_CTR_FIELD_
-  _Atomic uint64_t remote_sent_unowned;
 } scr_proc_counters;
 
 SCR_INTERNAL extern scr_proc_counters _scr_pc;
@@ -299,15 +297,17 @@ SCR_INTERNAL int _scr_proc_check(const char *call, const void *p);
  * which its holder writes: a relaxed load that needs the page's index
  * only, not its tag), or it holds the freed-block key.  Always true for
  * tag OTHER (large blocks, huge ones, free pages: classified on the slow
- * side): their slot_limit and the list's magic are 0.  idx: p's page in
- * seg; key: _scr_misuse.key, read once by the caller, which writes it
- * into the block it keeps (a second read of the global after the block's
- * first word is written is an instruction more: the compiler cannot tell
- * that the two do not alias). */
-static inline bool _scr_proc_block_suspect_r(const scr_segment *seg, const void *p, uintptr_t idx, const scr_tcache_list *r,
-                                             uint64_t key) {
-  uint64_t off = (uintptr_t)p & r->mask;
-  return _scr_slot_beyond(seg, idx, off * r->magic) || _scr_block_word1(p) == key;
+ * side): their slot_limit and their magic are 0.  idx: p's page in seg;
+ * magic, mask: the slot geometry of p's tag (_scr_misuse.geom, or the
+ * copy on the tag's cache list, the line the hit path reads anyway); key:
+ * _scr_misuse.key, read once by the caller, which writes it into the
+ * block it keeps (a second read of the global after the block's first
+ * word is written is an instruction more: the compiler cannot tell that
+ * the two do not alias). */
+static inline bool _scr_proc_block_suspect(const scr_segment *seg, const void *p, uintptr_t idx, uint64_t magic,
+                                           uint32_t mask, uint64_t key) {
+  uint64_t off = (uintptr_t)p & mask;
+  return _scr_slot_beyond(seg, idx, off * magic) || _scr_block_word1(p) == key;
 }
 /* Marks p, a block the caller frees, free (the key in its second word,
  * core/src/misuse.c): true when this call did, false when it was free

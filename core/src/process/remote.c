@@ -8,8 +8,8 @@
  * goes home grouped by owner, one CAS per owner.
  * Layer: caches (its bottom): the pushing side and the blocks that go
  * home from the caches (pool.c, tcache.c); the arena's side, its
- * stack's drain, is arena.c's.  Owns remote_sent (each arena's holder)
- * and drain_req (pushers of a parked arena). */
+ * stack's drain, is arena.c's.  Owns remote_pushed and drain_req (the
+ * pushers'). */
 #include "caches.h"
 
 #define SCR_REMOTE_DRAIN_BATCH 256 /* a power of 2 */
@@ -17,20 +17,18 @@
 static void proc_borrow_and_drain(scr_arena *a);
 
 /* Pushes the list first..last, n blocks marked free, on a's stack in one
- * CAS.  Nobody holds a parked arena: each time a thread's pushes pass a
- * multiple of SCR_REMOTE_DRAIN_BATCH on one, it frees what waits there so
- * that the pages can go back.  What stays below a batch goes at the next
- * claim or discard. */
+ * CAS, and counts them there (the line the CAS holds).  Nobody holds a
+ * parked arena: each time the pushes on one pass a multiple of
+ * SCR_REMOTE_DRAIN_BATCH, the pusher frees what waits there so that the
+ * pages can go back.  What stays below a batch goes at the next claim or
+ * discard. */
 static void remote_push_list(scr_arena *a, void *first, void *last, unsigned n) {
-  scr_arena *me = _scr_tl.arena;
-  uint64_t sent;
-  if (SCR_LIKELY(me != NULL)) sent = me->remote_sent += n; /* counted by the pusher: no atomic on the line every pusher writes */
-  else sent = atomic_fetch_add_explicit(&_scr_pc.remote_sent_unowned, n, memory_order_relaxed) + n;
   void *head = atomic_load_explicit(&a->remote, memory_order_relaxed);
   do {
     *(void **)last = head;
   } while (!atomic_compare_exchange_weak_explicit(&a->remote, &head, first, memory_order_release,
                                                   memory_order_relaxed));
+  uint64_t sent = atomic_fetch_add_explicit(&a->remote_pushed, n, memory_order_relaxed) + n;
   if (SCR_UNLIKELY(sent % SCR_REMOTE_DRAIN_BATCH < n) && _scr_arena_parked(a) &&
       !atomic_exchange_explicit(&a->drain_req, 1, memory_order_acquire))
     proc_borrow_and_drain(a);

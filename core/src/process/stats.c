@@ -140,11 +140,11 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->discard_delay_ms = P->delay_ms;
   o->thp_mode = (uint64_t)P->thp_mode;
   pthread_mutex_unlock(&P->lock);
-  uint64_t sent = atomic_load_explicit(&_scr_pc.remote_sent_unowned, memory_order_relaxed), drained = 0;
+  uint64_t sent = 0, drained = 0;
   uint64_t lazy = 0;
   for (scr_arena *a = atomic_load_explicit(&P->all, memory_order_acquire); a; a = a->next_all) {
     pthread_mutex_lock(&a->snap_lock);
-    sent += a->snap_sent;
+    sent += atomic_load_explicit(&a->remote_pushed, memory_order_relaxed);
     drained += a->snap_drained;
     o->free_committed += a->snap.retained_bytes + a->snap.dirty_bytes + a->snap.cached_bytes;
     o->refault_bytes += a->snap.refault_bytes;

@@ -35,9 +35,9 @@ static void remote_push_list(scr_arena *a, void *first, void *last, unsigned n) 
 }
 
 void _scr_remote_push(scr_arena *a, void *p) {
-  /* free (core/src/misuse.c): the key marks it on the stack, so that a
-   * second free of it is found; a large block ignores it */
-  _scr_block_set_word1(p, _scr_misuse.key);
+  /* the caller's claim marked it free (the key: a second free of it is
+   * found while it waits on the stack) */
+  scr_assert(_scr_block_word1(p) == _scr_misuse.key);
   remote_push_list(a, p, p, 1);
 }
 

@@ -5,7 +5,7 @@
  * Layer: arenas.  Owns the arena lists and states (_scr_proc.all,
  * parked, the counts: under _scr_proc.lock), each arena's snapshot
  * (under its snap_lock), its heap's cap while parked (keep, with
- * decay.c's share while held) and its remote stack's drain (its holder).  The thread's cache is the
+ * decay.c's share while held) and the drain of its remote ring and stack (its holder).  The thread's cache is the
  * caches' layer's: holder.c sets it after a claim and flushes it before
  * a park, and wakes the helper a park asks for. */
 #include "arenas.h"
@@ -31,6 +31,7 @@ static scr_arena *proc_arena_new(void) {
   P->pool_left -= sz;
   a->heap = h;
   a->id = P->narenas++;
+  atomic_store_explicit(&a->ring_limit, SCR_REMOTE_RING, memory_order_relaxed);
   /* never takes a block; its slot test fails every address (tcache.c
    * sets the other lists at each claim) */
   a->tc[SCR_TAG_OTHER] = (scr_tcache_list){.head = NULL, .room = 0, .max = 0, .magic = 0, .mask = 0};
@@ -210,7 +211,6 @@ void _scr_arena_publish_figures(scr_arena *a, const struct scr_stats *st, const 
   pthread_mutex_lock(&a->snap_lock);
   a->snap = *st;
   a->snap_lent = *lent;
-  a->snap_drained = a->remote_drained;
   pthread_mutex_unlock(&a->snap_lock);
   a->ops_published = a->ops;
 }
@@ -227,18 +227,56 @@ void _scr_arena_publish(scr_arena *a) {
   _scr_arena_publish_figures(a, &st, &lent);
 }
 
-/* The arena's remote stack (remote.c pushes on it, the holder drains it:
- * its owner at its ticks and before it takes a new page, the thread that
- * claims it, a borrower, the discard helper). */
+/* The arena's ring and remote stack (remote.c pushes on them, the holder
+ * drains them: its owner at its ticks and before it takes a new page, the
+ * thread that claims it, a borrower, the discard helper). */
 void _scr_remote_drain(scr_arena *a) {
-  void *p = atomic_exchange_explicit(&a->remote, NULL, memory_order_acquire);
+  uint64_t h = a->ring_head, n = 0;
+  void *p;
+  while ((p = atomic_load_explicit(&a->ring[h & (SCR_REMOTE_RING - 1)], memory_order_acquire)) != NULL) {
+    atomic_store_explicit(&a->ring[h & (SCR_REMOTE_RING - 1)], NULL, memory_order_relaxed);
+    h++;
+    proc_heap_free(a->heap, p);
+    n++;
+  }
+  if (n) {
+    a->ring_head = h;
+    /* after the NULLs above: a pusher that reads the new limit writes
+     * those slots after them */
+    atomic_store_explicit(&a->ring_limit, h + SCR_REMOTE_RING, memory_order_release);
+  }
+  p = atomic_exchange_explicit(&a->remote, NULL, memory_order_acquire);
   while (p) {
     void *next = *(void **)p;
     __builtin_prefetch(next, 1); /* a line another thread wrote: fetched while p is freed */
     proc_heap_free(a->heap, p);
-    a->remote_drained++;
+    n++;
     p = next;
   }
+  if (n) atomic_store_explicit(&a->remote_drained, a->remote_drained + n, memory_order_relaxed);
+}
+
+/* In a fork's child: a slot of a's ring that a thread of the parent took
+ * and had not stored yet would stop every later drain there.  The ring's
+ * blocks go on the stack and the ring starts again after its last slot;
+ * a slot never stored counts as taken.  For the arenas nobody holds in
+ * the child and the child's own (the others stay their gone threads'). */
+void _scr_remote_after_fork_child(scr_arena *a) {
+  uint64_t tail = atomic_load_explicit(&a->ring_tail, memory_order_relaxed), holes = 0;
+  for (uint64_t i = a->ring_head; i < tail; i++) {
+    void *p = atomic_exchange_explicit(&a->ring[i & (SCR_REMOTE_RING - 1)], NULL, memory_order_relaxed);
+    if (p == NULL) {
+      holes++;
+      continue;
+    }
+    *(void **)p = atomic_load_explicit(&a->remote, memory_order_relaxed);
+    atomic_store_explicit(&a->remote, p, memory_order_relaxed);
+    atomic_fetch_add_explicit(&a->remote_pushed, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&a->remote_drained, 1, memory_order_relaxed); /* left the ring */
+  }
+  atomic_fetch_add_explicit(&a->remote_drained, holes, memory_order_relaxed);
+  a->ring_head = tail;
+  atomic_store_explicit(&a->ring_limit, tail + SCR_REMOTE_RING, memory_order_relaxed);
 }
 
 /* The interior pages of a's free slots (core/src/interior.c), counted. */

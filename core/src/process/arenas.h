@@ -86,11 +86,16 @@ static inline int _scr_arena_parked(const scr_arena *a) {
 static inline void _scr_arena_set_parked(scr_arena *a, int parked) {
   atomic_store_explicit(&a->parked, parked, memory_order_relaxed);
 }
-/* The arena's remote stack (remote.c pushes on it): whoever holds the
- * arena frees what waits there into its heap. */
+/* The arena's remote ring and stack (remote.c pushes on them): whoever
+ * holds the arena frees what waits there into its heap. */
 SCR_INTERNAL void _scr_remote_drain(scr_arena *a);
+SCR_INTERNAL void _scr_remote_after_fork_child(scr_arena *a);
+static inline bool _scr_remote_waiting(const scr_arena *a) {
+  return atomic_load_explicit(&a->ring[a->ring_head & (SCR_REMOTE_RING - 1)], memory_order_relaxed) != NULL ||
+         atomic_load_explicit(&a->remote, memory_order_relaxed) != NULL;
+}
 static inline void _scr_remote_poll(scr_arena *a) {
-  if (SCR_UNLIKELY(atomic_load_explicit(&a->remote, memory_order_relaxed) != NULL)) _scr_remote_drain(a);
+  if (SCR_UNLIKELY(_scr_remote_waiting(a))) _scr_remote_drain(a);
 }
 
 /* discard.c */

@@ -40,7 +40,10 @@ static void proc_fork_child(void) {
    * (not under way: decay_lock) and by readers (stats, the profile's
    * blame), which change nothing: a lock a thread that is gone held is
    * made anew (those threads' own heaps stay theirs, as above). */
-  for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_init(&a->heap->lock, NULL);
+  for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) {
+    pthread_mutex_init(&a->heap->lock, NULL);
+    if (a->state == SCR_ARENA_PARKED || a == _scr_tl.arena) _scr_remote_after_fork_child(a);
+  }
   _scr_pool_unlock_all();
   _scr_helper_after_fork_child();
   for (scr_arena *a = atomic_load(&P->all); a; a = a->next_all) pthread_mutex_unlock(&a->snap_lock);

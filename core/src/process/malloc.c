@@ -4,7 +4,7 @@
  * first use).  Free: the thread's cache, whoever owns the block (the
  * mark map tells the thread's own in one load; the segment map any
  * other, lock-free); what the cache cannot keep goes to its heap, the
- * caller's at once, another arena's through its remote stack.  Realloc of
+ * caller's at once, another arena's through its remote ring.  Realloc of
  * a block of another arena stays in place when it fits, else moves it
  * into the caller's.
  * Layer: entry.  Owns nothing: each call runs on the caller's arena
@@ -36,7 +36,7 @@ static __attribute__((noinline)) void *proc_malloc_general(scr_arena *a, size_t 
          * for the next tick while a new page is faulted in.  Here and not
          * at every carve from the page, where the read of the stack's
          * line, which pushers keep writing, costs (docs/process.md). */
-        if (atomic_load_explicit(&a->remote, memory_order_relaxed) != NULL) _scr_remote_drain(a);
+        if (_scr_remote_waiting(a)) _scr_remote_drain(a);
       }
       if (p != NULL) return p; /* the heap did not change */
     }
@@ -159,7 +159,7 @@ void *scr_aligned_alloc(size_t alignment, size_t n) {
  * the list has room, or a full list grows (classes from SCR_GROW_FIRST
  * on), or another arena's block makes room by sending the list's older
  * half to the pool; else p's heap, the caller's at once, another arena's
- * through its remote stack.  A parked arena's blocks never grow a list or
+ * through its remote ring.  A parked arena's blocks never grow a list or
  * go to the pool: they go home, so that its pages can go back. */
 static __attribute__((noinline)) void proc_free_slow(void *p, scr_arena *a) {
   uintptr_t e = _scr_segmap_entry(p);

@@ -10,7 +10,7 @@
  * a block, not its start), SCR_ENOTALLOC (a slot or page never handed
  * out, the page tail, a segment header), SCR_EDOUBLEFREE (a block already
  * free: a small one holds the key wherever it waits, a thread's cache,
- * the pool, a remote stack or its page; a large or huge one holds it on
+ * the pool, a remote ring or stack, or its page; a large or huge one holds it on
  * its way home, from the claim of the thread that freed it
  * (_scr_proc_claim) to its owner's drain, and then is cached or its
  * pages went back).

@@ -92,10 +92,26 @@ typedef enum scr_arena_state {
   SCR_ARENA_DISCARDING = 3, /* the helper is returning its pages */
 } scr_arena_state;
 
+#define SCR_REMOTE_RING 128 /* slots of an arena's ring of remote frees (a power of 2) */
+
 /* An arena.
- *   remote: blocks freed by threads that do not hold the arena, linked
- *           through their first word; pushed with CAS, taken all at once.
- *   remote_pushed - remote_drained == length(remote) (when quiescent) */
+ *   ring:   blocks freed one at a time by threads that do not hold the
+ *           arena: a pusher takes slot ring_tail (a CAS, below
+ *           ring_limit) and stores the block there; the holder takes
+ *           slots from ring_head on in order, up to the first empty one,
+ *           and sets each to NULL.  A line of the ring carries eight
+ *           blocks to the holder, and it reads them without following
+ *           pointers through blocks another CPU wrote.
+ *           ring_head <= ring_tail <= ring_limit == (ring_head as of the
+ *           last drain) + SCR_REMOTE_RING, so a pusher never writes a
+ *           slot the holder has not taken; slot i is NULL for
+ *           i < ring_head, i >= ring_tail, and while its pusher has not
+ *           stored it yet.
+ *   remote: blocks that go home in lists (a cache's, the pool's), and
+ *           single ones when the ring is full, linked through their first
+ *           word; pushed with CAS, taken all at once.
+ *   ring_tail + remote_pushed - remote_drained == blocks waiting in both
+ *   (when quiescent) */
 /* Other arenas' blocks of one size class that the holder freed, kept for
  * its own mallocs of the class (linked through the first word; live in
  * their heaps all along). */
@@ -120,6 +136,8 @@ typedef struct scr_arena {
   _Atomic int drain_req;            /* a pusher is draining this parked arena */
   _Atomic uint64_t remote_pushed;   /* blocks pushed on remote, counted by the pushers on the line their
                                        CAS just took (no shared counter) */
+  _Atomic uint64_t ring_tail;       /* ring slots taken by pushers (cumulative) */
+  _Atomic uint64_t ring_limit;      /* pushers take slots below it */
   _Alignas(64) struct _scr_heap_hooks hooks; /* the heap's hooks, arg = this arena */
   _Atomic int parked;               /* 1 while PARKED (_scr_arena_parked) */
   scr_heap *heap;                   /* this arena's heap */
@@ -130,7 +148,8 @@ typedef struct scr_arena {
   uint64_t parked_ns;               /* when it was parked (monotonic) */
   uint64_t ops;                     /* holder's heap calls (ticks) */
   uint64_t ops_published;           /* ops at the last snapshot */
-  uint64_t remote_drained;          /* blocks taken from remote (holder) */
+  _Atomic uint64_t remote_drained;  /* blocks taken from the ring and remote (holder; read by scr_stats) */
+  uint64_t ring_head;               /* next slot of the ring to take (holder) */
   uint64_t keep;                    /* the heap's retain_bytes as last set (decay.c, arena.c) (holder) */
   uint64_t trim_seen;               /* trim_epoch as of its holder's last trim (holder) */
   unsigned poisoned;                /* discard made its free pages PROT_NONE */
@@ -138,7 +157,6 @@ typedef struct scr_arena {
   struct scr_stats snap;            /* heap stats as of the last publish, less the blocks the
                                        holder keeps for reuse (tcache.c) */
   struct scr_stats snap_lent;       /* other arenas' blocks the holder kept, at that publish */
-  uint64_t snap_drained;            /* remote_drained as of the last publish */
   uint64_t cache_grown;             /* bytes its lists' caps grew past their base (tcache.c) (holder) */
   scr_prof_countdown prof;          /* the sampler's countdown of scr_malloc & co. (holder; profile.c) */
   /* The thread cache: freed blocks per class (holder).  On a line boundary, so that no
@@ -155,6 +173,7 @@ typedef struct scr_arena {
   uint16_t medium_mallocs[SCR_CLASS_COUNT - SCR_MEDIUM_FIRST];
   struct scr_arena *next_all;       /* next on _scr_proc.all (set before publishing) */
   struct scr_arena *next_parked;    /* parked list (under lock) */
+  _Alignas(64) _Atomic(void *) ring[SCR_REMOTE_RING]; /* remote frees one at a time (pushers, holder) */
 } scr_arena;
 
 /* tests/c/test_process_remote.c reads the remote stack at the arena's

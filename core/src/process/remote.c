@@ -1,14 +1,16 @@
 /* Remote frees: a block that goes home to an arena its freeing thread
- * does not hold is pushed on the arena's lock-free stack (linked through
- * the block's first word) and freed into the heap by whoever holds the
- * arena next: its owner at its next tick or before it takes a new page
- * (malloc.c), the thread that claims it, or the discard helper.  Pushers
- * never pop, and the holder takes the whole stack at once, so there is no
- * ABA problem.  A list of blocks that leaves a thread's cache or the pool
- * goes home grouped by owner, one CAS per owner.
+ * does not hold takes a slot of the arena's ring (process.h says how),
+ * or, when the ring is full, is pushed on its lock-free stack (linked
+ * through the block's first word), and is freed into the heap by
+ * whoever holds the arena next: its owner at its next tick or before it
+ * takes a new page (malloc.c), the thread that claims it, or the discard
+ * helper.  Pushers never pop, and the holder takes the whole stack at
+ * once, so there is no ABA problem.  A list of blocks that leaves a
+ * thread's cache or the pool goes home grouped by owner, one CAS per
+ * owner on its stack.
  * Layer: caches (its bottom): the pushing side and the blocks that go
- * home from the caches (pool.c, tcache.c); the arena's side, its
- * stack's drain, is arena.c's.  Owns remote_pushed and drain_req (the
+ * home from the caches (pool.c, tcache.c); the arena's side, the drain,
+ * is arena.c's.  Owns ring_tail, remote_pushed and drain_req (the
  * pushers'). */
 #include "caches.h"
 
@@ -16,12 +18,17 @@
 #define SCR_REMOTE_GROUPS 4        /* owners a list going home is sorted into at once */
 static void proc_borrow_and_drain(scr_arena *a);
 
+/* The pushes on a (its ring's or its stack's) have just passed a multiple
+ * of SCR_REMOTE_DRAIN_BATCH.  Nobody holds a parked arena: the pusher
+ * frees what waits there so that the pages can go back.  What stays
+ * below a batch goes at the next claim or discard. */
+static void remote_parked_due(scr_arena *a) {
+  if (_scr_arena_parked(a) && !atomic_exchange_explicit(&a->drain_req, 1, memory_order_acquire))
+    proc_borrow_and_drain(a);
+}
+
 /* Pushes the list first..last, n blocks marked free, on a's stack in one
- * CAS, and counts them there (the line the CAS holds).  Nobody holds a
- * parked arena: each time the pushes on one pass a multiple of
- * SCR_REMOTE_DRAIN_BATCH, the pusher frees what waits there so that the
- * pages can go back.  What stays below a batch goes at the next claim or
- * discard. */
+ * CAS, and counts them there (the line the CAS holds). */
 static void remote_push_list(scr_arena *a, void *first, void *last, unsigned n) {
   void *head = atomic_load_explicit(&a->remote, memory_order_relaxed);
   do {
@@ -29,15 +36,23 @@ static void remote_push_list(scr_arena *a, void *first, void *last, unsigned n) 
   } while (!atomic_compare_exchange_weak_explicit(&a->remote, &head, first, memory_order_release,
                                                   memory_order_relaxed));
   uint64_t sent = atomic_fetch_add_explicit(&a->remote_pushed, n, memory_order_relaxed) + n;
-  if (SCR_UNLIKELY(sent % SCR_REMOTE_DRAIN_BATCH < n) && _scr_arena_parked(a) &&
-      !atomic_exchange_explicit(&a->drain_req, 1, memory_order_acquire))
-    proc_borrow_and_drain(a);
+  if (SCR_UNLIKELY(sent % SCR_REMOTE_DRAIN_BATCH < n)) remote_parked_due(a);
 }
 
+/* A single block: into a slot of the ring while it has one, else on the
+ * stack. */
 void _scr_remote_push(scr_arena *a, void *p) {
   /* the caller's claim marked it free (the key: a second free of it is
-   * found while it waits on the stack) */
+   * found while it waits) */
   scr_assert(_scr_block_word1(p) == _scr_misuse.key);
+  uint64_t t = atomic_load_explicit(&a->ring_tail, memory_order_relaxed);
+  while (t < atomic_load_explicit(&a->ring_limit, memory_order_acquire)) {
+    if (atomic_compare_exchange_weak_explicit(&a->ring_tail, &t, t + 1, memory_order_relaxed, memory_order_relaxed)) {
+      atomic_store_explicit(&a->ring[t & (SCR_REMOTE_RING - 1)], p, memory_order_release);
+      if (SCR_UNLIKELY((t + 1) % SCR_REMOTE_DRAIN_BATCH == 0)) remote_parked_due(a);
+      return;
+    }
+  }
   remote_push_list(a, p, p, 1);
 }
 

@@ -144,8 +144,9 @@ void scr_process_stats(struct scr_process_stats *o) {
   uint64_t lazy = 0;
   for (scr_arena *a = atomic_load_explicit(&P->all, memory_order_acquire); a; a = a->next_all) {
     pthread_mutex_lock(&a->snap_lock);
-    sent += atomic_load_explicit(&a->remote_pushed, memory_order_relaxed);
-    drained += a->snap_drained;
+    sent += atomic_load_explicit(&a->remote_pushed, memory_order_relaxed) +
+            atomic_load_explicit(&a->ring_tail, memory_order_relaxed);
+    drained += atomic_load_explicit(&a->remote_drained, memory_order_relaxed);
     o->free_committed += a->snap.retained_bytes + a->snap.dirty_bytes + a->snap.cached_bytes;
     o->refault_bytes += a->snap.refault_bytes;
     lazy += a->snap.lazy_free_bytes;

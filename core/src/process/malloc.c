@@ -69,14 +69,12 @@ static __attribute__((noinline)) void *proc_malloc_slow(size_t n, scr_arena *a, 
 }
 
 /* The countdown of a's sampler ran out at p, an allocation of n bytes
- * (NULL: it failed); caller: the entry point's return address.  calloc,
- * aligned_alloc and realloc sample the block they hand out, which may be
- * another arena's (the thread's cache holds some): should that arena's
- * holder carve a slot of the page as it is marked, its store of the slot
- * limit may land last, the block's free then takes the fast path and its
- * sample stays (a sample too many in the reports, until the address is
- * sampled again).  malloc's own countdown takes a block of a's heap
- * (proc_malloc_sampled), whose pages only a's holder carves. */
+ * (NULL: it failed); caller: the entry point's return address.  p is a
+ * block of a's own heap, never one of another arena from the thread's
+ * cache or the pool: marking a page sampled stores 0 as its slot limit,
+ * and should the page's holder carve a slot meanwhile, its store of the
+ * limit could land last; the block's free would then take the fast path
+ * and its sample stay.  Only a's holder carves a's pages. */
 static __attribute__((noinline)) void *proc_sampled(scr_arena *a, void *p, size_t n, const void *caller) {
   uint64_t rate = _scr_prof_next(&a->prof, atomic_load_explicit(&_scr_proc.opt.profile_rate, memory_order_relaxed));
   if (p != NULL && rate != 0) _scr_prof_take(NULL, p, n, rate, caller);
@@ -95,12 +93,16 @@ static __attribute__((noinline)) void *proc_malloc_sampled(size_t n, scr_arena *
   return proc_sampled(a, p, n, caller);
 }
 
-/* scr_malloc of a large block, or before the thread holds an arena. */
+/* scr_malloc of a large block, or before the thread holds an arena (the
+ * countdown first: a sampled small block is then one of a's heap, not of
+ * the pool, proc_sampled). */
 static __attribute__((noinline)) void *proc_malloc_other(scr_arena *a, size_t n, const void *caller) {
-  void *p = proc_malloc_general(a, n);
-  a = _scr_tl.arena;
-  if (a != NULL && _scr_prof_due(&a->prof, n)) return proc_sampled(a, p, n, caller);
-  return p;
+  if (a == NULL && (a = _scr_holder_claim()) == NULL) return NULL;
+  if (_scr_prof_due(&a->prof, n)) {
+    if (n <= SCR_SMALL_MAX) return proc_malloc_sampled(n, a, caller);
+    return proc_sampled(a, proc_malloc_general(a, n), n, caller);
+  }
+  return proc_malloc_general(a, n);
 }
 
 /* The fast path, a block of the thread's cache, needs no stack frame: the
@@ -130,8 +132,16 @@ void *scr_calloc(size_t count, size_t size) {
   scr_arena *a = _scr_tl.arena;
   size_t n;
   if (SCR_LIKELY(a != NULL) && !__builtin_mul_overflow(count, size, &n) && n <= SCR_SMALL_MAX) {
-    void *p = _scr_tcache_take(a, _scr_class_of(n));
-    if (p != NULL) return PROC_COUNTED(a, memset(p, 0, n), n);
+    void *p;
+    if (_scr_prof_due(&a->prof, n)) { /* a block of a's heap (proc_sampled) */
+      p = proc_malloc_sampled(n, a, __builtin_return_address(0));
+      return p ? memset(p, 0, n) : NULL;
+    }
+    p = _scr_tcache_take(a, _scr_class_of(n));
+    if (p != NULL) return memset(p, 0, n);
+    p = proc_heap_calloc(a->heap, count, size); /* (counted above) */
+    _scr_holder_tick(a);
+    return p;
   }
   a = _scr_holder_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
@@ -288,9 +298,12 @@ void *scr_realloc(void *p, size_t n) {
     return NULL;
   }
   size_t old = proc_heap_usable_size(h, p);
-  if (_scr_realloc_stays(old, n)) {
-    _scr_prof_free(p); /* (counted anew, as in place above) */
-    return PROC_COUNTED(a, p, n);
+  /* (counted anew, as in place above; when the countdown runs out here,
+   * the block moves, and the malloc below samples one of a's own:
+   * proc_sampled) */
+  if (_scr_realloc_stays(old, n) && !_scr_prof_due(&a->prof, n)) {
+    _scr_prof_free(p);
+    return p;
   }
   void *q = scr_malloc(_scr_realloc_size(old, n));
   if (q == NULL) return NULL;

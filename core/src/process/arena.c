@@ -256,26 +256,16 @@ void _scr_remote_drain(scr_arena *a) {
   if (n) atomic_store_explicit(&a->remote_drained, a->remote_drained + n, memory_order_relaxed);
 }
 
-/* In a fork's child: a slot of a's ring that a thread of the parent took
- * and had not stored yet would stop every later drain there.  The ring's
- * blocks go on the stack and the ring starts again after its last slot;
- * a slot never stored counts as taken.  For the arenas nobody holds in
- * the child and the child's own (the others stay their gone threads'). */
+/* In a fork's child, for an arena nobody else can hold there: a slot a
+ * gone thread took and never stored would stop every later drain of the
+ * ring; the ring is drained past such slots (counted as taken). */
 void _scr_remote_after_fork_child(scr_arena *a) {
-  uint64_t tail = atomic_load_explicit(&a->ring_tail, memory_order_relaxed), holes = 0;
-  for (uint64_t i = a->ring_head; i < tail; i++) {
-    void *p = atomic_exchange_explicit(&a->ring[i & (SCR_REMOTE_RING - 1)], NULL, memory_order_relaxed);
-    if (p == NULL) {
-      holes++;
-      continue;
-    }
-    *(void **)p = atomic_load_explicit(&a->remote, memory_order_relaxed);
-    atomic_store_explicit(&a->remote, p, memory_order_relaxed);
-    atomic_fetch_add_explicit(&a->remote_pushed, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&a->remote_drained, 1, memory_order_relaxed); /* left the ring */
+  uint64_t tail = atomic_load_explicit(&a->ring_tail, memory_order_relaxed);
+  atomic_store_explicit(&a->remote_drained, a->remote_drained + (tail - a->ring_head), memory_order_relaxed);
+  for (; a->ring_head < tail; a->ring_head++) {
+    void *p = atomic_exchange_explicit(&a->ring[a->ring_head & (SCR_REMOTE_RING - 1)], NULL, memory_order_relaxed);
+    if (p) proc_heap_free(a->heap, p);
   }
-  atomic_fetch_add_explicit(&a->remote_drained, holes, memory_order_relaxed);
-  a->ring_head = tail;
   atomic_store_explicit(&a->ring_limit, tail + SCR_REMOTE_RING, memory_order_relaxed);
 }
 

@@ -96,17 +96,14 @@ typedef enum scr_arena_state {
 
 /* An arena.
  *   ring:   blocks freed one at a time by threads that do not hold the
- *           arena: a pusher takes slot ring_tail (a CAS, below
- *           ring_limit) and stores the block there; the holder takes
- *           slots from ring_head on in order, up to the first empty one,
- *           and sets each to NULL.  A line of the ring carries eight
- *           blocks to the holder, and it reads them without following
- *           pointers through blocks another CPU wrote.
- *           ring_head <= ring_tail <= ring_limit == (ring_head as of the
- *           last drain) + SCR_REMOTE_RING, so a pusher never writes a
- *           slot the holder has not taken; slot i is NULL for
- *           i < ring_head, i >= ring_tail, and while its pusher has not
- *           stored it yet.
+ *           arena: a pusher takes slot ring_tail (a CAS, below ring_limit)
+ *           and stores the block there; the holder takes slots from
+ *           ring_head on, up to the first empty one, setting each to NULL
+ *           (eight blocks a line, no pointer followed through them).
+ *           ring_head <= ring_tail <= ring_limit == ring_head as of the
+ *           last drain + SCR_REMOTE_RING: no pusher writes a slot not yet
+ *           taken; slot i is NULL for i < ring_head, i >= ring_tail, and
+ *           until its pusher stores it.
  *   remote: blocks that go home in lists (a cache's, the pool's), and
  *           single ones when the ring is full, linked through their first
  *           word; pushed with CAS, taken all at once.

@@ -73,9 +73,13 @@ bool _scr_page_validate(const scr_page *pg) {
   /* (at most: a thread that freed the page's last sampled block may have
    * published an older capacity's limit after the holder's, or lost the
    * race to a holder that still saw the sample, heap_fast.h; a lower
-   * limit only sends frees to the exact slow side) */
-  uint64_t limit = _scr_page_slot_limit(pg);
-  for (unsigned i = first; i < first + pg->span; i++)
-    if (__atomic_load_n(&seg->slot_limit[i], __ATOMIC_RELAXED) > limit) return false;
+   * limit only sends frees to the exact slow side.  Each published limit
+   * is read before the page's: such a thread may raise it meanwhile, to
+   * within the page's, while the holder, which runs this check, is the
+   * only one to mark the page sampled or carve it.) */
+  for (unsigned i = first; i < first + pg->span; i++) {
+    uint64_t published = __atomic_load_n(&seg->slot_limit[i], __ATOMIC_ACQUIRE);
+    if (published > _scr_page_slot_limit(pg)) return false;
+  }
   return pg->used + nfree == pg->capacity;
 }

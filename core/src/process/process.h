@@ -14,11 +14,11 @@
  *              (and the core heap, core/src/)
  * (top first; within a layer a file uses only those to its left).
  * The words these files use (arena, owner, holder, claim, park, borrow,
- * drain, tick, pool, remote stack, discard, decay, keep, over) are
+ * drain, tick, pool, remote ring and stack, discard, decay, keep, over) are
  * defined, beside mimalloc's, tcmalloc's and jemalloc's, in
  * docs/process.md's glossary.
  *
- * Each thread claims an arena (one scr_heap, a lock-free stack of blocks
+ * Each thread claims an arena (one scr_heap, the ring and stack of blocks
  * other threads freed, and a state) on its first allocation and keeps it in
  * an initial-exec thread-local; a pthread key destructor parks it when the
  * thread exits, with its free lists and bump pointers intact, so blocks
@@ -30,7 +30,7 @@
  *   arena->heap       only the thread that holds the arena: its owner while
  *                     OWNED, the discard helper while DISCARDING, whoever
  *                     holds _scr_proc.lock while PARKED.
- *   arena->remote     any thread (lock-free push; the holder drains it).
+ *   arena->ring, remote  any thread (lock-free push; the holder drains them).
  *   state, lists      under _scr_proc.lock.
  *   arena->snap       under arena->snap_lock.
  * Lock order: the profile's locks (core/src/profile.c) and

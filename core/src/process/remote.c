@@ -18,10 +18,10 @@
 #define SCR_REMOTE_GROUPS 4        /* owners a list going home is sorted into at once */
 static void proc_borrow_and_drain(scr_arena *a);
 
-/* The pushes on a (its ring's or its stack's) have just passed a multiple
- * of SCR_REMOTE_DRAIN_BATCH.  Nobody holds a parked arena: the pusher
- * frees what waits there so that the pages can go back.  What stays
- * below a batch goes at the next claim or discard. */
+/* a's ring has just filled, or the pushes on its stack have just passed
+ * a multiple of SCR_REMOTE_DRAIN_BATCH.  Nobody holds a parked arena: the
+ * pusher frees what waits there so that the pages can go back.  What
+ * stays below that goes at the next claim or discard. */
 static void remote_parked_due(scr_arena *a) {
   if (_scr_arena_parked(a) && !atomic_exchange_explicit(&a->drain_req, 1, memory_order_acquire))
     proc_borrow_and_drain(a);
@@ -45,11 +45,11 @@ void _scr_remote_push(scr_arena *a, void *p) {
   /* the caller's claim marked it free (the key: a second free of it is
    * found while it waits) */
   scr_assert(_scr_block_word1(p) == _scr_misuse.key);
-  uint64_t t = atomic_load_explicit(&a->ring_tail, memory_order_relaxed);
-  while (t < atomic_load_explicit(&a->ring_limit, memory_order_acquire)) {
+  uint64_t t = atomic_load_explicit(&a->ring_tail, memory_order_relaxed), lim;
+  while (t < (lim = atomic_load_explicit(&a->ring_limit, memory_order_acquire))) {
     if (atomic_compare_exchange_weak_explicit(&a->ring_tail, &t, t + 1, memory_order_relaxed, memory_order_relaxed)) {
       atomic_store_explicit(&a->ring[t & (SCR_REMOTE_RING - 1)], p, memory_order_release);
-      if (SCR_UNLIKELY((t + 1) % SCR_REMOTE_DRAIN_BATCH == 0)) remote_parked_due(a);
+      if (SCR_UNLIKELY(t + 1 == lim)) remote_parked_due(a); /* the ring is full: nobody drains a parked one */
       return;
     }
   }

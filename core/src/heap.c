@@ -154,7 +154,7 @@ static scr_page *page_for_class(scr_heap *h, unsigned c) {
   for (unsigned k = h->retained_pages != 0 ? first : end; k < end; k++)
     if (h->empty_count[k] != 0) return page_steal(h, h->queue_tail[k], k, c);
   for (unsigned k = h->keep_current && span == 1 ? first : end; k < end; k++)
-    if (h->queue[k] != NULL && h->queue[k]->idle) return page_steal(h, h->queue[k], k, c);
+    if (_scr_heap_idle_page(h, k) != NULL) return page_steal(h, h->queue[k], k, c);
   bool fresh_first = c < SCR_MEDIUM_FIRST && h->fresh_taken[c] < SCR_FRESH_PAGES;
   scr_page *pg = _scr_segment_take_pages(h, span, span * SCR_PAGE_SIZE, fresh_first);
   if (pg == NULL) return NULL;
@@ -235,17 +235,21 @@ static void heap_set_keep(scr_heap *h) {
   h->keep_pages = h->keep_current ? pages - SCR_MEDIUM_FIRST : pages;
 }
 
+/* The idle page pg is settled as any page that empties (kept and
+ * counted, or given back). */
+static void settle_idle(scr_heap *h, scr_page *pg) {
+  pg->idle = 0;
+  _scr_heap_page_emptied(h, pg);
+}
+
 /* A full page got a slot back: it goes in front of its queue, where the
  * next block of its class comes from; an idle page it takes the place of
- * is settled as any page that empties (kept and counted, or given back). */
+ * is settled. */
 void _scr_heap_page_requeue(scr_heap *h, scr_page *pg) {
   scr_assert(pg->used != 0);
-  scr_page *old = h->queue[pg->cls];
+  scr_page *old = _scr_heap_idle_page(h, pg->cls);
   _scr_queue_push_front(h, pg);
-  if (SCR_UNLIKELY(old != NULL && old->idle)) {
-    old->idle = 0;
-    _scr_heap_page_emptied(h, old);
-  }
+  if (SCR_UNLIKELY(old != NULL)) settle_idle(h, old);
 }
 
 void _scr_heap_page_emptied(scr_heap *h, scr_page *pg) {
@@ -563,8 +567,8 @@ static void release_retained(scr_heap *h) {
       h->retained_pages -= pg->span;
       page_release(h, pg);
     }
-    scr_page *pg = h->queue[c];
-    if (pg != NULL && pg->idle) {
+    scr_page *pg = _scr_heap_idle_page(h, c);
+    if (pg != NULL) {
       pg->idle = 0;
       page_release(h, pg);
     }
@@ -591,13 +595,9 @@ size_t scr_heap_trim(scr_heap *h) {
 void _scr_heap_set_retain_bytes(scr_heap *h, size_t bytes) {
   /* idle pages are settled as any page that empties, under the old cap,
    * before the heap stops keeping them */
-  for (unsigned c = 0; c < SCR_CLASS_COUNT && h->keep_current && !keeps_current(h->opt.retain, bytes); c++) {
-    scr_page *pg = h->queue[c];
-    if (pg != NULL && pg->idle) {
-      pg->idle = 0;
-      _scr_heap_page_emptied(h, pg);
-    }
-  }
+  if (h->keep_current && !keeps_current(h->opt.retain, bytes))
+    for (unsigned c = 0; c < SCR_CLASS_COUNT; c++)
+      if (_scr_heap_idle_page(h, c) != NULL) settle_idle(h, h->queue[c]);
   pthread_mutex_lock(&h->lock);
   h->opt.retain_bytes = bytes;
   heap_set_keep(h);

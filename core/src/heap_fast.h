@@ -100,8 +100,8 @@ static inline void *_scr_small_alloc(scr_heap *h, unsigned c) {
  * times a run with retained runs, 12.2k with dirty ones).  The common
  * case (kept, already last in its queue) is inline in _scr_small_free. */
 static inline bool _scr_page_keep(const scr_heap *h, const scr_page *pg) {
-  const scr_page *head = h->queue[pg->cls]; /* an idle head is one of the retain a class keeps */
-  unsigned kept = h->empty_count[pg->cls] + (head != NULL && head->idle);
+  /* an idle page is one of the `retain` a class keeps */
+  unsigned kept = h->empty_count[pg->cls] + (_scr_heap_idle_page(h, pg->cls) != NULL);
   return (pg->span == 1 || h->opt.purge_delay_ms == 0) && kept < h->opt.retain &&
          h->retained_pages + h->dirty_pages + pg->span <= h->keep_pages;
 }

@@ -238,6 +238,15 @@ SCR_INTERNAL bool _scr_page_slot_is_free(const scr_page *pg, const void *p);
 SCR_INTERNAL void *_scr_heap_alloc_small_slow(scr_heap *h, unsigned cls);
 SCR_INTERNAL void _scr_heap_page_emptied(scr_heap *h, scr_page *pg);
 SCR_INTERNAL void _scr_heap_page_requeue(scr_heap *h, scr_page *pg);
+/* Class c's idle page (its queue's empty head, kept uncounted: heap_fast.h),
+ * or NULL; and its live blocks (types.h: the bank and the head's). */
+static inline scr_page *_scr_heap_idle_page(const scr_heap *h, unsigned c) {
+  scr_page *pg = h->queue[c];
+  return pg != NULL && pg->idle ? pg : NULL;
+}
+static inline uint64_t _scr_class_live(const scr_heap *h, unsigned c) {
+  return h->class_bank[c] + (h->queue[c] ? h->queue[c]->used : 0);
+}
 SCR_INTERNAL void _scr_queue_push_front(scr_heap *h, scr_page *pg);
 SCR_INTERNAL void _scr_queue_push_back(scr_heap *h, scr_page *pg);
 SCR_INTERNAL void _scr_queue_remove(scr_heap *h, scr_page *pg);

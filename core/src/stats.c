@@ -3,9 +3,8 @@
 #include "internal.h"
 #include <string.h>
 
-/* The live blocks of each class (types.h: the bank and the head's). */
 static void heap_class_live(const scr_heap *h, uint64_t live[SCR_CLASS_COUNT]) {
-  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) live[c] = h->class_bank[c] + (h->queue[c] ? h->queue[c]->used : 0);
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) live[c] = _scr_class_live(h, c);
 }
 
 static uint64_t heap_used_bytes(const scr_heap *h, const uint64_t live[SCR_CLASS_COUNT]) {
@@ -47,7 +46,7 @@ void scr_heap_stats(const scr_heap *h, struct scr_stats *st) {
     cs->block_size = _scr_class_sizes[c];
     cs->live = live[c];
     cs->pages = h->class_pages[c];
-    unsigned c_idle = h->queue[c] != NULL && h->queue[c]->idle; /* kept too, uncounted (heap_fast.h) */
+    unsigned c_idle = _scr_heap_idle_page(h, c) != NULL; /* kept too, uncounted (heap_fast.h) */
     cs->retained = h->empty_count[c] + c_idle;
     idle += c_idle;
     small_live += cs->live;

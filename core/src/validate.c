@@ -84,10 +84,10 @@ static bool validate(const scr_heap *h) {
       else if (seen_empty) FAIL("class %u: a used page after an empty one", c);
     }
     if (empties != h->empty_count[c]) FAIL("class %u: %u empty pages, count says %u", c, empties, h->empty_count[c]);
-    unsigned idle = h->queue[c] != NULL && h->queue[c]->idle;
+    unsigned idle = _scr_heap_idle_page(h, c) != NULL;
     if (empties + idle > h->opt.retain) FAIL("class %u: %u retained pages above retain=%u", c, empties + idle, h->opt.retain);
     if (class_pages[c] != h->class_pages[c]) FAIL("class %u: page count", c);
-    if (class_live[c] != h->class_bank[c] + (h->queue[c] ? h->queue[c]->used : 0)) FAIL("class %u: live count", c);
+    if (class_live[c] != _scr_class_live(h, c)) FAIL("class %u: live count", c);
     retained += (uint64_t)empties * _scr_class_span(c);
   }
   if (retained != h->retained_pages) FAIL("retained pages %llu, counted %llu", (unsigned long long)h->retained_pages, (unsigned long long)retained);

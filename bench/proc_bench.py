@@ -189,7 +189,7 @@ def main():
         print(f"# round {r + 1}/{args.runs} done ({time.time() - t_start:.0f} s)", file=sys.stderr)
 
     # The churn once more per allocator, waiting 1.5 s after the frees
-    # (past scralloc's 1 s discard delay): what each holds once a program
+    # (past scralloc's 1 s decay delay): what each holds once a program
     # has freed everything and gone on (not part of the wall figures).
     after_wait = {}
     churn = [w for w in wls if w[0].startswith("churn")]

@@ -123,11 +123,7 @@ enum scr_option_scope { SCR_SCOPE_HEAP = 1, SCR_SCOPE_PROCESS = 2, SCR_SCOPE_BOT
   E(X, BOTH, size_t, profile_rate, 0, 0, (size_t)1 << 40, "on=512K",            \
     "mean bytes allocated between sampled blocks, whose allocation sites the profile keeps (docs/profile.md); 0 = off, on = 512 KiB (SCR_PROFILE_DEFAULT_RATE)") \
   E(X, PROCESS, uint64_t, discard, 1, 0, 2, "poison=2",                         \
-    "return parked arenas' free pages: 0 off, 1 on, 2 = poison")               \
-  E(X, PROCESS, uint64_t, discard_delay_ms, 1000, 0, 3600000, "",               \
-    "first delay before a parked arena is discarded")                          \
-  E(X, PROCESS, uint64_t, discard_delay_max_ms, 10000, 0, 3600000, "",          \
-    "cap of the doubling delay")                                               \
+    "return all free memory of an arena parked for the decay delay (decay_ms): 0 off, 1 on, 2 = poison") \
   E(X, PROCESS, uint64_t, pool, 1, 0, 1, "",                                    \
     "full cache lists hand other arenas' blocks to a process-wide pool per size class, for threads whose lists run empty: 0 off (they go home), 1 on") \
   E(X, PROCESS, uint64_t, cache_bytes, 16384, 0, (uint64_t)1 << 20, "",         \
@@ -388,10 +384,8 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(interior_frees, "frees, reallocs and usable sizes of addresses inside a block, not its start (SCRALLOC_ON_ERROR)") \
   X(unallocated_frees, "frees, reallocs and usable sizes of slots or pages never handed out (SCRALLOC_ON_ERROR)") \
   X(realloc_moves, "reallocs that moved a block into the caller's arena")       \
-  X(discards, "parked arenas whose free pages were returned")                   \
+  X(discards, "parked arenas whose free memory went back (after the decay delay, or by scr_trim)") \
   X(discard_bytes, "committed bytes returned by discards")                      \
-  X(discard_delay_ms, "current discard delay")                                  \
-  X(delay_doublings, "times the discard delay doubled")                         \
   X(dontdump_segments, "segments advised MADV_DONTDUMP")                        \
   X(thp_mode, "transparent huge pages: 0 never/absent, 1 madvise, 2 always (the JSON has the name)") \
   X(parked_drains, "parked arenas a freeing thread freed a batch of blocks into")\
@@ -410,8 +404,8 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(decay_delay_ms, "the decay delay now: decay_ms, doubled while refaults grow (up to decay_max_ms)") \
   X(decay_passes, "passes of the decay over every arena and the discards of waiting arenas: memory unused past its delay given back without a call from the program (cumulative)") \
   X(decay_bytes, "bytes the decay gave back: free pages and cached huge blocks unused past the delay (cumulative)") \
-  X(decay_backoffs, "times refaults doubled the decay delay (cumulative)") \
-  X(refault_bytes, "bytes the decay gave back that the program faulted in again within the delay: refaulted after return (cumulative)") \
+  X(decay_backoffs, "times refaults doubled the decay delay, which the discards wait too (cumulative)") \
+  X(refault_bytes, "bytes the decay and the discards gave back that the program faulted in again within twice the delay: refaulted after return (cumulative)") \
   X(committed, "bytes the arenas and the huge cache hold committed now (heap_total's figure), current to the byte for every thread: kept where memory is committed or given back") \
   X(committed_peak, "the most committed has been since the process started") \
   X(rss_peak, "the kernel's peak resident set of the process (getrusage's ru_maxrss, VmHWM), in bytes") \

@@ -575,15 +575,20 @@ static void release_retained(scr_heap *h) {
   }
 }
 
-size_t scr_heap_trim(scr_heap *h) {
-  HEAP_OR_RETURN("scr_heap_trim", h, 0);
+static size_t heap_trim(scr_heap *h, uint64_t decay_delay_ms) {
   uint64_t before = h->bytes;
   release_retained(h);
   _scr_large_cache_flush(h);
-  _scr_segment_purge(h, true);
+  _scr_segment_trim(h, decay_delay_ms);
   scr_validate_heap(h);
   return (size_t)(before - h->bytes);
 }
+
+size_t scr_heap_trim(scr_heap *h) {
+  HEAP_OR_RETURN("scr_heap_trim", h, 0);
+  return heap_trim(h, 0);
+}
+size_t _scr_heap_trim_decayed(scr_heap *h, uint64_t delay_ms) { return heap_trim(h, delay_ms); }
 
 /* A new cap on the empty pages kept committed (the process allocator
  * sets a held arena's share of retain_max, and a parked one's retain_bytes); what the heap keeps above a

@@ -207,7 +207,10 @@ SCR_INTERNAL scr_segment *_scr_segment_attach(scr_heap *h, scr_segment *seg, siz
 SCR_INTERNAL void _scr_segment_unmap_detached(scr_segment *seg, scr_os_counters *c);
 SCR_INTERNAL bool _scr_segment_shrink_detached(scr_segment *seg, size_t new_size, scr_os_counters *c);
 SCR_INTERNAL void _scr_segment_release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigned npages);
-SCR_INTERNAL void _scr_segment_purge(scr_heap *h, bool all);
+/* Every committed free page back (trim); delay_ms: nonzero, marked as
+ * the decay's at that delay (taken again within twice it, a refault);
+ * 0: asked for, never a refault. */
+SCR_INTERNAL void _scr_segment_trim(scr_heap *h, uint64_t delay_ms);
 /* The decay's pass over h's dirty pages (types.h: who may touch what). */
 SCR_INTERNAL size_t _scr_segment_decay(scr_heap *h, uint64_t delay_ms, bool *left);
 SCR_INTERNAL void _scr_segment_purge_down(scr_heap *h, uint64_t keep_pages);
@@ -317,6 +320,9 @@ SCR_INTERNAL uint64_t _scr_heap_unused_bytes(const scr_heap *h);
  * back (segment.c: _scr_segment_decay); a page taken again within twice
  * the delay of its return counts in refault_bytes. */
 SCR_INTERNAL size_t _scr_heap_decay(scr_heap *h, uint64_t delay_ms, bool *left);
+/* scr_heap_trim as the decay's, at its delay (the discard of a parked
+ * arena): a page taken again within twice the delay is a refault. */
+SCR_INTERNAL size_t _scr_heap_trim_decayed(scr_heap *h, uint64_t delay_ms);
 SCR_INTERNAL uint64_t _scr_heap_refault_bytes(scr_heap *h);
 /* Before its first segment: the process allocator's hooks (their arg is
  * the arena, the heap's owner, which _scr_heap_owner gives) and the mark

@@ -517,8 +517,10 @@ static void over_flush(scr_heap *h) {
  * otherwise map and unmap a segment every round.  Runs waiting for the
  * batched decommit (dirty_over) go in the same call.  all: give back every
  * committed free page (trim), including those an earlier failure kept,
- * and every empty segment. */
-static void purge(scr_heap *h, bool all) {
+ * and every empty segment.  decayed_ms: nonzero, what goes back is marked
+ * as the decay's at that time (taken again within its window, a refault),
+ * and empty segments stay mapped, as the decay's pass leaves them. */
+static void purge(scr_heap *h, bool all, uint64_t decayed_ms) {
   scr_segment *next;
   bool kept_empty = all;
   purge_batch batch;
@@ -533,19 +535,26 @@ static void purge(scr_heap *h, bool all) {
     seg->dirty_new &= ~old;
     seg->dirty_old = seg->dirty_new;
     seg->dirty_new = 0;
-    if (seg->used_pages == 0 && seg->dirty_old == 0) {
+    if (seg->used_pages == 0 && seg->dirty_old == 0 && !decayed_ms) {
       if (kept_empty && segment_unmap(h, seg)) continue;
       kept_empty = true;
+    }
+    if (decayed_ms && old) {
+      seg->decayed_mask |= old;
+      seg->decayed_ms = decayed_ms;
     }
     decommit_mask(h, seg, old, &batch, &h->os);
   }
   if (batch.n) purge_flush(h, &batch, &h->os);
+  /* a failed call leaves pages committed: not given back, not refaults */
+  for (scr_segment *seg = h->segments; seg && decayed_ms; seg = seg->next) seg->decayed_mask &= ~seg->committed_free_mask;
 }
 
-void _scr_segment_purge(scr_heap *h, bool all) {
+void _scr_segment_trim(scr_heap *h, uint64_t delay_ms) {
   heap_lock(h);
-  purge(h, all);
-  if (all) {
+  if (delay_ms) h->refault_window_ms = 2 * delay_ms;
+  purge(h, true, delay_ms ? _scr_os_now_ms() : 0);
+  if (!delay_ms) {
     for (scr_segment *seg = h->segments; seg; seg = seg->next) seg->decayed_mask = 0; /* asked for: no refault */
   }
   heap_unlock(h);
@@ -645,7 +654,7 @@ static void purge_tick(scr_heap *h) {
     return;
   }
   if (now < h->purge_at_ms) return;
-  purge(h, false);
+  purge(h, false, 0);
   h->purge_at_ms = h->dirty_pages ? now + half : 0; /* the pass took every waiting run */
 }
 

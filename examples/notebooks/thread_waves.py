@@ -7,14 +7,15 @@ Each wave starts THREADS threads that allocate MIB MiB each in small
 objects, wait until every thread of the wave holds its share (so that each
 allocates in an arena of its own), free them and exit: their arenas are
 parked. The program then waits until the discard helper has taken every
-arena the wave parked (at most ten discard delays) and starts the next
+arena the wave parked (at most ten decay delays) and starts the next
 wave at once, as a program whose threads keep coming back does: each such
-return doubles the discard delay, up to its cap. After the last wave it
+return faults in again pages a discard just gave back (refaults), and the
+decay delay, which the discards wait too, doubles, up to its cap. After the last wave it
 stays idle IDLE seconds. A scralloc.Sampler reads the process allocator's
 figures all along; the rows go to FILE (CSV, default stdout), each marked
 with the wave running (a wave's first and last rows are taken as it starts
 and once its threads have parked their arenas). Set
-SCRALLOC_DISCARD_DELAY_MS and SCRALLOC_DISCARD_DELAY_MAX_MS to scale; a
+SCRALLOC_DECAY_MS and SCRALLOC_DECAY_MAX_MS to scale; a
 parked arena keeps its free pages for the discard only as far as
 SCRALLOC_RETAIN_BYTES lets it (the notebook raises it).
 """
@@ -85,10 +86,12 @@ def main():
         sampler.sample(wave=w)                  # its last row: its threads have parked their arenas
         wave = 0
         # Wait until the helper has discarded the wave's arenas (one per
-        # thread: they held their blocks at once), ten delays at most.
+        # thread: they held their blocks at once), ten delays at most,
+        # and take a row at once, before the next wave comes back.
         before = process()
         wait_until(lambda: process()["discards"] - before["discards"] >= args.threads,
-                   10 * before["discard_delay_ms"] / 1000, 0.005)
+                   10 * before["decay_delay_ms"] / 1000, 0.001)
+        sampler.sample(wave=0)
     time.sleep(args.idle)
     stop.set()
     t.join()

@@ -1,6 +1,6 @@
 /* Park/claim and the delayed discard: RSS (smaps_rollup) drops after the
- * delay, the returned pages read as zero, the delay doubles when threads
- * come back, a program that exits within the delay returns nothing,
+ * decay delay, the returned pages read as zero, the delay doubles when
+ * threads come back and fault them in again (refaults), a program that exits within the delay returns nothing,
  * poison mode faults, a finished thread's blocks freed by another go
  * back at once; plus small pages and the dontdump advice. */
 #include "check.h"
@@ -107,13 +107,19 @@ static void test_discard_returns_rss(void) {
   CHECK(pstats().discard_bytes - before.discard_bytes >= 12 * MIB);
 
   /* the next thread claims the discarded arena: its pages read as zero,
-   * and the delay doubles because a thread came back soon after */
+   * they count as refaults (taken again within twice the delay), and the
+   * decay's next pass doubles the delay, the discards' too */
   run_thread(claim_and_check_zero, NULL);
   CHECK(atomic_load(&checked_blocks) == 1024);
   CHECK(atomic_load(&zero_blocks) >= 1000);
   struct scr_process_stats ps = pstats();
-  CHECK(ps.delay_doublings >= 1);
-  CHECK_EQ(ps.discard_delay_ms, 200);
+  CHECK(ps.refault_bytes - before.refault_bytes >= 1000 * BLOCK);
+  for (unsigned t = 0; t < 3000 && ps.decay_backoffs == before.decay_backoffs; t += 10) {
+    sleep_ms(10);
+    ps = pstats();
+  }
+  CHECK(ps.decay_backoffs > before.decay_backoffs);
+  CHECK(ps.decay_delay_ms >= 200 && ps.decay_delay_ms <= 400);
 }
 
 /* Partly used pages: after the discard their free blocks are relinked in
@@ -243,7 +249,7 @@ static int mode_small_pages(void) {
   return 0;
 }
 
-/* mode "drain" / "drain_other" (caps as the defaults, discard delay
+/* mode "drain" / "drain_other" (caps as the defaults, decay delay
  * 300 ms): a finished thread's blocks freed by the main thread, alone or
  * while another thread holds an arena.  Either way the pages those frees
  * empty go back at once, by the heap's caps and the budget, not at the
@@ -292,7 +298,7 @@ static int mode_drain(int other) {
   return rc;
 }
 
-/* mode "borrowed" (discard delay 2 ms): the main thread frees a finished
+/* mode "borrowed" (decay delay 2 ms): the main thread frees a finished
  * thread's blocks, and each batch of its remote frees borrows the parked
  * arena, so the helper's look at the due time often finds the arena off
  * the parked list.  It must look again when the arena is back: every
@@ -337,12 +343,12 @@ static int mode_poison(void) {
 }
 
 static void test_exit_within_delay(void) {
-  const char *env[] = {"SCRALLOC_DISCARD_DELAY_MS=1000", NULL};
+  const char *env[] = {"SCRALLOC_DECAY_MS=1000", NULL};
   CHECK_EQ(run_self("quick", env), 0);
 }
 
 static void test_poison(void) {
-  const char *env[] = {"SCRALLOC_DISCARD=poison", "SCRALLOC_DISCARD_DELAY_MS=50", "SCRALLOC_RETAIN=100000",
+  const char *env[] = {"SCRALLOC_DISCARD=poison", "SCRALLOC_DECAY_MS=50", "SCRALLOC_RETAIN=100000",
                        "SCRALLOC_RETAIN_BYTES=1G", NULL};
   CHECK_EQ(run_self("poison", env), 0);
 }
@@ -353,19 +359,19 @@ static void test_arenas_stay_on_small_pages(void) {
 }
 
 static void test_frees_of_a_finished_thread_go_back_at_once(void) {
-  const char *env[] = {"SCRALLOC_RETAIN=1", "SCRALLOC_RETAIN_BYTES=512K", "SCRALLOC_DISCARD_DELAY_MS=300", NULL};
+  const char *env[] = {"SCRALLOC_RETAIN=1", "SCRALLOC_RETAIN_BYTES=512K", "SCRALLOC_DECAY_MS=300", NULL};
   CHECK_EQ(run_self("drain", env), 0);
   CHECK_EQ(run_self("drain_other", env), 0);
 }
 
 static void test_a_borrowed_arena_is_discarded_when_back(void) {
-  const char *env[] = {"SCRALLOC_RETAIN=1", "SCRALLOC_RETAIN_BYTES=512K", "SCRALLOC_DISCARD_DELAY_MS=2",
-                       "SCRALLOC_DISCARD_DELAY_MAX_MS=2", NULL};
+  const char *env[] = {"SCRALLOC_RETAIN=1", "SCRALLOC_RETAIN_BYTES=512K", "SCRALLOC_DECAY_MS=2",
+                       "SCRALLOC_DECAY_MAX_MS=2", NULL};
   CHECK_EQ(run_self("borrowed", env), 0);
 }
 
 static void test_discard_off(void) {
-  const char *env[] = {"SCRALLOC_DISCARD=0", "SCRALLOC_DISCARD_DELAY_MS=0", NULL};
+  const char *env[] = {"SCRALLOC_DISCARD=0", "SCRALLOC_DECAY_MS=0", NULL};
   /* "quick" passes with discard off whatever the delay */
   CHECK_EQ(run_self("quick", env), 0);
 }
@@ -382,9 +388,9 @@ int main(int argc, char **argv) {
    * them back at free time), so the discard has something to return. */
   setenv("SCRALLOC_RETAIN", "100000", 1);
   setenv("SCRALLOC_RETAIN_BYTES", "1G", 1);
+  setenv("SCRALLOC_DECAY_MS", "100", 1);
+  setenv("SCRALLOC_DECAY_MAX_MS", "400", 1);
   scr_process_option_set("discard", "1");
-  scr_process_option_set("discard_delay_ms", "100");
-  scr_process_option_set("discard_delay_max_ms", "400");
   TEST(test_discard_returns_rss);
   TEST(test_relink_in_address_order);
   TEST(test_dontdump);

@@ -280,8 +280,6 @@ static const option_draw draws[] = {
     {"cache_grow", {"0", "65536", "2M", "64M"}},
     {"pool", {"0", "1"}},
     {"discard", {"0", "1", "2"}},
-    {"discard_delay_ms", {"0", "1", "5", "20"}},
-    {"discard_delay_max_ms", {"2", "50"}},
     {"retain_max", {"0", "1M", "4M"}},
     {"decay_ms", {"0", "5", "1000"}},
     {"decay_max_ms", {"5", "50", "10000"}},

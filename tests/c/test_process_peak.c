@@ -115,7 +115,6 @@ static void committed_is_the_sum_once_quiet(void) {
 
 int main(void) {
   /* no discard nor decay while the figures are compared */
-  scr_process_option_set("discard_delay_ms", "3600000");
   scr_process_option_set("decay_ms", "3600000");
   TEST(another_threads_memory_is_seen_at_once);
   TEST(committed_is_the_sum_once_quiet);

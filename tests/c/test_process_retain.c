@@ -720,7 +720,7 @@ int main(int argc, char **argv) {
   /* The decay gives back pages unused for decay_ms; sanitizer builds are
    * slow enough for a round of a test to take the default's half. */
   setenv("SCRALLOC_DECAY_MS", "2000", 1);
-  scr_process_option_set("discard_delay_ms", "100000");
+  scr_process_option_set("discard", "0"); /* parked arenas keep their pages */
   TEST(test_bursts_reuse_freed_pages);
   TEST(test_huge_blocks_reused_by_any_thread);
   TEST(test_huge_block_tail_stays_cached);

@@ -382,9 +382,9 @@ static void test_api_edges(void) {
   size_t n = scr_process_stats_json(json, sizeof json);
   CHECK(n > 0 && n < sizeof json && json[0] == '{');
   CHECK(scr_process_option_set("no_such_option", "1") != SCR_OK);
-  CHECK(scr_process_option_set("discard_delay_ms", "250") == SCR_OK);
-  CHECK(scr_process_option_get("discard_delay_ms") == 250);
-  CHECK(scr_process_option_set("discard_delay_ms", "10000") == SCR_OK);
+  CHECK(scr_process_option_set("decay_max_ms", "250") == SCR_OK);
+  CHECK(scr_process_option_get("decay_max_ms") == 250);
+  CHECK(scr_process_option_set("decay_max_ms", "10000") == SCR_OK);
   CHECK(scr_process_option_set("on_error", "abort") == SCR_OK);
 }
 
@@ -639,8 +639,9 @@ static void *torture_long(void *arg) {
 static void test_parked_list_torture(void) {
   struct scr_process_stats p0, p1;
   scr_process_stats(&p0);
-  CHECK(scr_process_option_set("discard_delay_ms", "5") == SCR_OK);
-  CHECK(scr_process_option_set("discard_delay_max_ms", "20") == SCR_OK);
+  CHECK(scr_process_option_set("discard", "1") == SCR_OK);
+  CHECK(scr_process_option_set("decay_ms", "5") == SCR_OK);
+  CHECK(scr_process_option_set("decay_max_ms", "20") == SCR_OK);
   pthread_t l[3];
   for (uintptr_t i = 0; i < 3; i++) CHECK(pthread_create(&l[i], NULL, torture_long, (void *)(i + 1)) == 0);
   for (unsigned w = 0; w < TORTURE_WAVES * scale; w++) {
@@ -652,8 +653,9 @@ static void test_parked_list_torture(void) {
   atomic_store(&torture_stop, 1);
   for (int i = 0; i < 3; i++) pthread_join(l[i], NULL);
   for (int i = 0; i < TORTURE_SLOTS; i++) cookie_free(atomic_exchange(&torture_slots[i], NULL));
-  CHECK(scr_process_option_set("discard_delay_ms", "10000") == SCR_OK);
-  CHECK(scr_process_option_set("discard_delay_max_ms", "10000") == SCR_OK);
+  CHECK(scr_process_option_set("discard", "0") == SCR_OK);
+  CHECK(scr_process_option_set("decay_ms", "1000") == SCR_OK);
+  CHECK(scr_process_option_set("decay_max_ms", "10000") == SCR_OK);
   scr_process_stats(&p1);
   CHECK_EQ(atomic_load(&bad_cookies), 0);
   CHECK(p1.parks - p0.parks >= TORTURE_WAVES * TORTURE_WIDTH);
@@ -759,7 +761,7 @@ int main(void) {
   if (sc && atoi(sc) > 0) scale = (unsigned)atoi(sc);
   /* keep the discard helper out of the way: test_trim_to_zero wants
    * every parked arena on the parked list */
-  scr_process_option_set("discard_delay_ms", "10000");
+  scr_process_option_set("discard", "0");
   TEST(test_api_edges);
   TEST(test_first_call_claims_an_arena);
   TEST(test_parked_chain);

@@ -250,7 +250,7 @@ def test_process_allocator_under_ld_preload():
     assert first["arenas"] >= 1 and first["heap_total"] > 0
     assert last["claims"] > first["claims"]      # the threads came and claimed arenas
     assert d["p"]["parks"] >= first["parks"] + 3  # and parked them when they exited
-    assert d["p"]["heap_used"] > 0 and "discard_delay_ms" in d["p"]
+    assert d["p"]["heap_used"] > 0 and "decay_delay_ms" in d["p"]
     # Other threads' arenas publish their figures every 65,536 calls: the
     # sampler sees a worker's blocks at one of those, not necessarily all.
     assert d["peak_heap_used"] >= 5 << 20 and d["peak_heap_used"] > last["heap_used"] + (4 << 20)

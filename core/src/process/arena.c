@@ -102,28 +102,9 @@ static void proc_adopt(scr_arena *a, unsigned poisoned) {
   _scr_decay_keep_update(a);
 }
 
-/* The discard's back-off (discard.c), at a claim under the lock: a claim
- * within ten delays of a discard doubles the delay, up to
- * discard_delay_max_ms (threads coming back would fault the pages in
- * again). */
-static void proc_backoff_on_claim_locked(uint64_t now) {
-  scr_proc *P = &_scr_proc;
-  if (!P->backoff_armed) return;
-  P->backoff_armed = 0;
-  if (now - P->last_discard_ns < 10 * P->delay_ms * 1000000u) {
-    uint64_t d = P->delay_ms * 2;
-    if (d > P->opt.discard_delay_max_ms) d = P->opt.discard_delay_max_ms;
-    if (d > P->delay_ms) {
-      P->delay_ms = d;
-      SCR_PC_ADD(delay_doublings, 1);
-    }
-  }
-}
-
 scr_arena *_scr_arena_claim(bool *alone) {
   _scr_proc_init();
   scr_proc *P = &_scr_proc;
-  uint64_t now = _scr_proc_now_ns();
   pthread_mutex_lock(&P->lock);
   scr_arena *a = proc_take_parked();
   bool was_parked = a != NULL;
@@ -134,7 +115,6 @@ scr_arena *_scr_arena_claim(bool *alone) {
     return NULL;
   }
   *alone = proc_own_locked(a, was_parked);
-  proc_backoff_on_claim_locked(now);
   unsigned poisoned = a->poisoned;
   pthread_mutex_unlock(&P->lock);
   proc_adopt(a, poisoned);

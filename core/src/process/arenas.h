@@ -99,7 +99,9 @@ static inline void _scr_remote_poll(scr_arena *a) {
 }
 
 /* discard.c */
-SCR_INTERNAL size_t _scr_discard_arena(scr_arena *a); /* return a held arena's free pages */
+/* return a held arena's free memory; decay_ms: as the decay's at that
+ * delay (refaults counted), 0 for scr_trim */
+SCR_INTERNAL size_t _scr_discard_arena(scr_arena *a, uint64_t decay_ms);
 /* The helper's look at the parked arenas: discards the oldest one that is
  * due (true), or lowers *wait_until to when one will be. */
 SCR_INTERNAL bool _scr_discard_step(uint64_t now, uint64_t *wait_until);

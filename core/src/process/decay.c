@@ -24,14 +24,17 @@
  *     (docs/process.md has the figure).
  *   - Refaults: memory that went back and is taken again within twice
  *     the delay counts as refaulted (the heaps' refault_bytes, the huge
- *     cache's misses).  When a pass sees refaults of at least an eighth
- *     of what went back in the last delay (a program whose pauses outlast
- *     the delay, but not by much), the delay doubles, up to decay_max_ms;
- *     after four quiet passes it halves again, down to decay_ms (as the
- *     discard backs off for threads that come back).
+ *     cache's misses, pages of a discarded arena that a thread claims
+ *     again).  When a pass sees refaults of at least an eighth of what
+ *     went back in the last delay (a program whose pauses or threads come
+ *     back after the delay, but not by much), the delay doubles, up to
+ *     decay_max_ms; after twice the delay without a refault it halves
+ *     again, down to decay_ms (by time, not passes: a helper woken often
+ *     makes many passes).
  *   - An arena whose thread exits keeps only the heaps' retain_bytes
  *     (arena.c: nobody is left to reuse the rest; the next thread that
- *     claims it starts from that); the discard returns the rest later.
+ *     claims it starts from that); once it has stayed parked for the
+ *     delay, the discard returns the rest (discard.c).
  *   - retain_max, when set, caps the free memory the arenas keep
  *     committed, shared by the threads holding arenas: above it, freed
  *     pages go back at once.
@@ -62,20 +65,20 @@ void _scr_decay_keep_update(scr_arena *a) {
   _scr_heap_set_retain_bytes(a->heap, (size_t)want);
 }
 
-/* The back-off, after a pass: refaulted, the bytes refaulted since the
- * last pass; returned, what went back in the last delay. */
-static void decay_backoff(uint64_t refaulted, uint64_t returned) {
+/* The back-off, after a pass at now_ns: refaulted, the bytes refaulted
+ * since the last pass; returned, what went back in the last delay. */
+static void decay_backoff(uint64_t now_ns, uint64_t refaulted, uint64_t returned) {
   scr_proc *P = &_scr_proc;
   uint64_t d = _scr_decay_delay_ms(), base = P->opt.decay_ms, max = P->opt.decay_max_ms;
   if (max < base) max = base;
   if (refaulted >= SCR_PAGE_SIZE && refaulted * 8 >= returned) {
-    P->decay_quiet = 0;
+    P->decay_moved_ns = now_ns;
     if (d < max) {
       d = d * 2 < max ? d * 2 : max;
       SCR_PC_ADD(decay_backoffs, 1);
     }
-  } else if (refaulted == 0 && d > base && ++P->decay_quiet >= 4) {
-    P->decay_quiet = 0;
+  } else if (refaulted == 0 && d > base && now_ns - P->decay_moved_ns >= 2 * d * 1000000u) {
+    P->decay_moved_ns = now_ns;
     d = d / 2 > base ? d / 2 : base;
   }
   atomic_store_explicit(&P->decay_delay_ms, d, memory_order_relaxed);
@@ -103,8 +106,9 @@ uint64_t _scr_decay_step(uint64_t now_ns) {
     }
     SCR_PC_ADD(decay_passes, 1);
     /* what went back in the last delay: since the pass before the last */
-    uint64_t returned = atomic_load_explicit(&_scr_pc.decay_bytes, memory_order_relaxed);
-    decay_backoff(refaults - P->decay_refaults_seen, returned - P->decay_returned_last);
+    uint64_t returned = atomic_load_explicit(&_scr_pc.decay_bytes, memory_order_relaxed) +
+                        atomic_load_explicit(&_scr_pc.discard_bytes, memory_order_relaxed);
+    decay_backoff(now_ns, refaults - P->decay_refaults_seen, returned - P->decay_returned_last);
     P->decay_refaults_seen = refaults;
     P->decay_returned_last = P->decay_returned_now;
     P->decay_returned_now = returned;

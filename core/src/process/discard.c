@@ -2,23 +2,23 @@
  *
  * An arena parked at thread exit keeps its free pages so that the next
  * thread can use them without faults.  Once it has stayed parked for the
- * discard delay, the helper claims it, frees what other threads pushed on
- * it, trims its heap (every page holding only free blocks goes back with
- * MADV_DONTNEED, the large cache is flushed, wholly empty segments are
- * unmapped) and parks it again at the cold end of the parked list.  One
- * arena at a time; a program that exits within the delay returns nothing.
+ * decay delay (decay.c), the helper claims it, frees what other threads
+ * pushed on it, trims its heap (every page holding only free blocks goes
+ * back with MADV_DONTNEED, the large cache is flushed, wholly empty
+ * segments are unmapped) and parks it again at the cold end of the parked
+ * list.  One arena at a time; a program that exits within the delay
+ * returns nothing.
  *
- * Back-off: the delay starts at discard_delay_ms and doubles, up to
- * discard_delay_max_ms, each time a thread claims an arena within ten
- * delays of a discard (threads coming back would fault the pages in
- * again: arena.c counts that at the claim).  SCRALLOC_DISCARD=0 keeps
- * everything; SCRALLOC_DISCARD=poison also makes the returned pages
- * inaccessible (PROT_NONE) until the arena is claimed again, so tests can
- * see a use after discard fault.
+ * One clock and one back-off for the whole return policy: the trim counts
+ * as the decay's, so threads that come back and take those pages again
+ * within twice the delay are refaults, and the decay's delay (this one
+ * too) doubles on them.  SCRALLOC_DISCARD=0 keeps everything;
+ * SCRALLOC_DISCARD=poison also makes the returned pages inaccessible
+ * (PROT_NONE) until the arena is claimed again, so tests can see a use
+ * after discard fault.
  *
  * Layer: arenas (above arena.c: it borrows, trims and parks arenas
- * again).  Owns the delay's state (_scr_proc.delay_ms, last_discard_ns,
- * backoff_armed: under _scr_proc.lock) and each arena's discarded flag. */
+ * again).  Owns each arena's discarded flag. */
 #include "arenas.h"
 
 #define SCR_HELPER_RELOOK_MS 10 /* while an arena is borrowed; borrows last microseconds */
@@ -59,10 +59,11 @@ static void proc_relink_in_address_order(scr_arena *a) {
   }
 }
 
-/* The caller holds the arena (DISCARDING, or PARKED under the lock). */
-size_t _scr_discard_arena(scr_arena *a) {
+/* The caller holds the arena (DISCARDING, or PARKED under the lock);
+ * decay_ms: the decay's delay, or 0 for scr_trim's (no refaults). */
+size_t _scr_discard_arena(scr_arena *a, uint64_t decay_ms) {
   _scr_remote_drain(a);
-  size_t n = scr_heap_trim(a->heap);
+  size_t n = _scr_heap_trim_decayed(a->heap, decay_ms);
   n += _scr_arena_return_interior(a);
   proc_relink_in_address_order(a);
   _scr_arena_publish(a);
@@ -91,7 +92,7 @@ bool _scr_discard_step(uint64_t now, uint64_t *wait_until) {
   if (P->opt.discard) {
     a = proc_oldest_undiscarded(&prev);
     if (a) {
-      uint64_t due = a->parked_ns + P->delay_ms * 1000000u;
+      uint64_t due = a->parked_ns + _scr_decay_delay_ms() * 1000000u;
       if (now >= due) {
         _scr_arena_borrow_locked(a, prev); /* parked again below, at the cold end */
       } else {
@@ -110,7 +111,7 @@ bool _scr_discard_step(uint64_t now, uint64_t *wait_until) {
   pthread_mutex_unlock(&P->lock);
   if (a == NULL) return false;
 
-  _scr_discard_arena(a);
+  _scr_discard_arena(a, _scr_decay_delay_ms());
   if (poison) _scr_arena_poison(a);
   pthread_mutex_lock(&P->lock);
   a->state = SCR_ARENA_PARKED;
@@ -121,8 +122,6 @@ bool _scr_discard_step(uint64_t now, uint64_t *wait_until) {
   while (*tail) tail = &(*tail)->next_parked;
   *tail = a;
   P->nparked++;
-  P->last_discard_ns = _scr_proc_now_ns();
-  P->backoff_armed = 1;
   pthread_mutex_unlock(&P->lock);
   return true;
 }

@@ -341,7 +341,7 @@ size_t scr_trim(void) {
   pthread_mutex_lock(&P->lock);
   for (scr_arena *b = P->parked; b; b = b->next_parked) {
     if (b->poisoned) continue; /* already given back */
-    n += _scr_discard_arena(b);
+    n += _scr_discard_arena(b, 0);
   }
   pthread_mutex_unlock(&P->lock);
   return n;

@@ -202,7 +202,7 @@ typedef struct scr_proc {
   uint64_t decay_refaults_seen;     /* refaulted bytes as of the last pass */
   uint64_t decay_returned_now;      /* decay_bytes as of the last pass */
   uint64_t decay_returned_last;     /* and as of the pass before */
-  unsigned decay_quiet;             /* passes without a refault since the delay last moved */
+  uint64_t decay_moved_ns;          /* the last refault the back-off saw, or the last halving */
   uint8_t *pool;                    /* arena descriptors are carved here */
   size_t pool_left;                 /* bytes left in pool */
   int thp_mode;                     /* 0 never/absent, 1 madvise, 2 always (always: segments get MADV_NOHUGEPAGE, hooks.c) */
@@ -214,9 +214,6 @@ typedef struct scr_proc {
   pthread_cond_t helper_cv;         /* wakes the helper */
   int helper_state;                 /* 0 none, 1 starting or running, 2 never (forked child) */
   int helper_kick;                  /* work was posted (under helper_lock) */
-  uint64_t delay_ms;                /* current discard delay (under lock) */
-  uint64_t last_discard_ns;         /* when the last discard ended (under lock) */
-  int backoff_armed;                /* a discard happened; the next claim may double the delay */
   scr_os_counters os;               /* the process layer's own syscalls (under lock or helper) */
 } scr_proc;
 
@@ -245,7 +242,7 @@ static inline void _scr_tl_set(scr_arena *a) {
  * copies them), and the remote frees of threads that hold no arena. */
 #define SCR_PROC_COUNTERS(X)                                                             \
   X(claims) X(parks) X(foreign_frees) X(double_frees) X(interior_frees)                  \
-  X(unallocated_frees) X(realloc_moves) X(discards) X(discard_bytes) X(delay_doublings)  \
+  X(unallocated_frees) X(realloc_moves) X(discards) X(discard_bytes)                     \
   X(dontdump_segments) X(parked_drains) X(pool_puts) X(pool_takes) X(cache_grows)        \
   X(trim_answers) X(trim_answer_bytes) X(interior_bytes) X(interior_lazy_bytes)          \
   X(huge_cache_puts) X(huge_cache_hits) X(huge_cache_evicted) X(huge_cache_decayed)      \

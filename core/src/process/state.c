@@ -57,7 +57,6 @@ void _scr_proc_init_slow(void) {
     atomic_store(&_scr_verbose, P->opt.verbose != 0);
     P->thp_mode = _scr_proc_thp_mode();
     P->core_dumps = _scr_proc_core_dumps();
-    P->delay_ms = P->opt.discard_delay_ms;
     atomic_store_explicit(&P->inited, 1, memory_order_release);
   }
   pthread_mutex_unlock(&proc_init_lock);
@@ -70,7 +69,6 @@ int scr_process_option_set(const char *name, const char *value) {
   _scr_proc_init();
   pthread_mutex_lock(&_scr_proc.lock);
   int id = _scr_proc_option_set(&_scr_proc.opt, name, value);
-  if (id == SCR_OPT_discard_delay_ms) _scr_proc.delay_ms = _scr_proc.opt.discard_delay_ms;
   if (id == SCR_OPT_decay_ms || id == SCR_OPT_decay_max_ms) /* the back-off starts again from the new values */
     atomic_store_explicit(&_scr_proc.decay_delay_ms, 0, memory_order_relaxed);
   if (id == SCR_OPT_verbose) atomic_store(&_scr_verbose, _scr_proc.opt.verbose != 0);

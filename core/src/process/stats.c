@@ -137,7 +137,6 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->arenas = P->narenas;
   o->arenas_owned = P->nowned;
   o->arenas_parked = P->nparked;
-  o->discard_delay_ms = P->delay_ms;
   o->thp_mode = (uint64_t)P->thp_mode;
   pthread_mutex_unlock(&P->lock);
   uint64_t sent = 0, drained = 0;
@@ -298,8 +297,6 @@ static void proc_report_threads(const proc_report *r, const struct scr_process_s
   uint64_t mode = _scr_proc.opt.on_error;
   proc_line(r, "%llu arenas (%llu held by threads, %llu waiting for a thread), %llu claims, %llu parks",
             U(ps->arenas), U(ps->arenas_owned), U(ps->arenas_parked), U(ps->claims), U(ps->parks));
-  proc_line(r, "discards of waiting arenas: delay %llu ms, doubled %llu times", U(ps->discard_delay_ms),
-            U(ps->delay_doublings));
   proc_line(r, "remote frees: %llu (%llu not yet taken back by their arena); %llu realloc moves",
             U(ps->remote_frees), U(ps->remote_pending), U(ps->realloc_moves));
   proc_line(r, "thread caches: %llu pool batches given (%llu taken), %llu cache grows",

@@ -23,8 +23,9 @@ static inline uint64_t _scr_decay_delay_ms(void) {
   uint64_t d = atomic_load_explicit(&_scr_proc.decay_delay_ms, memory_order_relaxed);
   return d ? d : _scr_proc.opt.decay_ms;
 }
-/* A holder's tick: true when a heap got its first dirty page since the
- * helper last looked (the caller wakes the helper). */
+/* A holder's tick: true when a heap got its first dirty page or the huge
+ * cache its first block since the helper last looked (the caller wakes
+ * the helper). */
 static inline bool _scr_decay_tick(void) {
   return SCR_UNLIKELY(atomic_load_explicit(&_scr_proc.decay_wake, memory_order_relaxed)) &&
          atomic_exchange_explicit(&_scr_proc.decay_wake, 0, memory_order_relaxed);
@@ -34,7 +35,6 @@ static inline bool _scr_decay_tick(void) {
 SCR_INTERNAL void _scr_huge_cache_install(struct _scr_heap_hooks *hooks);
 SCR_INTERNAL uint64_t _scr_huge_cache_bytes(void);
 SCR_INTERNAL uint64_t _scr_huge_cache_decay(uint64_t now_ns, bool all, uint64_t *returned);
-SCR_INTERNAL bool _scr_huge_cache_tick(void); /* a holder's tick: true when the helper is to look */
 SCR_INTERNAL uint64_t _scr_huge_cache_refaults(void); /* bytes of requests missed soon after a return */
 
 /* decay.c: the return policy */

@@ -67,8 +67,7 @@ SCR_INTERNAL bool _scr_tcache_refused(const scr_tcache_list *r, const scr_segmen
  * a heap the program made (unmarked), and not another arena's while the
  * caller is alone: that arena is then parked (or borrowed by a helper,
  * or a claim or park is under way), and its blocks go home so that its
- * pages can go back.  (The test before read the owner's parked flag
- * there, and kept a borrowed arena's blocks; home is right for them too.)
+ * pages can go back.
  * The marks tell arenas' blocks from others without reading the segment
  * or its heap, which for another thread's block are lines that thread
  * may have written since.  (scr_free's fast path keeps the thread's own

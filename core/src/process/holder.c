@@ -78,7 +78,7 @@ void _scr_holder_tick_slow(scr_arena *a) {
     SCR_PC_ADD(trim_answer_bytes, n);
   }
   _scr_remote_poll(a);
-  if (_scr_huge_cache_tick() | _scr_decay_tick()) _scr_helper_post();
+  if (_scr_decay_tick()) _scr_helper_post();
   _scr_decay_keep_update(a);
   /* its heap's decay pass when due: one clock read per tick while it
    * keeps dirty pages */

@@ -24,7 +24,7 @@
  * A cached segment is on no heap's list; its seg->heap is the heap that
  * freed it and huge_live is 0, so a double free of its block is still
  * told as one (misuse.c).
- * Layer: arenas.  Owns hc (under hc.lock), hc_bytes and hc_wake; the
+ * Layer: arenas.  Owns hc (under hc.lock) and hc_bytes; the
  * heaps reach it through the arena's hooks (huge_put, huge_take). */
 #include "arenas.h"
 
@@ -40,7 +40,6 @@ static _Atomic uint64_t hc_bytes;   /* bytes cached (written under hc.lock) */
 static uint64_t hc_back_ns;         /* when the decay last gave back blocks (under hc.lock) */
 static _Atomic uint64_t hc_back_bytes; /* bytes then given back not yet counted as refaulted (written under hc.lock) */
 static _Atomic uint64_t hc_refaults;/* bytes of requests missed within the delay of a return (cumulative) */
-static _Atomic int hc_wake;         /* the cache became non-empty: the helper is to look */
 static scr_os_counters hc_os;       /* munmaps of cached blocks (under hc.lock) */
 
 uint64_t _scr_huge_cache_bytes(void) { return atomic_load_explicit(&hc_bytes, memory_order_relaxed); }
@@ -119,14 +118,11 @@ static void hc_put(scr_heap *h, scr_segment *seg, void *arg) {
   if (was_empty && nout == 0) {
     /* the helper starts counting the decay: woken at the arena's next
      * tick, outside the heap call (it may have to be started) */
-    atomic_store_explicit(&hc_wake, 1, memory_order_relaxed);
+    atomic_store_explicit(&_scr_proc.decay_wake, 1, memory_order_relaxed);
     a->ops |= SCR_ARENA_POLL_EVERY - 1;
   }
 }
 
-/* The smallest cached block at offset `offset` that holds `size` bytes of
- * mapping, else the largest smaller one (grown: only its new part
- * faults). */
 /* A request of size bytes that the cache cannot serve, under hc.lock:
  * within twice the delay of a return (decay.c), as much of it as went
  * back is a refault. */
@@ -142,6 +138,9 @@ static void hc_miss(size_t size) {
 
 uint64_t _scr_huge_cache_refaults(void) { return atomic_load_explicit(&hc_refaults, memory_order_relaxed); }
 
+/* The smallest cached block at offset `offset` that holds `size` bytes of
+ * mapping, else the largest smaller one (grown: only its new part
+ * faults). */
 static scr_segment *hc_take(scr_heap *h, size_t size, size_t offset, void *arg) {
   (void)arg;
   if (_scr_huge_cache_bytes() == 0) {
@@ -229,13 +228,6 @@ uint64_t _scr_huge_cache_decay(uint64_t now_ns, bool all, uint64_t *returned) {
   if (returned) *returned = bytes;
   if (bytes && !all) SCR_PC_ADD(huge_cache_decayed, bytes);
   return next;
-}
-
-/* A holder's tick: true when the cache became non-empty since the last
- * tick that said so (the caller wakes the helper, which decays it). */
-bool _scr_huge_cache_tick(void) {
-  return SCR_UNLIKELY(atomic_load_explicit(&hc_wake, memory_order_relaxed)) &&
-         atomic_exchange_explicit(&hc_wake, 0, memory_order_relaxed);
 }
 
 void _scr_huge_cache_counts(uint64_t *blocks, uint64_t *bytes, uint64_t *munmaps, uint64_t *failures) {

@@ -23,9 +23,7 @@ static uint64_t proc_held_free(const struct scr_stats *st) {
   return st->heap_total > st->heap_used ? st->heap_total - st->heap_used : 0;
 }
 
-/* glibc's statistics calls report scralloc's figures (scr_stats), so
- * that a program printing them under LD_PRELOAD does not read glibc's
- * idle arenas.  mallinfo2's fields as glibc fills them, where scralloc
+/* mallinfo2's fields as glibc fills them, where scralloc
  * has a counterpart: arena, the bytes held for blocks (heap_total);
  * uordblks, the bytes of live blocks (heap_used); fordblks, the rest of
  * arena; hblks and hblkhd, the live blocks above the size classes and

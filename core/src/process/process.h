@@ -192,8 +192,9 @@ typedef struct scr_proc {
   _Alignas(64) _Atomic unsigned owned_hint; /* nowned, for readers without the lock */
   _Atomic uint64_t trim_epoch;      /* scr_trim calls so far: holders whose trim_seen differs trim at their next tick */
   /* The decay (decay.c): the delay now (0 until the first pass: decay_ms),
-   * and a flag a heap's first dirty page sets (hooks.c), for the holder's
-   * tick to wake the helper; the rest is the helper's alone. */
+   * and a flag a heap's first dirty page (hooks.c) and the huge cache's
+   * first block (huge_cache.c) set, for the holder's tick to wake the
+   * helper; the rest is the helper's alone. */
   _Atomic uint64_t decay_delay_ms;
   _Atomic int decay_wake;
   _Atomic uint64_t helper_wake_ns;  /* when the helper looks next: 0 while it runs (or before it

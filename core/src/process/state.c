@@ -40,17 +40,14 @@ void _scr_proc_init_slow(void) {
      * process's clock).  A parked arena keeps retain_bytes of them (one
      * retained page per class at most, with dirty ones); freed pages past
      * that go back in batches (decommit_batch), reused first meanwhile:
-     * one process_madvise instead of an madvise per page.
-     * The heap's large cache: an arena sends its huge mappings to the
-     * process's huge cache (huge_cache.c) and, with purge_delay_ms set
-     * (decay_ms > 0, the default), caches no other large block, so
-     * large_cache and large_cache_bytes take effect only under
-     * decay_ms=0. */
+     * one process_madvise instead of an madvise per page.  Huge
+     * mappings go to the process's huge cache (huge_cache.c); the heap's
+     * own large cache, which keeps blocks only without a purge delay, is
+     * off: decay_ms=0 means free memory goes back at once. */
     P->heap_opt.retain = 1;
     P->heap_opt.retain_bytes = (size_t)512 << 10;
     P->heap_opt.decommit_batch = (size_t)256 << 10;
-    P->heap_opt.large_cache = 8;
-    P->heap_opt.large_cache_bytes = (size_t)4 << 20;
+    P->heap_opt.large_cache = 0;
     scr_options_from_env(&P->heap_opt); /* and warns of unknown names */
     P->heap_opt.purge_delay_ms = (unsigned)P->opt.decay_ms;
     P->decay_next_ns = UINT64_MAX;

@@ -13,8 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Read a small file into buf (NUL-terminated); length or -1. */
-static ssize_t proc_read_small(const char *path, char *buf, size_t len) {
+ssize_t _scr_proc_read_file(const char *path, char *buf, size_t len) {
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   ssize_t n = read(fd, buf, len - 1);
@@ -29,7 +28,7 @@ static ssize_t proc_read_small(const char *path, char *buf, size_t len) {
 int _scr_proc_thp_mode(void) {
 #ifdef __linux__
   char buf[128];
-  if (proc_read_small("/sys/kernel/mm/transparent_hugepage/enabled", buf, sizeof buf) <= 0) return 0;
+  if (_scr_proc_read_file("/sys/kernel/mm/transparent_hugepage/enabled", buf, sizeof buf) <= 0) return 0;
   if (strstr(buf, "[always]")) return 2;
   if (strstr(buf, "[madvise]")) return 1;
 #endif
@@ -41,7 +40,7 @@ int _scr_proc_thp_mode(void) {
 int _scr_proc_core_dumps(void) {
 #ifdef __linux__
   char buf[16];
-  if (proc_read_small("/proc/sys/kernel/core_pattern", buf, sizeof buf) > 0 && (buf[0] == '|' || buf[0] == '@'))
+  if (_scr_proc_read_file("/proc/sys/kernel/core_pattern", buf, sizeof buf) > 0 && (buf[0] == '|' || buf[0] == '@'))
     return 1;
 #endif
   struct rlimit rl;

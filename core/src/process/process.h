@@ -271,6 +271,9 @@ SCR_INTERNAL int _scr_proc_thp_mode(void);
 SCR_INTERNAL int _scr_proc_core_dumps(void);
 SCR_INTERNAL uint64_t _scr_proc_now_ns(void);
 SCR_INTERNAL void *_scr_proc_map(size_t size);
+/* The start of a small file (/proc, /sys) in buf, NUL-terminated: its
+ * length, or -1 when it cannot be read. */
+SCR_INTERNAL ssize_t _scr_proc_read_file(const char *path, char *buf, size_t len);
 SCR_INTERNAL int _scr_proc_protect(void *p, size_t size, int accessible);
 
 /* state.c: the process-wide state and the thread's arena (storage), and

@@ -96,17 +96,6 @@ int scr_arena_stats(unsigned i, struct scr_stats *out) {
   return SCR_EINVAL;
 }
 
-/* The start of a /proc file in buf (len bytes, NUL-terminated); false
- * when it cannot be opened. */
-static bool proc_read_file(const char *path, char *buf, size_t len) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  ssize_t n = read(fd, buf, len - 1);
-  close(fd);
-  buf[n > 0 ? n : 0] = '\0';
-  return true;
-}
-
 /* The kernel's LazyFree for the process (/proc/self/smaps_rollup), the
  * bytes advised MADV_FREE that it has not reclaimed: only the kernel
  * knows when it takes a page, and a read walks the page tables
@@ -120,7 +109,7 @@ static uint64_t proc_lazy_free_pending(uint64_t lazy_advised) {
   if (at != 0 && now - at < 1000) return atomic_load_explicit(&value, memory_order_relaxed);
   atomic_store_explicit(&read_at_ms, now, memory_order_relaxed);
   char buf[2048];
-  if (!proc_read_file("/proc/self/smaps_rollup", buf, sizeof buf)) return 0;
+  if (_scr_proc_read_file("/proc/self/smaps_rollup", buf, sizeof buf) < 0) return 0;
   const char *line = strstr(buf, "LazyFree:");
   uint64_t kib = line ? strtoull(line + 9, NULL, 10) : 0;
   atomic_store_explicit(&value, kib << 10, memory_order_relaxed);
@@ -230,7 +219,7 @@ static double proc_mib(uint64_t b) { return (double)b / (1024.0 * 1024.0); }
 /* The process's resident set now (/proc/self/statm), 0 when unknown. */
 static uint64_t proc_rss_now(void) {
   char buf[128];
-  if (!proc_read_file("/proc/self/statm", buf, sizeof buf)) return 0;
+  if (_scr_proc_read_file("/proc/self/statm", buf, sizeof buf) < 0) return 0;
   const char *sp = strchr(buf, ' ');
   return sp ? strtoull(sp + 1, NULL, 10) * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
 }

@@ -42,6 +42,8 @@ SCR_INTERNAL void _scr_out_put(_scr_out *o, const char *fmt, ...) __attribute__(
 /* error.c */
 SCR_INTERNAL extern _Atomic int _scr_verbose; /* reports without a handler go to stderr in release builds too */
 SCR_INTERNAL void _scr_report(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A validator's verdict on what it found wrong: reported, and false. */
+#define SCR_VALIDATE_FAIL(...) do { _scr_report(SCR_EINVAL, __VA_ARGS__); return false; } while (0)
 /* A bad SCRALLOC_<NAME> value: to the handler, else on stderr in every
  * build, once per name.  lo <= hi: the value was out of that range (said
  * in the message); lo > hi: not a value at all. */

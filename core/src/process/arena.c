@@ -159,9 +159,8 @@ void _scr_arena_unborrow(scr_arena *a, scr_arena *prev) {
 
 /* The holder gives the arena up (its cache and its batch of remote frees
  * already flushed: holder.c): free lists and bump pointers stay, so its
- * blocks stay valid; the helper returns its free pages later (true: the
- * discard is on, the caller wakes the helper). */
-bool _scr_arena_park(scr_arena *a) {
+ * blocks stay valid; the helper returns its free pages later. */
+void _scr_arena_park(scr_arena *a) {
   scr_proc *P = &_scr_proc;
   _scr_remote_poll(a);
   /* Free pages kept above retain_bytes were the thread's working set,
@@ -181,10 +180,8 @@ bool _scr_arena_park(scr_arena *a) {
   atomic_store_explicit(&P->owned_hint, P->nowned, memory_order_relaxed);
   P->nparked++;
   scr_validate_proc();
-  int discard = P->opt.discard != 0;
   pthread_mutex_unlock(&P->lock);
   SCR_PC_ADD(parks, 1);
-  return discard;
 }
 
 void _scr_arena_publish_figures(scr_arena *a, const struct scr_stats *st, const struct scr_stats *lent) {

@@ -62,9 +62,10 @@ SCR_INTERNAL bool _scr_proc_validate_locked(void);
  * (_scr_tl.arena).  *alone: no other thread held an arena.  NULL (errno
  * ENOMEM) when none can be had.  The caller sets its cache (holder.c). */
 SCR_INTERNAL scr_arena *_scr_arena_claim(bool *alone);
-/* The holder gives a up, its cache and batches already flushed; true when
- * the discard is on (the caller wakes the helper: helper.c). */
-SCR_INTERNAL bool _scr_arena_park(scr_arena *a);
+/* The holder gives a up, its cache and batches already flushed (the
+ * caller then wakes the helper, whose decay and discard take what a
+ * parked arena gives back: helper.c). */
+SCR_INTERNAL void _scr_arena_park(scr_arena *a);
 /* A fresh snapshot of a's figures for the stats: st, a's heap stats less
  * the blocks its holder keeps aside, and lent, the other arenas' blocks
  * it keeps (holder.c computes them for a held arena).
@@ -106,7 +107,7 @@ SCR_INTERNAL size_t _scr_discard_arena(scr_arena *a, uint64_t decay_ms);
  * due (true), or lowers *wait_until to when one will be. */
 SCR_INTERNAL bool _scr_discard_step(uint64_t now, uint64_t *wait_until);
 
-/* helper.c: the helper thread (discard, huge-block decay) */
+/* helper.c: the helper thread (the decay, the discard) */
 SCR_INTERNAL void _scr_helper_post(void); /* wake it, starting it the first time; never under a lock */
 SCR_INTERNAL void _scr_helper_after_fork_child(void);
 

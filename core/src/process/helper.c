@@ -11,21 +11,14 @@
 #include <signal.h>
 #include <time.h>
 
-static void proc_timed_wait(pthread_cond_t *cv, pthread_mutex_t *m, uint64_t until_ns) {
-  struct timespec ts;
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 30))
-  ts.tv_sec = (time_t)(until_ns / 1000000000u);
-  ts.tv_nsec = (long)(until_ns % 1000000000u);
-  pthread_cond_clockwait(cv, m, CLOCK_MONOTONIC, &ts);
-#else
-  uint64_t now = _scr_proc_now_ns();
-  uint64_t left = until_ns > now ? until_ns - now : 0;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  uint64_t t = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + left;
-  ts.tv_sec = (time_t)(t / 1000000000u);
-  ts.tv_nsec = (long)(t % 1000000000u);
-  pthread_cond_timedwait(cv, m, &ts);
-#endif
+/* The helper waits on the monotonic clock, the one its deadlines are
+ * read on (the condition is made before the helper starts). */
+static void helper_cv_init(void) {
+  pthread_condattr_t at;
+  pthread_condattr_init(&at);
+  pthread_condattr_setclock(&at, CLOCK_MONOTONIC);
+  pthread_cond_init(&_scr_proc.helper_cv, &at);
+  pthread_condattr_destroy(&at);
 }
 
 static void *proc_helper_main(void *arg) {
@@ -47,7 +40,10 @@ static void *proc_helper_main(void *arg) {
     pthread_mutex_lock(&P->helper_lock);
     if (!P->helper_kick) {
       if (wait_until == UINT64_MAX) pthread_cond_wait(&P->helper_cv, &P->helper_lock);
-      else proc_timed_wait(&P->helper_cv, &P->helper_lock, wait_until);
+      else {
+        struct timespec ts = {(time_t)(wait_until / 1000000000u), (long)(wait_until % 1000000000u)};
+        pthread_cond_timedwait(&P->helper_cv, &P->helper_lock, &ts);
+      }
     }
     pthread_mutex_unlock(&P->helper_lock);
   }
@@ -70,6 +66,7 @@ void _scr_helper_post(void) {
     return;
   }
   P->helper_state = 1;
+  helper_cv_init(); /* nobody waits on it or signals it yet */
   pthread_mutex_unlock(&P->helper_lock);
 
   pthread_attr_t attr;
@@ -92,7 +89,7 @@ void _scr_helper_post(void) {
 
 void _scr_helper_after_fork_child(void) {
   scr_proc *P = &_scr_proc;
-  pthread_cond_init(&P->helper_cv, NULL);
+  helper_cv_init();
   /* Starting threads in the child of a multi-threaded fork is unsafe, so
    * the child runs without a helper: parked arenas keep their pages
    * (exec starts afresh). */

@@ -48,7 +48,8 @@ scr_arena *_scr_holder_claim(void) {
 void _scr_holder_park(scr_arena *a) {
   _scr_tcache_flush(a);
   _scr_pool_flush(a);
-  if (_scr_arena_park(a)) _scr_helper_post();
+  _scr_arena_park(a);
+  _scr_helper_post();
 }
 
 /* The arena's figures less the blocks the holder keeps in its cache. */

@@ -14,7 +14,6 @@ scr_proc _scr_proc = {
     .lock = PTHREAD_MUTEX_INITIALIZER,
     .helper_lock = PTHREAD_MUTEX_INITIALIZER,
     .decay_lock = PTHREAD_MUTEX_INITIALIZER,
-    .helper_cv = PTHREAD_COND_INITIALIZER,
 };
 scr_proc_counters _scr_pc;
 __thread scr_tl _scr_tl __attribute__((tls_model("initial-exec"))) = {NULL, SCR_SEGMAP_NO_MARK, 0};

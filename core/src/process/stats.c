@@ -128,8 +128,7 @@ void scr_process_stats(struct scr_process_stats *o) {
   o->arenas_parked = P->nparked;
   o->thp_mode = (uint64_t)P->thp_mode;
   pthread_mutex_unlock(&P->lock);
-  uint64_t sent = 0, drained = 0;
-  uint64_t lazy = 0;
+  uint64_t sent = 0, drained = 0, lazy = 0;
   for (scr_arena *a = atomic_load_explicit(&P->all, memory_order_acquire); a; a = a->next_all) {
     pthread_mutex_lock(&a->snap_lock);
     sent += atomic_load_explicit(&a->remote_pushed, memory_order_relaxed) +

@@ -143,16 +143,14 @@ bool _scr_tcache_refused(const scr_tcache_list *r, const scr_segment *seg, uintp
     _scr_report(SCR_EINTERIOR, "free(%p): interior of a block (ignored)", p);
     return true;
   }
-  for (void *q = r->head, *next; q; q = next) {
+  bool kept = false;
+  for (void *q = r->head, *next; q && !kept; q = next) {
     SCR_UNPOISON(q, sizeof(void *));
     next = *(void **)q;
     SCR_POISON(q, sizeof(void *));
-    if (q == p) {
-      _scr_report(SCR_EDOUBLEFREE, "free(%p): double free (the block was already freed) (ignored)", p);
-      return true;
-    }
+    kept = q == p;
   }
-  if (_scr_pool_holds(c, p)) {
+  if (kept || _scr_pool_holds(c, p)) {
     _scr_report(SCR_EDOUBLEFREE, "free(%p): double free (the block was already freed) (ignored)", p);
     return true;
   }

@@ -17,46 +17,26 @@ bool _scr_proc_validate_locked(void) {
   uint64_t seen[4] = {0}; /* ids below 256 */
   for (const scr_arena *a = atomic_load_explicit(&P->all, memory_order_acquire); a; a = a->next_all) {
     n++;
-    if (a->id >= P->narenas) {
-      _scr_report(SCR_EINVAL, "arena id %u out of range (%u arenas)", a->id, P->narenas);
-      return false;
-    }
+    if (a->id >= P->narenas) SCR_VALIDATE_FAIL("arena id %u out of range (%u arenas)", a->id, P->narenas);
     if (a->id < 256) {
-      if ((seen[a->id / 64] >> (a->id % 64)) & 1) {
-        _scr_report(SCR_EINVAL, "arena id %u twice", a->id);
-        return false;
-      }
+      if ((seen[a->id / 64] >> (a->id % 64)) & 1) SCR_VALIDATE_FAIL("arena id %u twice", a->id);
       seen[a->id / 64] |= (uint64_t)1 << (a->id % 64);
     }
     if (a->state == SCR_ARENA_OWNED) owned++;
-    else if (a->state != SCR_ARENA_PARKED && a->state != SCR_ARENA_DISCARDING) {
-      _scr_report(SCR_EINVAL, "arena %u in state %u", a->id, a->state);
-      return false;
-    }
-    if (a->tc[SCR_TAG_OTHER].head != NULL || a->tc[SCR_TAG_OTHER].room != 0) {
-      _scr_report(SCR_EINVAL, "arena %u: the list of blocks of no size class is not empty and full", a->id);
-      return false;
-    }
-    if (_scr_heap_owner(a->heap) != a) {
-      _scr_report(SCR_EINVAL, "arena %u: its heap names another owner", a->id);
-      return false;
-    }
+    else if (a->state != SCR_ARENA_PARKED && a->state != SCR_ARENA_DISCARDING)
+      SCR_VALIDATE_FAIL("arena %u in state %u", a->id, a->state);
+    if (a->tc[SCR_TAG_OTHER].head != NULL || a->tc[SCR_TAG_OTHER].room != 0)
+      SCR_VALIDATE_FAIL("arena %u: the list of blocks of no size class is not empty and full", a->id);
+    if (_scr_heap_owner(a->heap) != a) SCR_VALIDATE_FAIL("arena %u: its heap names another owner", a->id);
   }
   for (const scr_arena *a = P->parked; a; a = a->next_parked) {
-    if (++parked > n) {
-      _scr_report(SCR_EINVAL, "parked list has a cycle");
-      return false;
-    }
-    if (a->state != SCR_ARENA_PARKED || !_scr_arena_parked(a)) {
-      _scr_report(SCR_EINVAL, "arena %u on the parked list but not parked", a->id);
-      return false;
-    }
+    if (++parked > n) SCR_VALIDATE_FAIL("parked list has a cycle");
+    if (a->state != SCR_ARENA_PARKED || !_scr_arena_parked(a))
+      SCR_VALIDATE_FAIL("arena %u on the parked list but not parked", a->id);
   }
-  if (n != P->narenas || parked != P->nparked || owned != P->nowned || owned + parked > n) {
-    _scr_report(SCR_EINVAL, "arena counts: %u listed / %u, %u parked / %u, %u owned / %u", n, P->narenas,
-                parked, P->nparked, owned, P->nowned);
-    return false;
-  }
+  if (n != P->narenas || parked != P->nparked || owned != P->nowned || owned + parked > n)
+    SCR_VALIDATE_FAIL("arena counts: %u listed / %u, %u parked / %u, %u owned / %u", n, P->narenas, parked,
+                      P->nparked, owned, P->nowned);
   return true;
 }
 

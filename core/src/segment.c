@@ -282,11 +282,23 @@ static void note_refault(scr_heap *h, scr_segment *seg, uint64_t bits) {
     h->refault_bytes += PAGE_BYTES * (uint64_t)__builtin_popcountll(back);
 }
 
+/* Fresh pages taken while segments a decay's trim unmapped are missed:
+ * within the window, as many bytes as it unmapped are refaults (as the
+ * huge cache counts a miss soon after a return). */
+static void note_refault_fresh(scr_heap *h, uint64_t fresh) {
+  uint64_t b = PAGE_BYTES * (uint64_t)__builtin_popcountll(fresh);
+  if (b > h->unmapped_decayed) b = h->unmapped_decayed;
+  if (_scr_os_now_ms() < h->unmapped_decayed_ms + h->refault_window_ms) h->refault_bytes += b;
+  else b = h->unmapped_decayed; /* past the window: none of it is */
+  h->unmapped_decayed -= b;
+}
+
 static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
   uint64_t bits = _scr_run_mask(first, n);
   uint64_t fresh = bits & ~seg->committed_free_mask;
   uint64_t zero = fresh & ~seg->lazy_free_mask;
   if (SCR_UNLIKELY(seg->decayed_mask & bits)) note_refault(h, seg, bits);
+  if (SCR_UNLIKELY(h->unmapped_decayed != 0) && fresh) note_refault_fresh(h, fresh);
   seg->lazy_free_mask &= ~bits;
   seg->free_mask &= ~bits;
   avail_update(h, seg);
@@ -519,10 +531,11 @@ static void over_flush(scr_heap *h) {
  * committed free page (trim), including those an earlier failure kept,
  * and every empty segment.  decayed_ms: nonzero, what goes back is marked
  * as the decay's at that time (taken again within its window, a refault),
- * and empty segments stay mapped, as the decay's pass leaves them. */
+ * and the newest empty segment stays mapped, as in the purge pass, for
+ * the next thread's growth to refault in. */
 static void purge(scr_heap *h, bool all, uint64_t decayed_ms) {
   scr_segment *next;
-  bool kept_empty = all;
+  bool kept_empty = all && !decayed_ms;
   purge_batch batch;
   batch.n = 0;
   if (!all) h->purge_passes++;
@@ -535,8 +548,12 @@ static void purge(scr_heap *h, bool all, uint64_t decayed_ms) {
     seg->dirty_new &= ~old;
     seg->dirty_old = seg->dirty_new;
     seg->dirty_new = 0;
-    if (seg->used_pages == 0 && seg->dirty_old == 0 && !decayed_ms) {
-      if (kept_empty && segment_unmap(h, seg)) continue;
+    if (seg->used_pages == 0 && seg->dirty_old == 0) {
+      uint64_t committed = PAGE_BYTES * (uint64_t)__builtin_popcountll(seg->committed_free_mask);
+      if (kept_empty && segment_unmap(h, seg)) {
+        if (decayed_ms) h->unmapped_decayed += committed, h->unmapped_decayed_ms = decayed_ms;
+        continue;
+      }
       kept_empty = true;
     }
     if (decayed_ms && old) {
@@ -554,8 +571,9 @@ void _scr_segment_trim(scr_heap *h, uint64_t delay_ms) {
   heap_lock(h);
   if (delay_ms) h->refault_window_ms = 2 * delay_ms;
   purge(h, true, delay_ms ? _scr_os_now_ms() : 0);
-  if (!delay_ms) {
-    for (scr_segment *seg = h->segments; seg; seg = seg->next) seg->decayed_mask = 0; /* asked for: no refault */
+  if (!delay_ms) { /* asked for: no refault */
+    for (scr_segment *seg = h->segments; seg; seg = seg->next) seg->decayed_mask = 0;
+    h->unmapped_decayed = 0;
   }
   heap_unlock(h);
 }

@@ -292,6 +292,9 @@ struct scr_heap {
   uint64_t refault_bytes;                /* bytes the decay gave back that were taken again within
                                             the decay window (cumulative) */
   uint64_t refault_window_ms;            /* that window (the decay sets it at each pass) */
+  uint64_t unmapped_decayed;             /* bytes of segments a decay's trim unmapped, not yet taken
+                                            again: fresh pages taken within the window are refaults */
+  uint64_t unmapped_decayed_ms;          /* when (segment.c: _scr_segment_trim) */
   uint64_t interior_bytes;               /* bytes given back inside pages in use (interior.c), cumulative */
   uint64_t interior_lazy_bytes;          /* of those, with MADV_FREE */
   scr_os_counters os;                    /* syscalls of this heap's holder */

@@ -113,6 +113,7 @@ static void test_discard_returns_rss(void) {
   CHECK(atomic_load(&checked_blocks) == 1024);
   CHECK(atomic_load(&zero_blocks) >= 1000);
   struct scr_process_stats ps = pstats();
+  fprintf(stderr, "  refaulted %llu KiB\n", (unsigned long long)((ps.refault_bytes - before.refault_bytes) >> 10));
   CHECK(ps.refault_bytes - before.refault_bytes >= 1000 * BLOCK);
   for (unsigned t = 0; t < 3000 && ps.decay_backoffs == before.decay_backoffs; t += 10) {
     sleep_ms(10);

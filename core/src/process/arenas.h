@@ -109,6 +109,12 @@ SCR_INTERNAL bool _scr_discard_step(uint64_t now, uint64_t *wait_until);
 
 /* helper.c: the helper thread (the decay, the discard) */
 SCR_INTERNAL void _scr_helper_post(void); /* wake it, starting it the first time; never under a lock */
+/* The helper looks by due_ns without a post: it waits for a time no
+ * later (not for a post, and not running, when it may have looked). */
+static inline bool _scr_helper_looks_by(uint64_t due_ns) {
+  uint64_t at = atomic_load_explicit(&_scr_proc.helper_wake_ns, memory_order_relaxed);
+  return at != 0 && at != UINT64_MAX && at <= due_ns;
+}
 SCR_INTERNAL void _scr_helper_after_fork_child(void);
 
 #endif /* SCR_PROCESS_ARENAS_H */

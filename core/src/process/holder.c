@@ -44,12 +44,15 @@ scr_arena *_scr_holder_claim(void) {
   return a;
 }
 
-/* The holder gives the arena up; the blocks its cache kept go home. */
+/* The holder gives the arena up; the blocks its cache kept go home.  The
+ * helper is woken unless it looks within the decay delay anyway (then it
+ * finds the parked arena: a wake per exiting thread doubled the context
+ * switches of a program whose threads come and go). */
 void _scr_holder_park(scr_arena *a) {
   _scr_tcache_flush(a);
   _scr_pool_flush(a);
   _scr_arena_park(a);
-  _scr_helper_post();
+  if (!_scr_helper_looks_by(_scr_proc_now_ns() + _scr_decay_delay_ms() * 1000000u)) _scr_helper_post();
 }
 
 /* The arena's figures less the blocks the holder keeps in its cache. */

@@ -33,8 +33,7 @@ static void proc_segment_mapped(scr_heap *h, void *base, size_t size, void *arg)
 static void proc_pages_dirty(scr_heap *h, void *arg) {
   (void)h;
   scr_arena *a = arg;
-  uint64_t at = atomic_load_explicit(&_scr_proc.helper_wake_ns, memory_order_relaxed);
-  if (at != 0 && at != UINT64_MAX && at <= _scr_proc_now_ns() + _scr_decay_delay_ms() * 1000000u) return;
+  if (_scr_helper_looks_by(_scr_proc_now_ns() + _scr_decay_delay_ms() * 1000000u)) return;
   if (!atomic_load_explicit(&_scr_proc.decay_wake, memory_order_relaxed))
     atomic_store_explicit(&_scr_proc.decay_wake, 1, memory_order_relaxed);
   a->ops |= SCR_ARENA_POLL_EVERY - 1;

@@ -590,6 +590,31 @@ size_t scr_heap_trim(scr_heap *h) {
 }
 size_t _scr_heap_trim_decayed(scr_heap *h, uint64_t delay_ms) { return heap_trim(h, delay_ms); }
 
+/* Each small page's free list in address order: its free slots marked in
+ * a bitmap, then linked from the last.  Free blocks are poisoned in ASan
+ * builds, hence no_sanitize_address. */
+SCR_NO_ASAN void _scr_heap_relink_free(scr_heap *h) {
+  for (scr_segment *seg = h->segments; seg; seg = seg->next) {
+    for (unsigned i = SCR_FIRST_PAGE; seg->kind == SCR_SEG_NORMAL && i < SCR_PAGES_PER_SEGMENT; i++) {
+      scr_page *pg = &seg->pages[i];
+      if (pg->kind != SCR_PAGE_SMALL || pg->free == NULL) continue;
+      uint64_t bits[SCR_MAX_SLOTS / 64] = {0};
+      for (scr_block *b = pg->free; b; b = b->next) {
+        size_t k = (size_t)((uint8_t *)b - pg->start) / pg->block_size;
+        bits[k / 64] |= (uint64_t)1 << (k % 64);
+      }
+      pg->free = NULL;
+      for (size_t k = pg->capacity; k-- > 0;) {
+        if (!((bits[k / 64] >> (k % 64)) & 1)) continue;
+        scr_block *b = (scr_block *)(pg->start + k * pg->block_size);
+        b->next = pg->free;
+        pg->free = b;
+      }
+    }
+  }
+  scr_validate_heap(h);
+}
+
 /* A new cap on the empty pages kept committed (the process allocator
  * sets a held arena's share of retain_max, and a parked one's retain_bytes); what the heap keeps above a
  * smaller cap goes back now: the retained pages (to their segments, dirty

@@ -325,6 +325,10 @@ SCR_INTERNAL size_t _scr_heap_decay(scr_heap *h, uint64_t delay_ms, bool *left);
 /* scr_heap_trim as the decay's, at its delay (the discard of a parked
  * arena): a page taken again within twice the delay is a refault. */
 SCR_INTERNAL size_t _scr_heap_trim_decayed(scr_heap *h, uint64_t delay_ms);
+/* Every small page's free list in address order, so that the blocks a
+ * page hands out next ascend, as carving does (a parked arena's discard:
+ * the next thread's).  By the heap's holder. */
+SCR_INTERNAL void _scr_heap_relink_free(scr_heap *h);
 SCR_INTERNAL uint64_t _scr_heap_refault_bytes(scr_heap *h);
 /* Before its first segment: the process allocator's hooks (their arg is
  * the arena, the heap's owner, which _scr_heap_owner gives) and the mark

@@ -132,7 +132,7 @@ void _scr_arena_borrow_locked(scr_arena *a, scr_arena *prev) {
   scr_proc *P = &_scr_proc;
   if (prev) prev->next_parked = a->next_parked; else P->parked = a->next_parked;
   a->next_parked = NULL;
-  a->state = SCR_ARENA_DISCARDING;
+  a->state = SCR_ARENA_BORROWED;
   _scr_arena_set_parked(a, 0);
   P->nparked--;
 }

@@ -23,49 +23,13 @@
 
 #define SCR_HELPER_RELOOK_MS 10 /* while an arena is borrowed; borrows last microseconds */
 
-/* A free list sorted by address, ascending: merge sort, no allocation
- * (depth log2 of a page's slots).  Free blocks are poisoned in ASan
- * builds, hence no_sanitize_address. */
-SCR_NO_ASAN static scr_block *proc_sort_blocks(scr_block *list) {
-  if (list == NULL || list->next == NULL) return list;
-  scr_block *slow = list, *fast = list->next;
-  while (fast && fast->next) {
-    slow = slow->next;
-    fast = fast->next->next;
-  }
-  scr_block *right = slow->next;
-  slow->next = NULL;
-  scr_block *l = proc_sort_blocks(list), *r = proc_sort_blocks(right);
-  scr_block head, *t = &head;
-  while (l && r) {
-    if ((uintptr_t)l < (uintptr_t)r) t->next = l, l = l->next;
-    else t->next = r, r = r->next;
-    t = t->next;
-  }
-  t->next = l ? l : r;
-  return head.next;
-}
-
-/* After a discard, the free blocks left in partly used pages are relinked
- * in address order, so the next owner hands them out ascending, as the
- * bump pointers do. */
-static void proc_relink_in_address_order(scr_arena *a) {
-  for (scr_segment *seg = a->heap->segments; seg; seg = seg->next) {
-    if (seg->kind != SCR_SEG_NORMAL) continue;
-    for (unsigned i = SCR_FIRST_PAGE; i < SCR_PAGES_PER_SEGMENT; i++) {
-      scr_page *pg = &seg->pages[i];
-      if (pg->kind == SCR_PAGE_SMALL && pg->free) pg->free = proc_sort_blocks(pg->free);
-    }
-  }
-}
-
-/* The caller holds the arena (DISCARDING, or PARKED under the lock);
+/* The caller holds the arena (BORROWED, or PARKED under the lock);
  * decay_ms: the decay's delay, or 0 for scr_trim's (no refaults). */
 size_t _scr_discard_arena(scr_arena *a, uint64_t decay_ms) {
   _scr_remote_drain(a);
   size_t n = _scr_heap_trim_decayed(a->heap, decay_ms);
   n += _scr_arena_return_interior(a);
-  proc_relink_in_address_order(a);
+  _scr_heap_relink_free(a->heap); /* the next owner's mallocs ascend, as carving does */
   _scr_arena_publish(a);
   SCR_PC_ADD(discards, 1);
   SCR_PC_ADD(discard_bytes, n);

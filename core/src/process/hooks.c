@@ -26,10 +26,8 @@ static void proc_segment_mapped(scr_heap *h, void *base, size_t size, void *arg)
 }
 
 /* Under the heap's lock: the flag, and the holder's tick at its next call
- * (holder.c), which wakes the helper outside the heap call; not when the
- * helper already waits for a time within the decay delay, when it looks
- * anyway (a program whose dirty pages come and go, reused at once, would
- * wake it at each: docs/process.md). */
+ * (holder.c), which wakes the helper outside the heap call, unless it
+ * looks within the decay delay anyway (docs/process.md). */
 static void proc_pages_dirty(scr_heap *h, void *arg) {
   (void)h;
   scr_arena *a = arg;

@@ -28,8 +28,9 @@
  *
  * Who may touch what:
  *   arena->heap       only the thread that holds the arena: its owner while
- *                     OWNED, the discard helper while DISCARDING, whoever
- *                     holds _scr_proc.lock while PARKED.
+ *                     OWNED, its borrower while BORROWED (the helper's
+ *                     discard, a pusher's drain), whoever holds
+ *                     _scr_proc.lock while PARKED.
  *   arena->ring, remote  any thread (lock-free push; the holder drains them).
  *   state, lists      under _scr_proc.lock.
  *   arena->snap       under arena->snap_lock.
@@ -89,7 +90,7 @@ typedef struct scr_proc_options {
 typedef enum scr_arena_state {
   SCR_ARENA_OWNED = 1,      /* a thread holds it */
   SCR_ARENA_PARKED = 2,     /* on the parked list, waiting for a thread */
-  SCR_ARENA_DISCARDING = 3, /* the helper is returning its pages */
+  SCR_ARENA_BORROWED = 3,   /* off the parked list while a borrower works on its heap (arena.c) */
 } scr_arena_state;
 
 #define SCR_REMOTE_RING 128 /* slots of an arena's ring of remote frees (a power of 2) */

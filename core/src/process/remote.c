@@ -68,7 +68,7 @@ static void proc_borrow_and_drain(scr_arena *a) {
   pthread_mutex_lock(&P->lock);
   for (b = P->parked; b && b != a; prev = b, b = b->next_parked) {
   }
-  if (b == NULL) { /* claimed or discarding meanwhile */
+  if (b == NULL) { /* claimed or borrowed meanwhile */
     pthread_mutex_unlock(&P->lock);
     atomic_store_explicit(&a->drain_req, 0, memory_order_relaxed);
     return;

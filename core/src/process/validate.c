@@ -4,7 +4,7 @@
  *   length(all) == narenas, ids 0 .. narenas-1 each once
  *   every arena on parked is PARKED (its parked flag set), length == nparked
  *   nowned == arenas OWNED;  nowned + nparked <= narenas (the rest are
- *   DISCARDING: borrowed by the helper or a freeing thread)
+ *   BORROWED: by the helper or a freeing thread)
  *   every arena's list of tag SCR_TAG_OTHER is empty with no room
  * Layer: arenas (below arena.c, which runs it at its state changes): it
  * reads the arena lists only, under _scr_proc.lock, and owns nothing. */
@@ -23,7 +23,7 @@ bool _scr_proc_validate_locked(void) {
       seen[a->id / 64] |= (uint64_t)1 << (a->id % 64);
     }
     if (a->state == SCR_ARENA_OWNED) owned++;
-    else if (a->state != SCR_ARENA_PARKED && a->state != SCR_ARENA_DISCARDING)
+    else if (a->state != SCR_ARENA_PARKED && a->state != SCR_ARENA_BORROWED)
       SCR_VALIDATE_FAIL("arena %u in state %u", a->id, a->state);
     if (a->tc[SCR_TAG_OTHER].head != NULL || a->tc[SCR_TAG_OTHER].room != 0)
       SCR_VALIDATE_FAIL("arena %u: the list of blocks of no size class is not empty and full", a->id);

@@ -15,6 +15,10 @@ DBG_FLAGS   := $(BASE) -O1 -g -DSCR_DEBUG=3
 ASAN_FLAGS  := $(BASE) -O1 -g -DSCR_DEBUG=2 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 TSAN_FLAGS  := $(BASE) -O1 -g -DSCR_DEBUG=1 -fsanitize=thread
 WERROR      ?= -Werror
+# Shared libraries carry libgcc's unwinder (the profile's stacks) inside,
+# hidden, rather than needing libgcc_s.so.1: a library preloaded into
+# every program should not load, relocate and keep resident another one.
+SO_LDFLAGS  := -static-libgcc -Wl,--exclude-libs,ALL
 
 CORE_SRC := $(shell find core/src -name '*.c')
 CORE_HDR := $(shell find core -name '*.h')
@@ -38,7 +42,7 @@ $(B)/$(1)/override.o: $(CORE_SRC) $(CORE_HDR) | $(B)/$(1)
 $(B)/$(1)/libscralloc.a: $(B)/$(1)/static.o
 	rm -f $$@ && ar rcs $$@ $$^
 $(B)/$(1)/libscralloc.so: $(B)/$(1)/override.o
-	$$(CC) $(2) -shared -o $$@ $$^ -ldl
+	$$(CC) $(2) -shared $(SO_LDFLAGS) -o $$@ $$^ -ldl
 $(B)/$(1):
 	mkdir -p $$@
 endef

@@ -30,7 +30,7 @@ TEST_STEPS += test-install
 # as in libscralloc.a), so malloc is not among its symbols.
 define apiflavour
 $(B)/$(1)/libscralloc-api.so: $(B)/$(1)/static.o
-	$$(CC) $(2) -shared -Wl,-soname,$(API_SONAME) -o $$@ $$^ -ldl
+	$$(CC) $(2) -shared $(SO_LDFLAGS) -Wl,-soname,$(API_SONAME) -o $$@ $$^ -ldl
 endef
 $(eval $(call apiflavour,release,$(REL_FLAGS)))
 $(eval $(call apiflavour,debug,$(DBG_FLAGS)))

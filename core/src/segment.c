@@ -549,9 +549,10 @@ static void purge(scr_heap *h, bool all, uint64_t decayed_ms) {
     seg->dirty_old = seg->dirty_new;
     seg->dirty_new = 0;
     if (seg->used_pages == 0 && seg->dirty_old == 0) {
-      uint64_t committed = PAGE_BYTES * (uint64_t)__builtin_popcountll(seg->committed_free_mask);
+      uint64_t back = decayed_ms ? PAGE_BYTES * (uint64_t)__builtin_popcountll(seg->committed_free_mask) : 0;
       if (kept_empty && segment_unmap(h, seg)) {
-        if (decayed_ms) h->unmapped_decayed += committed, h->unmapped_decayed_ms = decayed_ms;
+        h->unmapped_decayed += back; /* (note_refault_fresh) */
+        if (back) h->unmapped_decayed_ms = decayed_ms;
         continue;
       }
       kept_empty = true;

@@ -246,12 +246,15 @@ void _scr_remote_after_fork_child(scr_arena *a) {
   atomic_store_explicit(&a->ring_limit, tail + SCR_REMOTE_RING, memory_order_relaxed);
 }
 
-/* The interior pages of a's free slots (core/src/interior.c), counted. */
-size_t _scr_arena_return_interior(scr_arena *a) {
-  size_t lazy = 0, n = _scr_heap_return_interior(a->heap, &lazy);
-  SCR_PC_ADD(interior_bytes, n);
+size_t _scr_arena_give_back(scr_arena *a, uint64_t decay_ms) {
+  _scr_remote_drain(a);
+  size_t n = _scr_heap_trim_decayed(a->heap, decay_ms);
+  size_t lazy = 0, inside = _scr_heap_return_interior(a->heap, &lazy); /* core/src/interior.c */
+  SCR_PC_ADD(interior_bytes, inside);
   SCR_PC_ADD(interior_lazy_bytes, lazy);
-  return n;
+  _scr_heap_relink_free(a->heap); /* the next mallocs ascend, as carving does */
+  _scr_arena_publish(a);
+  return n + inside;
 }
 
 /* Poison mode: every FREE page of every segment becomes PROT_NONE. */

@@ -77,7 +77,12 @@ SCR_INTERNAL void _scr_arena_borrow_locked(scr_arena *a, scr_arena *prev);
 SCR_INTERNAL void _scr_arena_unborrow(scr_arena *a, scr_arena *prev);
 SCR_INTERNAL void _scr_arena_poison(scr_arena *a);   /* discard=poison: its free pages PROT_NONE */
 SCR_INTERNAL void _scr_arena_unpoison(scr_arena *a); /* whoever takes a poisoned arena, first */
-SCR_INTERNAL size_t _scr_arena_return_interior(scr_arena *a); /* free runs inside used pages back, counted */
+/* Everything the held arena a (its cache empty) can give back goes back:
+ * the frees waiting for it, its free pages (decay_ms: counted as the
+ * decay's at that delay, refaults included; 0: asked for), the free runs
+ * inside used pages; its free lists relinked in address order, its
+ * figures published.  Returns the bytes. */
+SCR_INTERNAL size_t _scr_arena_give_back(scr_arena *a, uint64_t decay_ms);
 /* 1 while a is PARKED (pushers then drain it now and then; frees of its
  * blocks do not keep them): set and cleared under _scr_proc.lock, read
  * without it. */

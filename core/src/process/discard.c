@@ -26,11 +26,7 @@
 /* The caller holds the arena (BORROWED, or PARKED under the lock);
  * decay_ms: the decay's delay, or 0 for scr_trim's (no refaults). */
 size_t _scr_discard_arena(scr_arena *a, uint64_t decay_ms) {
-  _scr_remote_drain(a);
-  size_t n = _scr_heap_trim_decayed(a->heap, decay_ms);
-  n += _scr_arena_return_interior(a);
-  _scr_heap_relink_free(a->heap); /* the next owner's mallocs ascend, as carving does */
-  _scr_arena_publish(a);
+  size_t n = _scr_arena_give_back(a, decay_ms);
   SCR_PC_ADD(discards, 1);
   SCR_PC_ADD(discard_bytes, n);
   return n;

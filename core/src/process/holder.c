@@ -66,11 +66,7 @@ void _scr_holder_publish(scr_arena *a) {
 size_t _scr_holder_trim(scr_arena *a) {
   _scr_tcache_flush(a);
   _scr_pool_flush(a);
-  _scr_remote_drain(a);
-  size_t n = scr_heap_trim(a->heap);
-  n += _scr_arena_return_interior(a);
-  _scr_arena_publish(a); /* the cache is empty */
-  return n;
+  return _scr_arena_give_back(a, 0); /* the cache is empty: publishes */
 }
 
 void _scr_holder_tick_slow(scr_arena *a) {

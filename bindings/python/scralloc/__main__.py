@@ -42,6 +42,7 @@ the summary as one JSON object.  Core options are ``--retain N``,
 take K, M, G).  A bad option is one line on stderr and exit status 2;
 otherwise the program's exit status is the command's.
 """
+import builtins
 import json
 import os
 # runpy.run_path imports pkgutil at its first call: imported here, so that
@@ -54,7 +55,9 @@ import resource
 import tempfile
 import time
 import traceback
+import types
 import warnings
+import zipfile
 
 import scralloc
 
@@ -284,16 +287,46 @@ def emit(s, opts):
 
 # ---- running in this interpreter (serve_python) ----------------------
 
-def run_program(module, args, keep=None):
+def load_script(path):
+    """A script's code object, compiled now, for run_program to execute:
+    the compile's own allocations (and samples) are made before the
+    served region, not inside it.  None for what runpy.run_path opens
+    itself (a directory or a zip file with a __main__.py) and for a
+    script that does not compile (run_path reports it as it would)."""
+    try:
+        if not os.path.isfile(path) or zipfile.is_zipfile(path):
+            return None
+        with open(path, "rb") as f:
+            return compile(f.read(), path, "exec")
+    except (OSError, SyntaxError, ValueError):
+        return None
+
+
+def run_program(module, args, keep=None, script=None):
     """Run a script or module as __main__ with sys.argv = args; returns
     the exit status (SystemExit's code, 1 for an uncaught exception).
+    script: the script's code from load_script, or None (runpy opens it).
     keep, a list, gets what holds the program's module globals (its
     globals, or the exception whose traceback does), for a profile at
     exit to see what the program still held."""
     sys.argv = list(args)
+    saved_main = sys.modules.get("__main__")
     try:
         if module is not None:
             g = runpy.run_module(module, run_name="__main__", alter_sys=True)
+        elif script is not None:
+            # as runpy.run_path runs a file: a fresh __main__ module in
+            # sys.modules while it runs, the script's directory first on
+            # sys.path
+            sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
+            main = types.ModuleType("__main__")
+            main.__file__ = args[0]
+            main.__cached__ = None
+            main.__loader__ = None
+            main.__builtins__ = builtins
+            sys.modules["__main__"] = main
+            g = main.__dict__
+            exec(script, g)
         else:
             sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
             g = runpy.run_path(args[0], run_name="__main__")
@@ -314,6 +347,9 @@ def run_program(module, args, keep=None):
             keep.append(e)
         traceback.print_exc()
         return 1
+    finally:
+        if script is not None and saved_main is not None:
+            sys.modules["__main__"] = saved_main
     return 0
 
 
@@ -363,13 +399,14 @@ def run_serve(opts, module, args):
     sampler = None
     if opts["timeline"]:
         sampler = scralloc.Sampler(a, interval=opts["interval"] / 1000.0)
+    script = load_script(args[0]) if module is None else None
     children_before = children_peak_rss()
     t0 = time.perf_counter()
     with a.serve_python(domains=opts["domains"]):
         if sampler is not None:
             sampler.start()
         try:
-            status = run_program(module, args, keep)
+            status = run_program(module, args, keep, script)
         finally:
             if sampler is not None:
                 sampler.stop()
@@ -430,7 +467,7 @@ def find_library(explicit=None):
 CHILD = r"""
 import json, os, sys, threading, time
 sys.path.insert(0, os.environ["SCRALLOC_RUN_PKG"])
-from scralloc.__main__ import UsageError, children_peak_rss, run_program, write_timeline
+from scralloc.__main__ import UsageError, children_peak_rss, load_script, run_program, write_timeline
 from scralloc.sampler import Sampler, preloaded_process_stats
 import scralloc
 report, timeline, interval = sys.argv[1], sys.argv[2], float(sys.argv[3])
@@ -449,12 +486,13 @@ if profile:
     profile_from_the_program()
     lib.scr_profile_set_lang_hook(scralloc._scralloc._lang_hook(), None)
 sampler = Sampler("process", interval=interval / 1000.0)
+script = load_script(args[0]) if module is None else None
 children_before = children_peak_rss()
 t0 = time.perf_counter()
 sampler.start()
 keep = [] if profile else None
 try:
-    status = run_program(module, args, keep)
+    status = run_program(module, args, keep, script)
 finally:
     sampler.stop()
 wall = time.perf_counter() - t0

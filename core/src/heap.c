@@ -141,6 +141,35 @@ static scr_page *page_steal(scr_heap *h, scr_page *pg, unsigned k, unsigned c) {
   return pg;
 }
 
+/* The block to hand out when b was just taken from pg, a retained
+ * (empty) page of its class, which is uncounted: the first block of the
+ * page carved again from its start when it had been carved further.  Its
+ * free list holds its blocks in the order the program freed them: taken
+ * in that order, the class's next blocks would be scattered over the
+ * page instead of lying side by side in the order they are made
+ * (mimalloc and tcmalloc also give an emptied page a list in address
+ * order when it is used again; like mimalloc, a queue's only page, here
+ * the idle one, keeps its list). */
+void *_scr_page_first_take(scr_heap *h, scr_page *pg, void *b) {
+  h->empty_count[pg->cls]--;
+  h->retained_pages -= pg->span;
+  if (pg->capacity > 1) {
+    _scr_gone_note(h, pg->start, pg->block_size, pg->capacity); /* a free of one of them is a double free */
+    scr_segment *seg = _scr_page_segment(pg);
+    unsigned first = _scr_page_index(seg, pg);
+    for (unsigned i = first; i < first + pg->span; i++) __atomic_store_n(&seg->slot_limit[i], 0, __ATOMIC_RELAXED);
+    SCR_UNPOISON(pg->start, pg->span * SCR_PAGE_SIZE);
+    pg->free = NULL;
+    pg->zero = 0; /* reused memory is not zero */
+    __atomic_store_n(&pg->capacity, 1, __ATOMIC_RELAXED);
+    _scr_page_carved(pg);
+    b = pg->start;
+    _scr_block_set_word1(b, 0); /* an old block's key */
+  }
+  scr_validate_page(pg);
+  return b;
+}
+
 /* A page for class c: a retained page of another class of the same span
  * (an idle one, the current page of a small class, last), else a page (a
  * run, for a medium class) from a segment.  It comes back counted as an

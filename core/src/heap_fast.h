@@ -73,8 +73,8 @@ static inline void *_scr_page_alloc(scr_heap *h, scr_page *pg) {
     if (!pg->zero) _scr_block_set_word1(b, 0); /* reused memory may hold an old key there */
   }
   if (SCR_UNLIKELY(pg->used++ == 0)) {
-    if (pg->idle) pg->idle = 0; /* never counted */
-    else h->empty_count[pg->cls]--, h->retained_pages -= pg->span;
+    if (pg->idle) pg->idle = 0; /* never counted; keeps its list (a pair's page) */
+    else return _scr_page_first_take(h, pg, b);
   }
   scr_validate_page(pg);
   return b;

@@ -297,6 +297,8 @@ SCR_INTERNAL void _scr_prof_unlock(void);
 
 /* classify.c: what an address is for a heap */
 SCR_INTERNAL int _scr_classify(const scr_heap *h, const void *p);
+/* The block to hand out, b just taken from pg, a retained page (heap.c). */
+SCR_INTERNAL void *_scr_page_first_take(scr_heap *h, scr_page *pg, void *b);
 SCR_INTERNAL void _scr_gone_note(scr_heap *h, const void *start, uint32_t block, uint32_t count);
 
 /* heap.c: a call on a NULL or destroyed heap, reported (SCR_EINVAL) */

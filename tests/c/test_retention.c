@@ -155,6 +155,37 @@ static void retained_pages_serve_any_class(void) {
   scr_heap_destroy(h);
 }
 
+/* A retained page that its class takes again is carved again from its
+ * start: its next blocks lie side by side in the order they are made,
+ * whatever order the program freed the page's blocks in (the page that
+ * empties at the head of its queue stays idle with its list, as
+ * mimalloc keeps a queue's only page).  An old block of it that was not
+ * handed out again is a double free. */
+static void a_retained_page_is_carved_again_in_address_order(void) {
+  scr_heap *h = heap_with(4, 0);
+  size_t size = 256, per_page = SCR_PAGE_SIZE / size, n = 3 * per_page;
+  void **p = malloc(n * sizeof *p), **q = malloc(n * sizeof *q);
+  for (size_t i = 0; i < n; i++) p[i] = scr_heap_malloc(h, size);
+  for (size_t i = 0; i < n; i++) scr_heap_free(h, p[(i * 7) % n]); /* scattered: 7 and n coprime */
+  CHECK_EQ(stats(h).retained_pages, 3);
+  size_t m = per_page + 8, side_by_side = 0;
+  for (size_t i = 0; i < m; i++) q[i] = scr_heap_malloc(h, size);
+  for (size_t i = 1; i < m; i++) side_by_side += (char *)q[i] == (char *)q[i - 1] + size;
+  CHECK(side_by_side >= 7); /* the retained page's first 8 (none with a scattered list) */
+  size_t old = 0;
+  for (size_t i = 0; i < n && old == 0; i++) {
+    int again = 0;
+    for (size_t k = 0; k < m; k++) again |= q[k] == p[i];
+    if (!again && scr_heap_check(h, p[i]) == SCR_EDOUBLEFREE) old = i + 1;
+  }
+  CHECK(old != 0);
+  for (size_t i = 0; i < m; i++) CHECK_EQ(scr_heap_check(h, q[i]), SCR_OK);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  free(p);
+  free(q);
+  scr_heap_destroy(h);
+}
+
 /* The byte cap bounds all retained pages of the heap together. */
 static void retained_bytes_cap(void) {
   scr_heap *h = heap_with(4, 2 * SCR_PAGE_SIZE);
@@ -581,6 +612,7 @@ int main(void) {
   TEST(retain_4_keeps_four_pages_per_class);
   TEST(retain_1_and_0_per_class);
   TEST(retained_pages_serve_any_class);
+  TEST(a_retained_page_is_carved_again_in_address_order);
   TEST(retained_bytes_cap);
   TEST(trim_brings_counters_to_zero);
   TEST(medium_classes_live_in_runs);

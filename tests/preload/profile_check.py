@@ -33,7 +33,11 @@ miss is the estimate is run once more (and says so); two misses in a
 row (about one in 400) fail.  So is a run whose blame is empty because
 none of its samples lies in a partly used page: the blame rests on the
 few samples that do (1 to 11 of about 400 here), and about one run in
-a hundred has none.
+a hundred has none, and so is a run whose blame names keep_index for
+less than 90% but more than half of the pinned bytes: one sample of
+another site in a partly used page weighs as much as one of
+keep_index's among so few (seen about once in thirty runs).  A blame
+of half or less fails at once.
 """
 import os
 import re
@@ -100,8 +104,10 @@ def run_once(binary, lib, tmp, tag):
         estimate_miss = True  # no sample in a partly used page: a statistical miss
     elif btotal == 0:
         fails.append("no pinned bytes in the blame, though samples pin bytes")
-    elif blamed < 0.90:
+    elif blamed < 0.50:
         fails.append(f"the blame names keep_index for {100 * blamed:.1f}% of the pinned bytes (want >= 90%)")
+    elif blamed < 0.90:
+        estimate_miss = True  # keep_index first, but one of the few pinning samples is another site's
 
     pp = pprof_read.read(prof + ".pb.gz")
     if pp["sample_type"] != [("inuse_objects", "count"), ("inuse_space", "bytes")]:
@@ -153,9 +159,11 @@ def main():
                 if fails or not miss:
                     break
                 print("  the estimate missed by more than 10% (about one run in twenty at this rate), or no sample "
-                      "lay in a partly used page (about one in a hundred): once more")
+                      "lay in a partly used page (about one in a hundred), or another site's sample pinned "
+                      "a page (about one in thirty): once more")
             if miss and not fails:
-                fails = ["a statistical miss (estimate off by more than 10%, or an empty blame) in two runs in a row"]
+                fails = ["a statistical miss (estimate off by more than 10%, an empty blame, or a blame under 90%) "
+                         "in two runs in a row"]
             env = dict(os.environ, LD_PRELOAD=lib, SCRALLOC_PROFILE_RATE="on")
             env.pop("SCRALLOC_PROFILE", None)
             p = subprocess.run([binary, "fork"], env=env, capture_output=True, text=True, timeout=600)

@@ -114,15 +114,10 @@ bool _scr_heap_grow_ok(const scr_heap *h, size_t more) {
  * page still committed from an earlier use is all resident at once.  A
  * class with a page or two may never need more than a few blocks;
  * committed pages go to the classes that fill pages, medium runs and
- * large blocks.  (python3's malloc calls replayed, bench/malloc_replay.c:
- * 4 threads on 12 interleavings of real runs, median max RSS 15.5 -> 15.0
- * MiB, glibc 15.9; one thread 7.0 -> 6.7, glibc 5.5.  One fresh page or
- * four did about as well as two in an earlier replay model.)  The first
- * ever, not whenever the class holds fewer: a class whose pages empty
- * and fill again would otherwise fault fresh pages each time while its
- * freed ones wait for the purge (bench/proc_pairs.c's 4-16 KiB mix, one
- * thread: 3.1 MiB dirty at its end and, with a 2 MiB budget of kept
- * pages, 852 madvise calls; 0.25 MiB and 5 calls with this). */
+ * large blocks.  The first ever, not whenever the class holds fewer: a
+ * class whose pages empty and fill again would otherwise fault fresh
+ * pages each time while its freed ones wait for the purge.  (The figures:
+ * docs/process.md, "Why it is built this way".) */
 #define SCR_FRESH_PAGES 2
 
 /* The empty page pg of class k becomes a page of class c, counted as an

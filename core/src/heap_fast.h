@@ -96,9 +96,8 @@ static inline void *_scr_small_alloc(scr_heap *h, unsigned c) {
  * and dirty bytes stay under the cap; else give it back.  A medium class's
  * run goes back as dirty pages instead when the heap has a purge delay:
  * those serve any class or large block, a retained run only its class
- * (measured: Python under the process allocator faulted 12.2k -> 14.5k
- * times a run with retained runs, 12.2k with dirty ones).  The common
- * case (kept, already last in its queue) is inline in _scr_small_free. */
+ * (docs/process.md has the faults it saves).  The common case (kept,
+ * already last in its queue) is inline in _scr_small_free. */
 static inline bool _scr_page_keep(const scr_heap *h, const scr_page *pg) {
   /* an idle page is one of the `retain` a class keeps */
   unsigned kept = h->empty_count[pg->cls] + (_scr_heap_idle_page(h, pg->cls) != NULL);

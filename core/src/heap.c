@@ -423,6 +423,19 @@ static size_t block_usable(scr_segment *seg, const void *p) {
   return _scr_large_usable(seg, p);
 }
 
+/* Free p, a block of h in its segment seg. */
+static inline void heap_free_in(scr_heap *h, scr_segment *seg, void *p) {
+  if (SCR_LIKELY(seg->kind == SCR_SEG_NORMAL)) {
+    h->last_free_seg = seg;
+    scr_page *pg = small_page_of(seg, p);
+    if (SCR_LIKELY(pg != NULL)) {
+      _scr_small_free(h, pg, p);
+      return;
+    }
+  }
+  _scr_large_free(h, seg, p);
+}
+
 /* Free p, a block of h or not (NULL included), without the misuse
  * checks: the process allocator's frees of blocks it has classified, or
  * that come from its own lists (remote stacks, caches, the pool). */
@@ -444,15 +457,7 @@ void _scr_heap_free_block(scr_heap *h, void *p) {
     _scr_report(SCR_EFOREIGN, "free(%p): not a block of heap %p", p, (void *)h);
     return;
   }
-  if (SCR_LIKELY(seg->kind == SCR_SEG_NORMAL)) {
-    h->last_free_seg = seg;
-    scr_page *pg = small_page_of(seg, p);
-    if (SCR_LIKELY(pg != NULL)) {
-      _scr_small_free(h, pg, p);
-      return;
-    }
-  }
-  _scr_large_free(h, seg, p);
+  heap_free_in(h, seg, p);
 }
 
 /* p, an address in seg (a segment of h), is not plainly a live block of
@@ -495,9 +500,10 @@ static inline scr_segment *heap_checked_segment(const scr_heap *h, const void *p
 static __attribute__((noinline)) void heap_free_slow(scr_heap *h, void *p) {
   HEAP_OR_RETURN("scr_heap_free", h);
   if (p == NULL) return;
-  if (heap_checked_segment(h, p, "scr_heap_free") == NULL) return;
+  scr_segment *seg = heap_checked_segment(h, p, "scr_heap_free");
+  if (seg == NULL) return;
   _scr_prof_free(p); /* (a sampled block's page sends its frees here: slot_limit 0) */
-  _scr_heap_free_block(h, p);
+  heap_free_in(h, seg, p);
 }
 
 /* The fast path of _scr_heap_free_block, with the misuse tests, needs no

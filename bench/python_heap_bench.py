@@ -15,9 +15,11 @@ Modes:
   malloc            PYTHONMALLOC=malloc (glibc's malloc for every domain)
   serve_python      the workload inside Allocator().serve_python()
                     (mem and obj domains, default options)
-  serve_python, purge_delay_ms=1000
+  serve_python, purge_delay_ms=1000, retain_bytes=64M
                     the same with freed pages kept committed a second
-                    before they go back (reused first, no page fault)
+                    before they go back (reused first, no page fault);
+                    retain_bytes caps the pages that wait, 8 MiB by
+                    default, less than this workload frees in a round
 """
 import argparse
 import json
@@ -32,7 +34,7 @@ MODES = [
     ("pymalloc", {}, None),
     ("malloc", {"PYTHONMALLOC": "malloc"}, None),
     ("serve_python", {}, {}),
-    ("serve_python, purge_delay_ms=1000", {}, {"purge_delay_ms": 1000}),
+    ("serve_python, purge_delay_ms=1000, retain_bytes=64M", {}, {"purge_delay_ms": 1000, "retain_bytes": 64 << 20}),
 ]
 
 

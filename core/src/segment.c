@@ -441,7 +441,7 @@ static uint64_t over_take(scr_heap *h, scr_segment *seg) {
  * nothing else lives in it, else the run is decommitted: at once, or with
  * decommit_batch, once that many bytes of such runs gather (or at the next
  * purge pass), in one call.  Why batch: a program whose frees empty page
- * after page past its budget made one madvise per 64 KiB page, each a
+ * after page past its budget made one madvise per page, each a
  * TLB shootdown on every CPU the process runs on (docs/process.md); a
  * waiting run is also the first taken again.
  * A failed OS call leaves the pages committed and free, for a later trim

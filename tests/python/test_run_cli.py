@@ -67,6 +67,43 @@ def test_uncaught_exception_and_module(tmp_path):
     assert json.loads(r.stderr.strip().splitlines()[-1])["program"][0] == "json.tool"
 
 
+AS_MAIN = '''
+import os, pickle, sys
+import __main__
+
+class Point:
+    pass
+
+# as `python prog.py` runs it: the module is __main__, in sys.modules, with
+# its file; a class of it pickles by reference; its directory is importable
+assert __name__ == "__main__" and __main__.Point is Point, (__name__, __main__)
+assert os.path.basename(__file__) == "prog.py" and sys.argv[0].endswith("prog.py")
+assert type(pickle.loads(pickle.dumps(Point()))) is Point
+assert os.path.dirname(os.path.abspath(__file__)) in [os.path.abspath(p) for p in sys.path]
+print("as main ok")
+'''
+
+
+@pytest.mark.parametrize("preload", [False, True])
+def test_a_script_runs_as_python_runs_it(tmp_path, preload):
+    """The runner compiles a script before the served region and runs the
+    code itself (runpy.run_path compiled it inside, where the sampler saw
+    the compiler); the program must not see the difference."""
+    prog = tmp_path / "prog.py"
+    prog.write_text(AS_MAIN)
+    env = dict(os.environ, PYTHONPATH=PKG + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if preload and find_library() is None:
+        pytest.skip("no libscralloc.so built")
+    args = ["--preload"] if preload else []
+    r = subprocess.run([sys.executable, "-m", "scralloc", "run", *args, str(prog)], env=env,
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0 and "as main ok" in r.stdout, r.stderr
+    prog.write_text("x = (\n")                  # a syntax error: reported as python reports it
+    r = subprocess.run([sys.executable, "-m", "scralloc", "run", *args, str(prog)], env=env,
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 1 and "SyntaxError" in r.stderr, r.stderr
+
+
 def test_timeline(tmp_path):
     tl = tmp_path / "t.csv"
     r = run(tmp_path, "--timeline", str(tl), "--interval", "2", "--domains", "raw,mem,obj", "PROG")

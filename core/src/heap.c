@@ -150,11 +150,7 @@ void *_scr_page_first_take(scr_heap *h, scr_page *pg, void *b) {
   h->retained_pages -= pg->span;
   if (pg->capacity > 1) {
     _scr_gone_note(h, pg->start, pg->block_size, pg->capacity); /* a free of one of them is a double free */
-    scr_segment *seg = _scr_page_segment(pg);
-    unsigned first = _scr_page_index(seg, pg);
-    for (unsigned i = first; i < first + pg->span; i++) __atomic_store_n(&seg->slot_limit[i], 0, __ATOMIC_RELAXED);
-    SCR_UNPOISON(pg->start, pg->span * SCR_PAGE_SIZE);
-    pg->free = NULL;
+    _scr_page_uncarve(pg);
     pg->zero = 0; /* reused memory is not zero */
     __atomic_store_n(&pg->capacity, 1, __ATOMIC_RELAXED);
     _scr_page_carved(pg);
@@ -621,7 +617,8 @@ size_t scr_heap_trim(scr_heap *h) {
 size_t _scr_heap_trim_decayed(scr_heap *h, uint64_t delay_ms) { return heap_trim(h, delay_ms); }
 
 /* Each small page's free list in address order: its free slots marked in
- * a bitmap, then linked from the last.  Free blocks are poisoned in ASan
+ * a bitmap, then linked from the last (pages with live blocks: a
+ * retained empty page is carved again instead, _scr_page_first_take).  Free blocks are poisoned in ASan
  * builds, hence no_sanitize_address. */
 SCR_NO_ASAN void _scr_heap_relink_free(scr_heap *h) {
   for (scr_segment *seg = h->segments; seg; seg = seg->next) {

@@ -236,6 +236,7 @@ static inline scr_segment *_scr_page_segment(const scr_page *pg) {
 
 /* page.c */
 SCR_INTERNAL void _scr_page_format(scr_page *pg, unsigned cls);
+SCR_INTERNAL void _scr_page_uncarve(scr_page *pg); /* no slot carved (page.c) */
 SCR_INTERNAL bool _scr_page_validate(const scr_page *pg);
 SCR_INTERNAL bool _scr_page_slot_is_free(const scr_page *pg, const void *p);
 

@@ -7,6 +7,17 @@
 #include "heap_fast.h"
 #include <string.h>
 
+/* No slot of pg (pg->span pages) carved: its blocks are handed out again
+ * from its start, in address order. */
+void _scr_page_uncarve(scr_page *pg) {
+  scr_segment *seg = _scr_page_segment(pg);
+  unsigned first = _scr_page_index(seg, pg);
+  __atomic_store_n(&pg->capacity, 0, __ATOMIC_RELAXED); /* (_scr_page_capacity's readers) */
+  for (unsigned i = first; i < first + pg->span; i++) __atomic_store_n(&seg->slot_limit[i], 0, __ATOMIC_RELAXED);
+  pg->free = NULL;
+  SCR_UNPOISON(pg->start, pg->span * SCR_PAGE_SIZE); /* its free blocks were poisoned */
+}
+
 void _scr_page_format(scr_page *pg, unsigned cls) {
   scr_segment *seg = _scr_page_segment(pg);
   unsigned first = _scr_page_index(seg, pg), span = _scr_class_span(cls);
@@ -16,15 +27,13 @@ void _scr_page_format(scr_page *pg, unsigned cls) {
   pg->span = (uint8_t)span;
   pg->block_size = _scr_class_sizes[cls];
   pg->reserved = (uint32_t)(span * SCR_PAGE_SIZE / pg->block_size);
-  __atomic_store_n(&pg->capacity, 0, __ATOMIC_RELAXED); /* (_scr_page_capacity's readers) */
-  for (unsigned i = first; i < first + span; i++) __atomic_store_n(&seg->slot_limit[i], 0, __ATOMIC_RELAXED);
+  pg->start = _scr_page_start(seg, pg);
+  _scr_page_uncarve(pg); /* (a retained page changing class: unpoisoned) */
   pg->used = 0;
   pg->idle = 0;
-  pg->free = NULL;
   __atomic_store_n(&pg->sampled, 0, __ATOMIC_RELAXED);
   pg->in_queue = 0;
   pg->next = pg->prev = NULL;
-  pg->start = _scr_page_start(seg, pg);
   scr_seg_set_tag(seg, first, cls);
   for (unsigned i = first + 1; i < first + span; i++) {
     scr_page *t = &seg->pages[i];
@@ -34,7 +43,6 @@ void _scr_page_format(scr_page *pg, unsigned cls) {
     t->cls = (uint8_t)cls;
     scr_seg_set_tag(seg, i, cls);
   }
-  SCR_UNPOISON(pg->start, span * SCR_PAGE_SIZE); /* a retained page changing class */
 }
 
 /* Is block p, a slot the page carved, free: on the page's free list?

@@ -4,6 +4,7 @@ import csv
 import io
 import json
 import os
+import threading
 import subprocess
 import sys
 import textwrap
@@ -40,6 +41,33 @@ def test_rows_follow_an_allocator():
     assert "classes" not in grown  # rows are flat: no per-class list
     assert s.peak_heap_used == 64 * 4096
     assert s.peak_rss == max(r["rss"] for r in s.rows)
+
+
+def test_rows_stay_in_time_order_when_threads_sample_at_once():
+    """A row that started first but finished last (its read of the figures
+    was slow) goes before the other, as its time says: a program that marks
+    rows and samples on a background thread too reads them in order."""
+    with scralloc.Allocator() as a:
+        s = scralloc.Sampler(a)
+        first = s.sample()
+        read, slow_started, release = s._stats, threading.Event(), threading.Event()
+
+        def slow_once():
+            if not slow_started.is_set():
+                slow_started.set()
+                release.wait(10)
+            return read()
+
+        s._stats = slow_once
+        t = threading.Thread(target=s.sample, kwargs={"mark": "slow"})
+        t.start()
+        assert slow_started.wait(10)
+        fast = s.sample(mark="fast")              # begins after the slow one, ends before it
+        release.set()
+        t.join()
+    assert [r.get("mark") for r in s.rows] == [None, "slow", "fast"]
+    assert s.rows[0] is first and s.rows[2] is fast
+    assert [r["t"] for r in s.rows] == sorted(r["t"] for r in s.rows)
 
 
 def test_peak_heap_used_without_source_is_memory_usage():

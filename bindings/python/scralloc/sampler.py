@@ -166,8 +166,13 @@ class Sampler:
     def sample(self, **marks):
         """Take one row now, append it to ``rows`` and return it.  Keyword
         arguments are added to the row as they are (``sample(phase="grow",
-        round=3)``), to tell rows apart or to plot against."""
-        now = time.monotonic()
+        round=3)``), to tell rows apart or to plot against.  ``rows`` stay
+        in the order of their times ``t``, also when two threads sample at
+        once and the one that started first finishes last."""
+        with self._lock:
+            now = time.monotonic()
+            if self._t0 is None:
+                self._t0 = now
         if self.pid is not None:
             row = pid_memory(self.pid)
         else:
@@ -180,10 +185,11 @@ class Sampler:
                 row.update(self._stats())
         row.update(marks)
         with self._lock:
-            if self._t0 is None:
-                self._t0 = now
             row = {"t": now - self._t0, **row}
-            self.rows.append(row)
+            i = len(self.rows)
+            while i and self.rows[i - 1]["t"] > row["t"]:
+                i -= 1
+            self.rows.insert(i, row)
         return row
 
     def _run(self):

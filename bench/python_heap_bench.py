@@ -14,12 +14,13 @@ Modes:
   pymalloc          the interpreter as it is
   malloc            PYTHONMALLOC=malloc (glibc's malloc for every domain)
   serve_python      the workload inside Allocator().serve_python()
-                    (mem and obj domains, default options)
-  serve_python, purge_delay_ms=1000, retain_bytes=64M
-                    the same with freed pages kept committed a second
-                    before they go back (reused first, no page fault);
-                    retain_bytes caps the pages that wait, 8 MiB by
-                    default, less than this workload frees in a round
+                    (mem and obj domains, default options: freed pages
+                    wait a second before they go back, reused first)
+  serve_python, purge_delay_ms=0
+                    the same with each freed page past the one a size
+                    class keeps (retain=1) going back at once: what the
+                    purge delay saves this workload, whose rounds free
+                    and allocate again tens of MiB
 """
 import argparse
 import json
@@ -34,7 +35,7 @@ MODES = [
     ("pymalloc", {}, None),
     ("malloc", {"PYTHONMALLOC": "malloc"}, None),
     ("serve_python", {}, {}),
-    ("serve_python, purge_delay_ms=1000, retain_bytes=64M", {}, {"purge_delay_ms": 1000, "retain_bytes": 64 << 20}),
+    ("serve_python, purge_delay_ms=0", {}, {"purge_delay_ms": 0}),
 ]
 
 

@@ -104,8 +104,8 @@ enum scr_option_scope { SCR_SCOPE_HEAP = 1, SCR_SCOPE_PROCESS = 2, SCR_SCOPE_BOT
 #define SCR_OPTION_TABLE_(E, X)                                                 \
   E(X, HEAP, unsigned, retain, 1, 0, 1u << 20, "",                              \
     "empty pages kept per size class before they are decommitted")             \
-  E(X, HEAP, size_t, retain_bytes, (size_t)8 << 20, 0, SIZE_MAX, "",            \
-    "cap on the bytes of empty pages a heap keeps committed (retained pages and pages waiting for the purge)") \
+  E(X, HEAP, size_t, retain_bytes, SIZE_MAX, 0, SIZE_MAX, "",                   \
+    "cap on the bytes of empty pages a heap keeps committed (retained pages and pages waiting for the purge); by default none: the purge delay bounds them") \
   E(X, HEAP, unsigned, large_cache, 8, 0, 1024, "",                             \
     "freed large blocks kept for reuse (with purge_delay_ms, huge mappings only)") \
   E(X, HEAP, size_t, large_cache_bytes, (size_t)16 << 20, 0, SIZE_MAX, "",      \
@@ -116,8 +116,8 @@ enum scr_option_scope { SCR_SCOPE_HEAP = 1, SCR_SCOPE_PROCESS = 2, SCR_SCOPE_BOT
     "decommit runs shorter than this with MADV_FREE, longer with MADV_DONTNEED")\
   E(X, HEAP, size_t, limit_bytes, 0, 0, SIZE_MAX, "",                           \
     "refuse (ENOMEM) to hold more than this many committed bytes; 0 = no limit")\
-  E(X, HEAP, unsigned, purge_delay_ms, 0, 0, 3600000, "",                       \
-    "keep freed pages committed (reused first, no fault) this long before decommitting them; 0 = at once") \
+  E(X, HEAP, unsigned, purge_delay_ms, 1000, 0, 3600000, "",                    \
+    "keep freed pages committed (reused first, no fault) this long before decommitting them (the passes run at the heap's calls); 0 = at once") \
   E(X, HEAP, size_t, decommit_batch, 0, 0, SIZE_MAX, "",                        \
     "freed pages past retain_bytes wait (reused first) until this many bytes of them gather or the next purge, then go back in one call; 0 = each run at once") \
   E(X, BOTH, size_t, profile_rate, 0, 0, (size_t)1 << 40, "on=512K",            \

@@ -216,6 +216,15 @@ SCR_INTERNAL void _scr_segment_trim(scr_heap *h, uint64_t delay_ms);
 /* The decay's pass over h's dirty pages (types.h: who may touch what). */
 SCR_INTERNAL size_t _scr_segment_decay(scr_heap *h, uint64_t delay_ms, bool *left);
 SCR_INTERNAL void _scr_segment_purge_down(scr_heap *h, uint64_t keep_pages);
+/* The purge pass if one is due, from a call that takes no page (a small
+ * class's slow path): a heap that goes on reusing the pages it holds
+ * still gives back what it freed, a purge delay later.  (jemalloc ticks
+ * its decay on its slow paths for the same reason.)  Heaps whose dirty
+ * pages another thread's clock gives back (the arenas) skip it. */
+SCR_INTERNAL void _scr_segment_purge_due(scr_heap *h);
+/* Whether h may commit `more` bytes under limit_bytes, after giving back
+ * the pages it keeps for the purge if that is what it takes. */
+SCR_INTERNAL bool _scr_segment_grow_ok(scr_heap *h, size_t more);
 SCR_INTERNAL size_t _scr_segment_meta_bytes(const scr_heap *h);
 /* Bits first .. first+n-1 of a segment's 64-bit page masks. */
 static inline uint64_t _scr_run_mask(unsigned first, unsigned n) {

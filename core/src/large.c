@@ -113,7 +113,7 @@ static void *huge_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
     _scr_heap_large_add(h, seg->huge_size);
     return handed_out(cached, false);
   }
-  if (!_scr_heap_grow_ok(h, size)) {
+  if (!_scr_segment_grow_ok(h, size)) {
     errno = ENOMEM;
     return NULL;
   }
@@ -246,7 +246,7 @@ void *_scr_large_realloc_inplace(scr_heap *h, scr_segment *seg, void *p, size_t 
     if (first + want > SCR_PAGES_PER_SEGMENT) return NULL;
     uint64_t bits = _scr_run_mask(first + pg->span, more);
     if ((seg->free_mask & bits) != bits) return NULL;
-    if (!_scr_heap_grow_ok(h, (size_t)more * SCR_PAGE_SIZE)) return NULL;
+    if (!_scr_segment_grow_ok(h, (size_t)more * SCR_PAGE_SIZE)) return NULL;
     if (_scr_segment_take_at(h, seg, first + pg->span, more) == NULL) return NULL;
     _scr_heap_large_add(h, (size_t)more << SCR_PAGE_SHIFT);
     mark_span(seg, first, want, false);
@@ -256,7 +256,7 @@ void *_scr_large_realloc_inplace(scr_heap *h, scr_segment *seg, void *p, size_t 
   size_t old_size = seg->size;
   size_t new_size = round_up(seg->huge_offset + n, _scr_os_page_size());
   size_t grow = new_size - old_size;
-  if (!_scr_heap_grow_ok(h, grow)) return NULL;
+  if (!_scr_segment_grow_ok(h, grow)) return NULL;
   /* In place first; else to a fresh aligned place that mremap replaces. */
   if (_scr_segmap_prepare((uintptr_t)seg, new_size) != 0) return NULL;
   scr_segment *moved = _scr_os_remap(seg, old_size, new_size, NULL, &h->os);

@@ -329,6 +329,27 @@ scr_page *_scr_segment_take_at(scr_heap *h, scr_segment *seg, unsigned first, un
 }
 
 static void purge_tick(scr_heap *h);
+static void purge_down(scr_heap *h, uint64_t keep);
+static void over_flush(scr_heap *h);
+
+/* Whether h may commit `more` bytes under limit_bytes, once the free
+ * pages it keeps committed (waiting for the purge or the batched
+ * decommit) have gone back if that is what it takes: kept pages never
+ * make a request fail. */
+static bool grow_within_limit(scr_heap *h, size_t more) {
+  if (_scr_heap_grow_ok(h, more)) return true;
+  if (h->dirty_pages == 0 && h->over_pages == 0) return false;
+  purge_down(h, 0);
+  over_flush(h);
+  return _scr_heap_grow_ok(h, more);
+}
+
+bool _scr_segment_grow_ok(scr_heap *h, size_t more) {
+  heap_lock(h);
+  bool ok = grow_within_limit(h, more);
+  heap_unlock(h);
+  return ok;
+}
 
 /* A run of n free pages whose start is `align`-aligned (align <= a
  * segment), from an existing segment or a new one.  The pages come back
@@ -368,7 +389,7 @@ static scr_page *take_pages(scr_heap *h, unsigned n, size_t align, bool fresh_fi
   bool grow_ok = _scr_heap_grow_ok(h, (size_t)n * SCR_PAGE_SIZE);
   if (fresh && grow_ok) return take_run(h, fresh, (unsigned)__builtin_ctzll(fresh_m), n);
   if (committed) return take_run(h, committed, (unsigned)__builtin_ctzll(committed_m), n);
-  if (!grow_ok) return NULL;
+  if (!grow_ok && !grow_within_limit(h, (size_t)n * SCR_PAGE_SIZE)) return NULL;
   if (best == NULL) {
     best = segment_map(h, SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, SCR_SEG_NORMAL);
     if (best == NULL) return NULL;
@@ -674,6 +695,13 @@ static void purge_tick(scr_heap *h) {
   if (now < h->purge_at_ms) return;
   purge(h, false, 0);
   h->purge_at_ms = h->dirty_pages ? now + half : 0; /* the pass took every waiting run */
+}
+
+void _scr_segment_purge_due(scr_heap *h) {
+  if (h->hooks->pages_dirty || h->purge_at_ms == 0 || _scr_os_now_ms() < h->purge_at_ms) return;
+  heap_lock(h);
+  purge_tick(h);
+  heap_unlock(h);
 }
 
 size_t _scr_segment_meta_bytes(const scr_heap *h) {

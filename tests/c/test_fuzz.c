@@ -61,7 +61,7 @@ static int run(uint64_t seed, unsigned steps, unsigned retain) {
   o.decommit_batch = next() % 2 ? 0 : (size_t)(1 + next() % 8) << 16; /* 1-8 pages */
   /* the byte caps and thresholds drawn too (these draws move the walk:
    * a seed recorded before they were drawn walks another way now) */
-  static const size_t retain_bytes[] = {0, 64 << 10, 512 << 10, 8 << 20};
+  static const size_t retain_bytes[] = {0, 64 << 10, 512 << 10, SIZE_MAX /* the default: no cap */};
   static const size_t cache_bytes[] = {0, 1 << 20, 16 << 20};
   static const size_t huge_at[] = {SCR_SMALL_MAX, 256 << 10, 1 << 20, 2 << 20};
   static const size_t madv_free[] = {0, 64 << 10, 1 << 20};

@@ -1,8 +1,13 @@
 /* Retention of empty pages, trim, close, and the seed's reproducer:
  * 200,000 alloc/free pairs cost no syscall with retain = 1 and one page
- * acquisition and release each with retain = 0. */
+ * acquisition and release each with retain = 0 and no purge delay; with
+ * the default delay, none either way.  The tests of retain and its cap
+ * (heap_with) turn the delay off, so that what they see is retention
+ * alone; those of the delay (purging_heap) set it. */
 #include "check.h"
 #include "scralloc.h"
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -19,6 +24,7 @@ static scr_heap *heap_with(unsigned retain, size_t retain_bytes) {
   scr_options o;
   scr_options_init(&o);
   o.retain = retain;
+  o.purge_delay_ms = 0;
   if (retain_bytes) o.retain_bytes = retain_bytes;
   return scr_heap_new(&o);
 }
@@ -70,6 +76,19 @@ static void seed_reproducer_retain_0(void) {
     CHECK(st.munmap_calls >= PAIRS && st.munmap_calls <= PAIRS + 8);
     CHECK_EQ(st.mmaps, 0);
     CHECK_EQ(st.bytes, 0);
+    scr_heap_destroy(h);
+  }
+  /* The defaults' purge delay keeps the page a while instead: retain = 0
+   * costs no syscall either, and the page goes back after the delay. */
+  for (int i = 0; i < 2; i++) {
+    scr_options o;
+    scr_options_init(&o);
+    o.retain = 0;
+    scr_heap *h = scr_heap_new(&o);
+    struct scr_stats st = run_pairs(h, sizes[i]);
+    CHECK_EQ(st.mmap_calls, 1);
+    CHECK_EQ(st.munmap_calls + st.madvise_calls, 0);
+    CHECK_EQ(st.dirty_bytes, 2 * SCR_PAGE_SIZE); /* a class's first two pages are fresh ones (below) */
     scr_heap_destroy(h);
   }
   /* With another block alive in the segment, the page is decommitted
@@ -200,7 +219,7 @@ static void retained_bytes_cap(void) {
   h = heap_with(4, 0);
   scr_options o;
   scr_heap_options(h, &o);
-  CHECK_EQ(o.retain_bytes, 8u << 20); /* the default cap */
+  CHECK_EQ(o.retain_bytes, SIZE_MAX); /* no cap by default: the purge delay bounds what waits */
   scr_heap_destroy(h);
 }
 
@@ -532,6 +551,62 @@ static void purge_delay_respects_the_byte_cap(void) {
   scr_heap_destroy(h);
 }
 
+/* A heap that goes on reusing the pages it holds, with no page-level call
+ * (its small classes' pages fill and free again), still gives back the
+ * pages it freed a purge delay (the default, 1 s) later: the small
+ * classes' slow path runs the pass when it is due. */
+static void an_active_heap_gives_back_a_delay_later(void) {
+  scr_heap *h = scr_heap_new(NULL);
+  CHECK_EQ(scr_class_size((unsigned)scr_size_class(64)), 64);
+  enum { PAGES = 4, PER = SCR_PAGE_SIZE / 64 };
+  void **p = malloc(PAGES * PER * sizeof *p);
+  for (size_t i = 0; i < PAGES * PER; i++) p[i] = scr_heap_malloc(h, 64);
+  for (size_t i = 0; i < PAGES * PER; i += 2) scr_heap_free(h, p[i]); /* four pages half used */
+  scr_heap_free(h, scr_heap_malloc(h, 200000));                        /* a run of 4 pages, dirty */
+  struct scr_stats st = stats(h);
+  CHECK_EQ(st.dirty_bytes, 4 * SCR_PAGE_SIZE);
+  uint64_t bytes = st.bytes;
+  /* Each phase fills a page's free half and goes on to the next page: a
+   * slow path.  Before the delay, nothing goes; the first pass due ages
+   * the run, the second gives it back. */
+  size_t at = 0;
+  for (int phase = 0; phase < 3; phase++) {
+    if (phase) scr_debug_advance_clock(600);
+    for (size_t k = 0; k < PER / 2 + (phase == 0); k++, at += 2) p[at] = scr_heap_malloc(h, 64);
+    st = stats(h);
+    CHECK_EQ(st.page_acquires, PAGES + 4); /* no page-level call */
+    CHECK_EQ(st.dirty_bytes, phase < 2 ? 4 * SCR_PAGE_SIZE : 0);
+    CHECK_EQ(st.bytes, phase < 2 ? bytes : bytes - 4 * SCR_PAGE_SIZE);
+  }
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  free(p);
+  scr_heap_destroy(h);
+}
+
+/* A heap under limit_bytes gives back the pages it keeps for the purge
+ * before it refuses a request: kept pages never make a malloc fail. */
+static void a_limit_takes_back_the_pages_kept_for_the_purge(void) {
+  scr_options o;
+  scr_options_init(&o);
+  o.limit_bytes = (size_t)3 << 19; /* 1.5 MiB */
+  scr_heap *h = scr_heap_new(&o);
+  void *keep = scr_heap_malloc(h, 64);
+  scr_heap_free(h, scr_heap_malloc(h, 600000)); /* 10 pages, dirty */
+  CHECK_EQ(stats(h).dirty_bytes, 10 * SCR_PAGE_SIZE);
+  void *b = scr_heap_malloc(h, 1000000); /* 16 pages: 27 with the dirty ones */
+  CHECK(b != NULL);
+  struct scr_stats st = stats(h);
+  CHECK_EQ(st.dirty_bytes, 0);
+  CHECK(st.bytes <= o.limit_bytes);
+  errno = 0;
+  CHECK(scr_heap_malloc(h, 1000000) == NULL); /* past the limit with nothing kept: refused */
+  CHECK_EQ(errno, ENOMEM);
+  scr_heap_free(h, b);
+  scr_heap_free(h, keep);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  scr_heap_destroy(h);
+}
+
 /* Medium classes (20-64 KiB) live in runs of 4 pages.  The seed's loop on
  * a 40 KiB block costs one run and no syscall after it (the run is
  * retained); a run holds six such blocks side by side; the checked API
@@ -616,5 +691,7 @@ int main(void) {
   TEST(retained_bytes_cap);
   TEST(trim_brings_counters_to_zero);
   TEST(medium_classes_live_in_runs);
+  TEST(an_active_heap_gives_back_a_delay_later);
+  TEST(a_limit_takes_back_the_pages_kept_for_the_purge);
   return check_done();
 }

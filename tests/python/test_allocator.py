@@ -337,7 +337,16 @@ def test_purge_delay_keeps_freed_pages():
         a.trim()
         s = a.stats()
         assert (s["dirty_bytes"], s["bytes"], s["mmaps"]) == (0, 0, 0)
-    assert scralloc.OPTIONS["purge_delay_ms"]["default"] == 0
+    # the default: freed pages wait a second, with no byte cap on them
+    assert scralloc.OPTIONS["purge_delay_ms"]["default"] == 1000
+    assert scralloc.OPTIONS["retain_bytes"]["default"] == 2**64 - 1
+    with scralloc.Allocator() as a:
+        keep = a.malloc(100)
+        p = a.malloc(200_000)
+        a.free(p)
+        s = a.stats()
+        assert s["dirty_bytes"] == 4 * scralloc.PAGE_SIZE and s["madvise_calls"] == 0
+        a.free(keep)
 
 
 def test_trim_with_live_blocks(a):

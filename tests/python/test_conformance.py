@@ -138,7 +138,7 @@ def test_addresses_print_in_hex(a):
 
 @pytest.mark.parametrize("size", [64, 5000, 100_000, 3 << 20])
 def test_double_free_with_retain_0_is_a_double_free(size):
-    with scralloc.Allocator(retain=0, large_cache=0) as a:
+    with scralloc.Allocator(retain=0, large_cache=0, purge_delay_ms=0) as a:
         p = a.malloc(size)
         a.free(p)
         assert a.mmaps == 0  # its page (and segment) went back to the OS

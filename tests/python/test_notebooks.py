@@ -71,6 +71,11 @@ def test_page_retention():
         else:
             assert (int(mmap), int(munmap), int(madvise)) == (1, 0, 0)
             assert float(ns) < float(table[(size, 0)][5])
+    # the defaults: the purge delay keeps the freed page, whatever retain says
+    defaults = {(int(r[0]), int(r[1])): r for r in table_rows(text, "block")}
+    assert sorted(defaults) == [(64, 0), (64, 1), (4096, 0), (4096, 1)]
+    for r in defaults.values():
+        assert (int(r[2]), int(r[3]), int(r[4])) == (1, 0, 0), r
     arenas = {int(r[0]): r for r in table_rows(text, "retain")}
     per_round = {r: float(v[4]) for r, v in arenas.items()}
     assert per_round[0] > per_round[1] > per_round[8] == 0

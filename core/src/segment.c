@@ -345,6 +345,7 @@ static bool grow_within_limit(scr_heap *h, size_t more) {
 }
 
 bool _scr_segment_grow_ok(scr_heap *h, size_t more) {
+  if (_scr_heap_grow_ok(h, more)) return true; /* no limit, or within it: no lock */
   heap_lock(h);
   bool ok = grow_within_limit(h, more);
   heap_unlock(h);

@@ -408,7 +408,7 @@ def scr_heap_pairs(bindir):
     ns = {}
     for line in done.stdout.decode(errors="replace").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 6 and cells[0] == "64 B" and cells[1] != "scralloc retain=0":
+        if len(cells) >= 6 and cells[0] == "64 B" and not cells[1].startswith("scralloc retain=0"):
             try:
                 ns[cells[1].split(" (")[0]] = float(cells[5])
             except ValueError:

@@ -57,7 +57,7 @@ local function generate(n, s)
   local function one_of(t) return t[r(#t)] end
   ops.options = {
     retain = r(0, 3),
-    retain_bytes = one_of { 0, 1 << 16, 8 << 20 },
+    retain_bytes = one_of { 0, 1 << 16, 8 << 20, math.maxinteger }, -- the last: no cap, as the default
     large_cache = r(0, 8),
     large_cache_bytes = one_of { 0, 1 << 20, 16 << 20 },
     huge_threshold = one_of { 64 << 10, 128 << 10, 1 << 20, 2 << 20 },
@@ -172,10 +172,18 @@ local function run_ops(ops, tally)
     for i, c in ipairs(st.classes) do
       if c.retained > o.retain then fail("class %d retains %d empty pages, retain = %d", i, c.retained, o.retain) end
     end
-    if st.retained_bytes + st.dirty_bytes > o.retain_bytes then
+    -- (pages waiting for the batched decommit count in dirty_bytes and
+    -- are past retain_bytes by definition: decommit_batch bounds them)
+    if o.decommit_batch == 0 and st.retained_bytes + st.dirty_bytes > o.retain_bytes then
       fail("retained_bytes %d + dirty_bytes %d > retain_bytes %d", st.retained_bytes, st.dirty_bytes, o.retain_bytes)
     end
-    if o.purge_delay_ms == 0 and st.dirty_bytes ~= 0 then fail("dirty_bytes %d without a purge delay", st.dirty_bytes) end
+    if o.decommit_batch == 0 and o.purge_delay_ms == 0 and st.dirty_bytes ~= 0 then
+      fail("dirty_bytes %d without a purge delay", st.dirty_bytes)
+    end
+    if o.decommit_batch > 0 and o.retain_bytes < (1 << 40) -- (a run: at most a segment of 4 MiB)
+        and st.dirty_bytes > o.retain_bytes + o.decommit_batch + (4 << 20) then
+      fail("dirty_bytes %d past retain_bytes %d and decommit_batch %d", st.dirty_bytes, o.retain_bytes, o.decommit_batch)
+    end
     if st.cached_blocks > o.large_cache then fail("cached_blocks %d > large_cache %d", st.cached_blocks, o.large_cache) end
     if st.cached_bytes > o.large_cache_bytes then fail("cached_bytes %d > large_cache_bytes %d", st.cached_bytes, o.large_cache_bytes) end
     if a:usage().live_bytes ~= live_bytes then

@@ -207,7 +207,9 @@ static scr_page *page_with_room(scr_heap *h, unsigned c, bool *added) {
 
 __attribute__((noinline)) void *_scr_heap_alloc_small_slow(scr_heap *h, unsigned c) {
   bool added;
-  if (SCR_UNLIKELY(h->purge_at_ms != 0)) _scr_segment_purge_due(h);
+  /* (an arena's purge_at_ms is the process's clock's, which another
+   * thread writes: its heap is not asked) */
+  if (h->hooks->pages_dirty == NULL && SCR_UNLIKELY(h->purge_at_ms != 0)) _scr_segment_purge_due(h);
   scr_page *pg = page_with_room(h, c, &added);
   if (pg == NULL) return NULL;
   void *b = _scr_page_alloc(h, pg);

@@ -219,8 +219,8 @@ SCR_INTERNAL void _scr_segment_purge_down(scr_heap *h, uint64_t keep_pages);
 /* The purge pass if one is due, from a call that takes no page (a small
  * class's slow path): a heap that goes on reusing the pages it holds
  * still gives back what it freed, a purge delay later.  (jemalloc ticks
- * its decay on its slow paths for the same reason.)  Heaps whose dirty
- * pages another thread's clock gives back (the arenas) skip it. */
+ * its decay on its slow paths for the same reason.)  Not for a heap whose
+ * dirty pages another thread's clock gives back (an arena's). */
 SCR_INTERNAL void _scr_segment_purge_due(scr_heap *h);
 /* Whether h may commit `more` bytes under limit_bytes, after giving back
  * the pages it keeps for the purge if that is what it takes. */

@@ -699,7 +699,8 @@ static void purge_tick(scr_heap *h) {
 }
 
 void _scr_segment_purge_due(scr_heap *h) {
-  if (h->hooks->pages_dirty || h->purge_at_ms == 0 || _scr_os_now_ms() < h->purge_at_ms) return;
+  scr_assert(h->hooks->pages_dirty == NULL); /* (purge_at_ms is then the holder's alone) */
+  if (h->purge_at_ms == 0 || _scr_os_now_ms() < h->purge_at_ms) return;
   heap_lock(h);
   purge_tick(h);
   heap_unlock(h);

@@ -424,10 +424,18 @@ static int lscr_stats_json(lua_State *L) {
   return 1;
 }
 
+/* An option's value past math.maxinteger (retain_bytes' default, no cap,
+ * is SIZE_MAX) reads as math.maxinteger, which means the same to the heap
+ * and which new{} takes back: a heap's options make a heap with the same
+ * ones. */
+static void lscr_pushopt(lua_State *L, uint64_t v) {
+  lua_pushinteger(L, v > (uint64_t)LUA_MAXINTEGER ? LUA_MAXINTEGER : (lua_Integer)v);
+}
+
 static void lscr_pushoptions(lua_State *L, const scr_options *o) {
   lua_createtable(L, 0, 8);
 #define LSCR_OPT_(type, name, def, lo, hi, doc) \
-  lscr_pushu64(L, (uint64_t)o->name);           \
+  lscr_pushopt(L, (uint64_t)o->name);           \
   lua_setfield(L, -2, #name);
   SCR_OPTIONS(LSCR_OPT_)
 #undef LSCR_OPT_
@@ -950,11 +958,11 @@ static void lscr_pushoptinfo(lua_State *L) {
   lua_createtable(L, 0, 5);                           \
   lua_pushliteral(L, #name);                          \
   lua_setfield(L, -2, "name");                        \
-  lscr_pushu64(L, (uint64_t)(def));                   \
+  lscr_pushopt(L, (uint64_t)(def));                   \
   lua_setfield(L, -2, "default");                     \
-  lscr_pushu64(L, (uint64_t)(lo));                    \
+  lscr_pushopt(L, (uint64_t)(lo));                    \
   lua_setfield(L, -2, "min");                         \
-  lscr_pushu64(L, (uint64_t)(hi));                    \
+  lscr_pushopt(L, (uint64_t)(hi));                    \
   lua_setfield(L, -2, "max");                         \
   lua_pushliteral(L, doc);                            \
   lua_setfield(L, -2, "doc");                         \

@@ -122,6 +122,11 @@ test("new: options", function()
   eq(o.retain_bytes, 4 << 20, "retain_bytes from text")
   local c <close> = scralloc.new { env = true }
   assert(c:options().retain >= 0)
+  -- a heap's options make a heap with the same ones: retain_bytes'
+  -- default, no cap (SIZE_MAX), reads as math.maxinteger
+  eq(a:options().retain_bytes, math.maxinteger, "retain_bytes: no cap")
+  local d <close> = scralloc.new(a:options())
+  for _, name in ipairs(OPTIONS) do eq(d:options()[name], a:options()[name], "round trip " .. name) end
   raises(scralloc.new, "unknown option 'nosuch'")({ nosuch = 1 })
   raises(scralloc.new, "out of range")({ retain = -1 })
   raises(scralloc.new, "out of range")({ retain = (1 << 20) + 1 })

@@ -160,7 +160,8 @@ def core_option_names():
 def options_help():
     lines = []
     for name, info in scralloc.OPTIONS.items():
-        lines.append(f"  --{name.replace('_', '-')} N   {info['doc']} (default {info['default']})")
+        default = "none" if info["default"] == 2**64 - 1 else info["default"]  # retain_bytes: no cap
+        lines.append(f"  --{name.replace('_', '-')} N   {info['doc']} (default {default})")
     return "\n".join(lines)
 
 

@@ -79,7 +79,7 @@ static void seed_reproducer_retain_0(void) {
     scr_heap_destroy(h);
   }
   /* The defaults' purge delay keeps the page a while instead: retain = 0
-   * costs no syscall either, and the page goes back after the delay. */
+   * costs no syscall either (the delay's passes: the tests below). */
   for (int i = 0; i < 2; i++) {
     scr_options o;
     scr_options_init(&o);

@@ -332,12 +332,10 @@ static void purge_tick(scr_heap *h);
 static void purge_down(scr_heap *h, uint64_t keep);
 static void over_flush(scr_heap *h);
 
-/* Whether h may commit `more` bytes under limit_bytes, once the free
- * pages it keeps committed (waiting for the purge or the batched
- * decommit) have gone back if that is what it takes: kept pages never
- * make a request fail. */
-static bool grow_within_limit(scr_heap *h, size_t more) {
-  if (_scr_heap_grow_ok(h, more)) return true;
+/* h is at its limit_bytes for `more` bytes: the free pages it keeps
+ * committed (waiting for the purge or the batched decommit) go back, and
+ * whether that makes room.  Kept pages never make a request fail. */
+static bool room_from_kept_pages(scr_heap *h, size_t more) {
   if (h->dirty_pages == 0 && h->over_pages == 0) return false;
   purge_down(h, 0);
   over_flush(h);
@@ -347,7 +345,7 @@ static bool grow_within_limit(scr_heap *h, size_t more) {
 bool _scr_segment_grow_ok(scr_heap *h, size_t more) {
   if (_scr_heap_grow_ok(h, more)) return true; /* no limit, or within it: no lock */
   heap_lock(h);
-  bool ok = grow_within_limit(h, more);
+  bool ok = _scr_heap_grow_ok(h, more) || room_from_kept_pages(h, more);
   heap_unlock(h);
   return ok;
 }
@@ -390,7 +388,7 @@ static scr_page *take_pages(scr_heap *h, unsigned n, size_t align, bool fresh_fi
   bool grow_ok = _scr_heap_grow_ok(h, (size_t)n * SCR_PAGE_SIZE);
   if (fresh && grow_ok) return take_run(h, fresh, (unsigned)__builtin_ctzll(fresh_m), n);
   if (committed) return take_run(h, committed, (unsigned)__builtin_ctzll(committed_m), n);
-  if (!grow_ok && !grow_within_limit(h, (size_t)n * SCR_PAGE_SIZE)) return NULL;
+  if (!grow_ok && !room_from_kept_pages(h, (size_t)n * SCR_PAGE_SIZE)) return NULL;
   if (best == NULL) {
     best = segment_map(h, SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, SCR_SEG_NORMAL);
     if (best == NULL) return NULL;

@@ -312,14 +312,14 @@ def run_program(module, args, keep=None, script=None):
     exit to see what the program still held."""
     sys.argv = list(args)
     saved_main = sys.modules.get("__main__")
+    if module is None:  # a script: its directory first on sys.path, as python script.py
+        sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
     try:
         if module is not None:
             g = runpy.run_module(module, run_name="__main__", alter_sys=True)
         elif script is not None:
             # as runpy.run_path runs a file: a fresh __main__ module in
-            # sys.modules while it runs, the script's directory first on
-            # sys.path
-            sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
+            # sys.modules while it runs
             main = types.ModuleType("__main__")
             main.__file__ = args[0]
             main.__cached__ = None
@@ -329,7 +329,6 @@ def run_program(module, args, keep=None, script=None):
             g = main.__dict__
             exec(script, g)
         else:
-            sys.path.insert(0, os.path.dirname(os.path.abspath(args[0])))
             g = runpy.run_path(args[0], run_name="__main__")
         if keep is not None:
             keep.append(g)

@@ -211,6 +211,42 @@ static void test_small_lists_grow_to_a_run(void) {
   CHECK(scr_process_option_set("cache_grow", "2M") == SCR_OK);
 }
 
+/* A realloc that moves a block of a size class goes through the thread's
+ * cache, as the malloc and free it stands for: the new block is the last
+ * one freed of its class, and a buffer grown by doubling and then freed,
+ * time after time, takes the same blocks again.  (Through the heap, every
+ * step took a block of a page while the frees filled the cache's lists:
+ * sixteen pages of 16 KiB blocks.)  In a thread, an arena of its own. */
+struct regrow { int same_block, kept_data; uint64_t pages; };
+static void *regrow(void *arg) {
+  struct regrow *r = arg;
+  void *last = scr_malloc(16000);
+  scr_free(last);
+  unsigned char *p = scr_realloc(memset(scr_malloc(8000), 7, 8000), 16000);
+  r->same_block = p == last;
+  r->kept_data = p[0] == 7 && p[7999] == 7;
+  scr_free(p);
+  void *marker = scr_malloc(3000); /* class 3072: finds the thread's arena */
+  for (int round = 0; round < 200; round++) {
+    unsigned char *b = NULL;
+    for (size_t n = 8; n <= 16384; n *= 2) {
+      b = scr_realloc(b, n);
+      memset(b + n / 2, round & 0xff, n / 2);
+    }
+    scr_free(b);
+  }
+  r->pages = class_pages(arena_with_live(3072), class_of_size(16384));
+  scr_free(marker);
+  return NULL;
+}
+static void test_realloc_moves_through_the_cache(void) {
+  struct regrow r = {0, 0, 99};
+  run_thread(regrow, &r);
+  CHECK(r.same_block);
+  CHECK(r.kept_data);
+  CHECK(r.pages <= 1);
+}
+
 /* Other arenas' blocks past a full list go to the pool in batches of half
  * a list.  A thread that claimed its arena with shorter lists (or none)
  * leaves the batches to others; they are still there for a thread with
@@ -492,6 +528,7 @@ int main(void) {
   TEST(test_cache_max_sends_big_blocks_home);
   TEST(test_full_big_lists_grow_within_the_budget);
   TEST(test_small_lists_grow_to_a_run);
+  TEST(test_realloc_moves_through_the_cache);
   TEST(test_short_lists_leave_long_batches);
   TEST(test_calloc_takes_a_kept_block_zeroed);
   TEST(test_small_alignments_take_a_kept_block);

@@ -274,6 +274,31 @@ size_t _scr_proc_usable_size_named(const void *p, const char *call) {
 
 size_t scr_usable_size(const void *p) { return _scr_proc_usable_size_named(p, "scr_usable_size"); }
 
+/* realloc of p, a block of a's own heap h, to n bytes, not sampled.  A
+ * block of a size class that moves goes through the thread's cache, as
+ * the malloc and free it stands for would: the new block is the last one
+ * freed of its class, and the old one waits for the next request of its
+ * own.  Through the heap, a buffer grown by doubling and then freed, time
+ * after time, took a new block of each class at each step while its
+ * frees filled the cache with blocks realloc never took.  Anything else
+ * (a block that stays, a large one): the heap's realloc. */
+static void *proc_realloc_own(scr_arena *a, scr_heap *h, void *p, size_t n) {
+  uintptr_t idx;
+  unsigned c = _scr_block_tag(_scr_segment_of(p), p, &idx);
+  size_t usable = c < SCR_CLASS_COUNT ? _scr_class_sizes[c] : 0;
+  if (usable == 0 || n == 0 || _scr_realloc_stays(usable, n)) {
+    void *q = proc_heap_realloc(h, p, n);
+    _scr_holder_tick(a);
+    return q;
+  }
+  size_t m = _scr_realloc_size(usable, n);
+  void *q = m <= SCR_SMALL_MAX ? _scr_tcache_take(a, _scr_class_of(m)) : NULL;
+  if (q == NULL && (q = proc_malloc_general(a, m)) == NULL) return NULL;
+  memcpy(q, p, n < usable ? n : usable);
+  scr_free(p);
+  return q;
+}
+
 void *scr_realloc(void *p, size_t n) {
   if (p == NULL) return scr_malloc(n);
   _scr_proc_init();
@@ -286,9 +311,11 @@ void *scr_realloc(void *p, size_t n) {
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   if (SCR_LIKELY(a->heap == h)) {
     _scr_prof_free(p); /* (a block realloc keeps in place is counted anew too) */
+    /* the countdown first: a block it samples is one of a's heap (proc_sampled) */
+    if (SCR_LIKELY(!_scr_prof_due(&a->prof, n))) return proc_realloc_own(a, h, p, n);
     void *q = proc_heap_realloc(h, p, n);
     _scr_holder_tick(a);
-    return q ? PROC_COUNTED(a, q, n) : NULL;
+    return q ? proc_sampled(a, q, n, __builtin_return_address(0)) : NULL;
   }
   /* A block of another arena: it stays where it fits (as the arena's own
    * would: no heap changes; any thread may free it later), else it moves

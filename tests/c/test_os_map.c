@@ -1,8 +1,10 @@
-/* The OS layer's aligned mapping: one mmap at an aligned hint, and the
+/* The OS layer's aligned mapping: one mmap at an aligned hint, the
  * fallback (over-allocate, then trim head and tail) when the kernel puts
- * the mapping elsewhere because something else sits at the hint. */
+ * the mapping elsewhere because something else sits at the hint, and the
+ * hints' range, which that does not change. */
 #include "check.h"
 #include "internal.h"
+#include <pthread.h>
 #include <sys/mman.h>
 
 static void hint_lands_with_one_mmap(void) {
@@ -65,6 +67,48 @@ static void occupied_hint_falls_back_to_trimming(void) {
   scr_heap_destroy(h);
 }
 
+/* Hints stay in their range (below 32 TiB, above 17 TiB) whatever the
+ * kernel does with one: a mapping it put elsewhere (up among the thread
+ * stacks and libraries) does not move the next hint there, and threads
+ * that map at once each take a place of their own below the last. */
+#define HINT_TOP ((uintptr_t)0x200000000000ull)
+#define HINT_BOTTOM ((uintptr_t)0x110000000000ull)
+static int in_hint_range(const void *p) { return (uintptr_t)p >= HINT_BOTTOM && (uintptr_t)p < HINT_TOP; }
+static void *map_many(void *arg) {
+  scr_os_counters *c = arg;
+  void *p[16];
+  for (int i = 0; i < 16; i++) {
+    p[i] = _scr_os_map_aligned(SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, c);
+    if (p[i] == NULL || ((uintptr_t)p[i] & (SCR_SEGMENT_SIZE - 1)) || !in_hint_range(p[i])) c->failures += 100;
+  }
+  for (int i = 0; i < 16; i++) if (p[i]) munmap(p[i], SCR_SEGMENT_SIZE);
+  return NULL;
+}
+static void hints_stay_in_their_range(void) {
+  void *blocker = occupy_next_hint();
+  scr_os_counters f = {0};
+  void *q = _scr_os_map_aligned(SCR_SEGMENT_SIZE, BIG_ALIGN, &f);
+  CHECK(q != NULL && q != blocker);
+  scr_os_counters c = {0};
+  void *next = _scr_os_map_aligned(SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, &c);
+  CHECK(next != NULL && in_hint_range(next));
+  CHECK_EQ(c.mmap_calls, 1);
+  CHECK_EQ(c.munmap_calls, 0);
+  _scr_os_unmap(next, SCR_SEGMENT_SIZE, &c);
+  _scr_os_unmap(q, SCR_SEGMENT_SIZE, &f);
+  munmap(blocker, SCR_SEGMENT_SIZE);
+  /* four threads at once: every mapping at its hint, one mmap each */
+  pthread_t t[4];
+  scr_os_counters tc[4] = {{0}};
+  for (int i = 0; i < 4; i++) CHECK(pthread_create(&t[i], NULL, map_many, &tc[i]) == 0);
+  for (int i = 0; i < 4; i++) {
+    pthread_join(t[i], NULL);
+    CHECK_EQ(tc[i].failures, 0);
+    CHECK_EQ(tc[i].mmap_calls, 16);
+    CHECK_EQ(tc[i].munmap_calls, 0);
+  }
+}
+
 static void quiet(int err, const char *msg, void *arg) { (void)err; (void)msg; (void)arg; }
 
 static void a_failure_in_the_fallback_is_survived(void) {
@@ -97,6 +141,7 @@ static void a_failure_in_the_fallback_is_survived(void) {
 int main(void) {
   TEST(hint_lands_with_one_mmap);
   TEST(occupied_hint_falls_back_to_trimming);
+  TEST(hints_stay_in_their_range);
   TEST(a_failure_in_the_fallback_is_survived);
   return check_done();
 }

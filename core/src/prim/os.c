@@ -112,16 +112,29 @@ static int os_munmap(void *p, size_t size, scr_os_counters *c) {
 #define HINT_START ((uintptr_t)0x200000000000ull) /* 32 TiB */
 #define HINT_LOW ((uintptr_t)0x110000000000ull)   /* 17 TiB */
 
+/* A place for a mapping of size bytes at `align`, taken below the last
+ * one with a compare-and-swap, so that threads mapping at once get
+ * places of their own.  (Two threads that read the same hint asked for
+ * one place; the kernel put the loser's mapping up among the thread
+ * stacks, and the hint followed it there, where a segment seldom lands
+ * aligned: each then took an munmap and a mapping with room to align,
+ * and every munmap of a threaded process is a TLB shootdown.)  A place
+ * the kernel did not give stays skipped; the hints never leave their
+ * range. */
+static uintptr_t hint_take(size_t size, size_t align) {
+  uintptr_t old = atomic_load_explicit(&next_hint, memory_order_relaxed), hint;
+  do {
+    uintptr_t top = old < HINT_LOW + size || old > HINT_START ? HINT_START : old;
+    hint = (top - size) & ~(uintptr_t)(align - 1);
+  } while (!atomic_compare_exchange_weak_explicit(&next_hint, &old, hint, memory_order_relaxed,
+                                                  memory_order_relaxed));
+  return hint;
+}
+
 void *_scr_os_map_aligned(size_t size, size_t align, scr_os_counters *c) {
-  uintptr_t hint = atomic_load_explicit(&next_hint, memory_order_relaxed);
-  if (hint == 0 || hint < HINT_LOW + size) hint = HINT_START;
-  hint = (hint - size) & ~(uintptr_t)(align - 1);
-  void *p = os_mmap((void *)hint, size, c);
+  void *p = os_mmap((void *)hint_take(size, align), size, c);
   if (p == NULL) return NULL;
-  if (((uintptr_t)p & (align - 1)) == 0) {
-    atomic_store_explicit(&next_hint, (uintptr_t)p, memory_order_relaxed);
-    return p;
-  }
+  if (((uintptr_t)p & (align - 1)) == 0) return p;
   /* The kernel chose another place: map again with room to align, trim. */
   if (os_munmap(p, size, c) != 0) {
     _scr_report(SCR_ENOMEM, "munmap failed: %zu bytes at %p stay mapped", size, p);
@@ -135,7 +148,6 @@ void *_scr_os_map_aligned(size_t size, size_t align, scr_os_counters *c) {
   /* A failed trim leaves a few extra mapped bytes that nobody uses: harmless. */
   if (head) (void)os_munmap(raw, head, c);
   if (tail) (void)os_munmap(aligned + size, tail, c);
-  atomic_store_explicit(&next_hint, (uintptr_t)aligned, memory_order_relaxed);
   return aligned;
 }
 

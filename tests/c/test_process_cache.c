@@ -247,6 +247,28 @@ static void test_realloc_moves_through_the_cache(void) {
   CHECK(r.pages <= 1);
 }
 
+/* A realloc that moves another arena's block: the old block goes where
+ * the thread's free of it would, its cache (not home through the
+ * owner's ring), for its next malloc of the class. */
+static void *realloc_other(void *arg) {
+  char *b = arg;
+  struct scr_process_stats s0, s1;
+  scr_process_stats(&s0);
+  char *moved = scr_realloc(b, 4000);
+  CHECK(moved != NULL && moved != b && moved[99] == 5);
+  void *again = scr_malloc(100);
+  scr_process_stats(&s1);
+  CHECK(again == b);
+  CHECK_EQ(s1.remote_frees, s0.remote_frees);
+  scr_free(again);
+  scr_free(moved);
+  return NULL;
+}
+static void test_realloc_leaves_another_arenas_block_in_the_cache(void) {
+  char *b = memset(scr_malloc(100), 5, 100); /* arena 0's */
+  run_thread(realloc_other, b);
+}
+
 /* Other arenas' blocks past a full list go to the pool in batches of half
  * a list.  A thread that claimed its arena with shorter lists (or none)
  * leaves the batches to others; they are still there for a thread with
@@ -529,6 +551,7 @@ int main(void) {
   TEST(test_full_big_lists_grow_within_the_budget);
   TEST(test_small_lists_grow_to_a_run);
   TEST(test_realloc_moves_through_the_cache);
+  TEST(test_realloc_leaves_another_arenas_block_in_the_cache);
   TEST(test_short_lists_leave_long_batches);
   TEST(test_calloc_takes_a_kept_block_zeroed);
   TEST(test_small_alignments_take_a_kept_block);

@@ -94,7 +94,7 @@ static void test_remote_frees_wait_until_the_owner_takes_a_page(void) {
 
 /* Another thread's realloc of the main arena's block: in place while it
  * fits (no heap of the owner changes), moved into its own arena when it
- * grows. */
+ * grows, the old block where the thread's free of it would go. */
 static void *reallocer(void *arg) {
   char **b = arg;
   scr_free(scr_malloc(SIZE)); /* an arena of its own */

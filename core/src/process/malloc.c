@@ -161,6 +161,31 @@ void *scr_aligned_alloc(size_t alignment, size_t n) {
   return p ? PROC_COUNTED(a, p, n) : NULL;
 }
 
+/* p, a block of seg (page idx, tag `tag`, mark `mark` in the mark map)
+ * whose free the caller claimed (its freed state set, misuse.c), goes to
+ * its next place, for free and for a realloc that moved it. */
+static void proc_free_claimed(void *p, scr_arena *a, scr_segment *seg, uintptr_t idx, unsigned tag, uintptr_t mark) {
+  scr_heap *h = seg->heap;
+  scr_arena *o = (scr_arena *)_scr_heap_owner(h); /* the heap's arena */
+  scr_assert(o != NULL); /* _scr_proc_check: an arena's block */
+  if (a != NULL && tag < SCR_CLASS_COUNT && _scr_tcache_may_keep(a, mark)) {
+    bool home = o == a || !_scr_arena_parked(o); /* the list may grow or overflow for it */
+    if (_scr_tcache_put(a, seg, idx, tag, p)) return;
+    if (tag >= SCR_GROW_FIRST && home && _scr_tcache_grow(a, tag) && _scr_tcache_put(a, seg, idx, tag, p)) return;
+    /* Another arena's block and a full list: its older half leaves.  The
+     * arena's own block goes to its heap, so that frees in address order
+     * (scr_free_many) stay in order. */
+    if (o != a && home && _scr_pool_overflow(a, tag) && _scr_tcache_put(a, seg, idx, tag, p)) return;
+  }
+  if (SCR_LIKELY(o == a)) {
+    if (tag < SCR_CLASS_COUNT) _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
+    else proc_heap_free(h, p);
+    _scr_holder_tick(a);
+    return;
+  }
+  _scr_remote_push(o, p);
+}
+
 /* Everything free does beyond its hit path; a is the caller's arena (NULL
  * when it holds none).  Whose block p is, decided once, from its segment
  * map entry; then p is claimed (one atomic exchange: of two frees of it,
@@ -169,8 +194,9 @@ void *scr_aligned_alloc(size_t alignment, size_t n) {
  * the list has room, or a full list grows (classes from SCR_GROW_FIRST
  * on), or another arena's block makes room by sending the list's older
  * half to the pool; else p's heap, the caller's at once, another arena's
- * through its remote ring.  A parked arena's blocks never grow a list or
- * go to the pool: they go home, so that its pages can go back. */
+ * through its remote ring (proc_free_claimed).  A parked arena's blocks
+ * never grow a list or go to the pool: they go home, so that its pages
+ * can go back. */
 static __attribute__((noinline)) void proc_free_slow(void *p, scr_arena *a) {
   uintptr_t e = _scr_segmap_entry(p);
   scr_segment *seg = _scr_segmap_seg(e);
@@ -189,25 +215,7 @@ static __attribute__((noinline)) void proc_free_slow(void *p, scr_arena *a) {
   }
   if (SCR_UNLIKELY(!_scr_proc_claim(p))) return _scr_proc_misuse("free", p, SCR_EDOUBLEFREE); /* lost a race */
   if (!screened) _scr_prof_free(p);
-  scr_heap *h = seg->heap;
-  scr_arena *o = (scr_arena *)_scr_heap_owner(h); /* the heap's arena */
-  scr_assert(o != NULL); /* _scr_proc_check: an arena's block */
-  if (a != NULL && tag < SCR_CLASS_COUNT && _scr_tcache_may_keep(a, _scr_segmap_mark(e))) {
-    bool home = o == a || !_scr_arena_parked(o); /* the list may grow or overflow for it */
-    if (_scr_tcache_put(a, seg, idx, tag, p)) return;
-    if (tag >= SCR_GROW_FIRST && home && _scr_tcache_grow(a, tag) && _scr_tcache_put(a, seg, idx, tag, p)) return;
-    /* Another arena's block and a full list: its older half leaves.  The
-     * arena's own block goes to its heap, so that frees in address order
-     * (scr_free_many) stay in order. */
-    if (o != a && home && _scr_pool_overflow(a, tag) && _scr_tcache_put(a, seg, idx, tag, p)) return;
-  }
-  if (SCR_LIKELY(o == a)) {
-    if (tag < SCR_CLASS_COUNT) _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
-    else proc_heap_free(h, p);
-    _scr_holder_tick(a);
-    return;
-  }
-  _scr_remote_push(o, p);
+  proc_free_claimed(p, a, seg, idx, tag, _scr_segmap_mark(e));
 }
 
 /* The slow side of a free the thread's cache refused because the list
@@ -342,7 +350,11 @@ void *scr_realloc(void *p, size_t n) {
     return NULL;
   }
   _scr_prof_free(p);
-  _scr_remote_push((scr_arena *)_scr_heap_owner(h), p);
+  /* the old block goes where its free would send it */
+  uintptr_t e = _scr_segmap_entry(p), idx;
+  scr_segment *seg = _scr_segmap_seg(e);
+  unsigned tag = _scr_block_tag(seg, p, &idx);
+  proc_free_claimed(p, a, seg, idx, tag, _scr_segmap_mark(e));
   SCR_PC_ADD(realloc_moves, 1);
   return q;
 }

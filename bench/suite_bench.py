@@ -268,7 +268,11 @@ def profiles_table(progs, names, results, variants):
     there; the row where switching it off gains most is where it loses.
     The verdict applies the rule of keeping a mechanism: it wins on the
     geometric mean and loses no more than 5% on any row (time), with max
-    RSS beside it for the mechanisms that are about memory."""
+    RSS beside it for the mechanisms that are about memory.  A row's loss
+    counts where the rounds show it: the 95% interval of its paired
+    ratios lies below 0.95 (six rounds or more give one); a median below
+    0.95 whose interval reaches 0.95 is the rounds' noise, and with fewer
+    rounds the verdict says it cannot tell."""
     out = ["scralloc with options (--profile): paired medians over every row; \"off / default\" is the "
            "setting's time (or max RSS) over scralloc's with its defaults in the same round: above 1, the "
            "mechanism the setting switches off pays there.\n",
@@ -278,7 +282,7 @@ def profiles_table(progs, names, results, variants):
            "|---|---:|---:|---|---|---:|---|---|"]
     peers = [a for a in names if not a.startswith("scralloc")]
     for v in variants:
-        fast, dflt, rss = {}, {}, {}
+        fast, dflt, rss, dflt_iv = {}, {}, {}, {}
         for p in progs:
             res = results[p.name]
             tf = lambda m, k=p.time_key: run_time(m, k)  # noqa: E731
@@ -293,6 +297,7 @@ def profiles_table(progs, names, results, variants):
             r = paired(res[v], res["scralloc"], tf) if res.get("scralloc") else []
             if r:
                 dflt[p.name] = statistics.median(r)
+                dflt_iv[p.name] = median_interval(r)
             r = paired(res[v], res["scralloc"], lambda m: m["maxrss_mib"]) if res.get("scralloc") else []
             if r:
                 rss[p.name] = statistics.median(r)
@@ -300,15 +305,33 @@ def profiles_table(progs, names, results, variants):
         lo = min(dflt, key=dflt.get) if dflt else None
         wr = max(rss, key=rss.get) if rss else None
         g = geomean(list(dflt.values())) if dflt else float("nan")
-        keep = "-" if not dflt else ("yes" if g > 1 and dflt[lo] >= 0.95 else
-                                     "no: loses on the geomean" if g <= 1 else
-                                     f"no: costs {1 / dflt[lo] - 1:.0%} on {lo}")
+        keep = verdict(g, dflt, dflt_iv)
         gf = f"{geomean(list(fast.values())):.2f}" if fast else "-"
         out.append(f"| {v} | {gf} | {g:.3f} | "
                    f"{f'{dflt[hi]:.2f} ({hi})' if hi else '-'} | {f'{dflt[lo]:.2f} ({lo})' if lo else '-'} | "
                    f"{geomean(list(rss.values())):.3f} | {f'{rss[wr]:.2f} ({wr})' if wr else '-'} | {keep} |")
     out.append("")
     return out
+
+
+def verdict(g, dflt, dflt_iv):
+    """Keep a mechanism?  g: the geometric mean of off / default; dflt and
+    dflt_iv: each row's median off / default and its 95% interval (None
+    below six rounds)."""
+    if not dflt:
+        return "-"
+    if g <= 1:
+        return "no: loses on the geomean"
+    clear = [n for n, iv in dflt_iv.items() if iv and iv[1] < 0.95]
+    if clear:
+        n = min(clear, key=dflt.get)
+        return f"no: costs {1 / dflt[n] - 1:.0%} on {n} ({dflt_iv[n][0]:.2f}-{dflt_iv[n][1]:.2f})"
+    lo = min(dflt, key=dflt.get)
+    if dflt[lo] >= 0.95:
+        return "yes"
+    if dflt_iv.get(lo) is None:
+        return f"cannot tell: {1 / dflt[lo] - 1:.0%} on {lo} in too few rounds for an interval"
+    return f"yes: its {1 / dflt[lo] - 1:.0%} on {lo} is within the rounds' noise"
 
 
 def issue29_table(progs, names, results):

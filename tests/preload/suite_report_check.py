@@ -32,7 +32,8 @@ def run(wall, rss, rnd, **extra):
 def check_report():
     progs = [Program("A", ["/bin/a"]), Program("B", ["/bin/b"]),
              Program("C", ["/bin/c"], time_key="c.ms")]
-    allocs = [("glibc", None, {}), ("tcmalloc", "/x", {}), ("scralloc", "/y", {}), ("scralloc opt=1", "/y", {})]
+    allocs = [("glibc", None, {}), ("tcmalloc", "/x", {}), ("scralloc", "/y", {}), ("scralloc opt=1", "/y", {}),
+              ("scralloc opt=2", "/y", {}), ("scralloc opt=3", "/y", {})]
     res = {p.name: {a: [] for a, _, _ in allocs} for p in progs}
     for r in range(7):
         slow = 1 + r  # every round slower than the last, for every allocator alike
@@ -49,6 +50,12 @@ def check_report():
         res["C"]["tcmalloc"].append(run(1.0, 50, r, **{"c.ms": 2000.0 * slow}))
         res["C"]["scralloc"].append(run(1.0, 50, r, **{"c.ms": 1500.0 * slow}))
         res["C"]["scralloc opt=1"].append(run(1.0, 50, r, **{"c.ms": 1500.0 * slow}))
+        # opt=2 pays 1.5x on A and costs 10% on B in every round (a clear loss); opt=3 pays the
+        # same on A, and B moves 0.8x-1.2x of the default from round to round (noise)
+        for v, b in (("scralloc opt=2", 0.9), ("scralloc opt=3", 0.8 if r % 2 == 0 else 1.2)):
+            res["A"][v].append(run(3.0 * slow, 120, r))
+            res["B"][v].append(run(0.5 * b * slow, 80, r))
+            res["C"][v].append(run(1.0, 50, r, **{"c.ms": 1500.0 * slow}))
     text, summary = report(progs, allocs, res, 7)
     tv = summary["time_vs_fastest"]
     assert tv["A"] == (2.0, "tcmalloc"), tv
@@ -64,6 +71,10 @@ def check_report():
     # the mechanism it switches off does not win); max RSS 100/120, 100/80 and 50/50 of the default
     assert ("| scralloc opt=1 | 1.14 | 1.000 | 2.00 (B) | 0.50 (A) | 1.014 | 1.25 (B) | "
             "no: loses on the geomean |") in text, text
+    assert "| scralloc opt=2 |" in text and "no: costs 11% on B (0.90-0.90) |" in text, text
+    assert "yes: its 25% on B is within the rounds' noise |" in text, text
+    # below six rounds there is no interval: the verdict cannot tell a loss from noise
+    assert suite_bench.verdict(1.1, {"B": 0.8}, {"B": None}).startswith("cannot tell: 25% on B"), text
 
 
 def check_quick_fails():

@@ -18,7 +18,10 @@
  *   runs    16-127 B in runs: 1,000 mallocs, then their 1,000 frees in
  *           the order they were made, over and over (a program building
  *           and dropping a container of small objects: Python's dicts
- *           with PYTHONMALLOC=malloc), past any thread cache's list */
+ *           with PYTHONMALLOC=malloc), past any thread cache's list
+ *   aligned 16-127 B as `small`, each from aligned_alloc(64, n) (objects
+ *           of a cache line's alignment: C++'s alignas(64), Rust's
+ *           align(64)) */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,7 +38,7 @@ static uint64_t next(uint64_t *s) {
 
 static size_t draw(const char *mix, uint64_t *s) {
   if (strcmp(mix, "64") == 0) return 64;
-  if (strcmp(mix, "small") == 0 || strcmp(mix, "runs") == 0) return 16 + next(s) % 112;
+  if (strcmp(mix, "small") == 0 || strcmp(mix, "runs") == 0 || strcmp(mix, "aligned") == 0) return 16 + next(s) % 112;
   if (strcmp(mix, "medium") == 0) return 128 + next(s) % 3968;
   if (strcmp(mix, "page") == 0) return 4096 + next(s) % 12288;
   if (strcmp(mix, "large") == 0) return 16384 + next(s) % 49152;
@@ -59,6 +62,28 @@ static void run_slots(const size_t *sizes, const unsigned *slots, long steps, un
     }
     size_t n = sizes[i];
     unsigned char *p = malloc(n);
+    if (!p) abort();
+    memcpy(p, &n, sizeof n);
+    p[n - 1] = (unsigned char)n;
+    live[slots[i]] = p;
+  }
+  for (int k = 0; k < 32; k++) free(live[k]);
+}
+
+/* run_slots with aligned_alloc(64, n) for malloc (a copy: a test of the
+ * mix in run_slots would be timed in every other mix). */
+static void run_aligned(const size_t *sizes, const unsigned *slots, long steps, unsigned long *bad) {
+  unsigned char *live[32] = {0};
+  for (long i = 0; i < steps; i++) {
+    unsigned char *q = live[slots[i]];
+    if (q) {
+      size_t m;
+      memcpy(&m, q, sizeof m);
+      *bad += q[m - 1] != (unsigned char)m || ((uintptr_t)q & 63) != 0;
+      free(q);
+    }
+    size_t n = sizes[i];
+    unsigned char *p = aligned_alloc(64, n);
     if (!p) abort();
     memcpy(p, &n, sizeof n);
     p[n - 1] = (unsigned char)n;
@@ -91,12 +116,12 @@ static void run_runs(const size_t *sizes, long steps, unsigned long *bad) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: proc_pairs 64|small|medium|page|large|stress|runs STEPS\n");
+    fprintf(stderr, "usage: proc_pairs 64|small|medium|page|large|stress|runs|aligned STEPS\n");
     return 2;
   }
   const char *mix = argv[1];
   long steps = atol(argv[2]);
-  static const char *const mixes[] = {"64", "small", "medium", "page", "large", "stress", "runs"};
+  static const char *const mixes[] = {"64", "small", "medium", "page", "large", "stress", "runs", "aligned"};
   int known = 0;
   for (unsigned k = 0; k < sizeof mixes / sizeof *mixes; k++) known |= strcmp(mix, mixes[k]) == 0;
   bool runs = strcmp(mix, "runs") == 0;
@@ -117,6 +142,7 @@ int main(int argc, char **argv) {
   struct timespec t0, t1;
   clock_gettime(id, &t0);
   if (runs) run_runs(sizes, steps, &bad);
+  else if (strcmp(mix, "aligned") == 0) run_aligned(sizes, slots, steps, &bad);
   else run_slots(sizes, slots, steps, &bad);
   clock_gettime(id, &t1);
   free(sizes);

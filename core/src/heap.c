@@ -369,14 +369,8 @@ void *scr_heap_calloc(scr_heap *h, size_t count, size_t size) {
 
 static void *heap_aligned_alloc(scr_heap *h, size_t align, size_t n) {
   if (align <= SCR_MIN_ALIGN) return _scr_heap_malloc(h, n);
-  size_t want = n < align ? align : n;
-  if (want <= SCR_SMALL_MAX) {
-    /* A class whose size is a multiple of align: every slot is aligned,
-     * since pages start on 64 KiB boundaries (runs of medium classes on
-     * 256 KiB ones). */
-    for (unsigned c = _scr_class_of(want); c < SCR_CLASS_COUNT; c++)
-      if (_scr_class_sizes[c] % align == 0) return _scr_small_alloc(h, c);
-  }
+  unsigned c = _scr_class_aligned(align, n);
+  if (c < SCR_CLASS_COUNT) return _scr_small_alloc(h, c);
   bool zero;
   return _scr_large_alloc(h, n, align < SCR_PAGE_SIZE ? SCR_PAGE_SIZE : align, &zero);
 }

@@ -117,6 +117,21 @@ static inline unsigned _scr_class_of(size_t n) { return _scr_class_x4(n) >> 2; }
 static inline size_t _scr_realloc_size(size_t usable, size_t n) {
   return n > usable && n >= SCR_MEDIUM_MIN && n <= SCR_SMALL_MAX ? SCR_SMALL_MAX : n;
 }
+/* The class that serves an aligned request of n bytes (align a power of
+ * two above SCR_MIN_ALIGN): the first from n's (or align's) whose size
+ * is a multiple of align, every slot of which is then aligned (pages
+ * start on 64 KiB boundaries, medium runs on 256 KiB ones);
+ * SCR_CLASS_COUNT when no class can (a large block serves it).  It is the
+ * class of n rounded up to a multiple of align: between two powers of two
+ * the classes are every multiple of one step, so a multiple of a larger
+ * align is a class, and below the step every class is a multiple
+ * (test_size_classes checks it against that definition). */
+static inline unsigned _scr_class_aligned(size_t align, size_t n) {
+  size_t want = n < align ? align : n;
+  if (want > SCR_SMALL_MAX) return SCR_CLASS_COUNT;
+  want = (want + align - 1) & ~(align - 1);
+  return want <= SCR_SMALL_MAX ? _scr_class_of(want) : SCR_CLASS_COUNT;
+}
 /* A realloc of a block of `usable` bytes to n (0 < n) keeps it in place:
  * it fits and is not more than twice what is needed (then a smaller block
  * gives the memory back), or it is a medium one asked for a medium size:

@@ -385,9 +385,9 @@ static void test_calloc_takes_a_kept_block_zeroed(void) {
   CHECK_EQ(errno, ENOMEM);
 }
 
-/* So does aligned_alloc with an alignment every block has (16 and less);
- * a larger one takes the heap's path, and one that is not a power of two
- * is EINVAL. */
+/* So does aligned_alloc with an alignment every block has (16 and less),
+ * and a larger one that every block of a class has (that class's kept
+ * block); one that is not a power of two is EINVAL. */
 static void test_small_alignments_take_a_kept_block(void) {
   for (size_t align = 1; align <= 16; align *= 2) {
     void *p = scr_malloc(200);
@@ -399,6 +399,18 @@ static void test_small_alignments_take_a_kept_block(void) {
   void *r = scr_aligned_alloc(256, 200);
   CHECK(r != NULL && (uintptr_t)r % 256 == 0);
   scr_free(r);
+  /* a larger alignment that every block of a class has takes that
+   * class's kept block too: 64 and 150 B (class 160 is not a multiple of
+   * 64: class 192), 4096 and 3000 B (class 4096), 512 and 600 B (classes
+   * 640, 768 and 896 are not multiples of 512: class 1024) */
+  size_t cases[][3] = {{64, 192, 150}, {4096, 4096, 3000}, {512, 1000, 600}};
+  for (int i = 0; i < 3; i++) {
+    void *k = scr_malloc(cases[i][1]);
+    scr_free(k);
+    void *a = scr_aligned_alloc(cases[i][0], cases[i][2]);
+    CHECK(a == k && (uintptr_t)a % cases[i][0] == 0);
+    scr_free(a);
+  }
   errno = 0;
   CHECK(scr_aligned_alloc(24, 200) == NULL);
   CHECK_EQ(errno, EINVAL);

@@ -1,6 +1,7 @@
 /* Size classes: the table, the class of every request, rounding waste,
  * and the alignment of blocks. */
 #include "check.h"
+#include "internal.h" /* _scr_class_aligned */
 #include "scralloc.h"
 #include <stdint.h>
 
@@ -87,11 +88,30 @@ static void aligned_alloc_serves_every_power_of_two(void) {
   scr_heap_destroy(h);
 }
 
+/* The class of an aligned request is, for every size and every power of
+ * two from 32 to 64 KiB, the first class from the request's (or the
+ * alignment's) whose size is a multiple of the alignment: the definition,
+ * which _scr_class_aligned computes without a search. */
+static void aligned_requests_get_the_first_aligned_class(void) {
+  for (size_t align = 32; align <= SCR_SMALL_MAX; align *= 2) {
+    for (size_t n = 1; n <= SCR_SMALL_MAX + 1; n++) {
+      size_t want = n < align ? align : n;
+      unsigned c = want <= SCR_SMALL_MAX ? _scr_class_of(want) : SCR_CLASS_COUNT;
+      while (c < SCR_CLASS_COUNT && _scr_class_sizes[c] % align != 0) c++;
+      if (_scr_class_aligned(align, n) != c) {
+        CHECK_EQ(_scr_class_aligned(align, n), c);
+        return;
+      }
+    }
+  }
+}
+
 int main(void) {
   TEST(classes_are_increasing_multiples_of_16);
   TEST(every_request_gets_the_smallest_class);
   TEST(rounding_waste_is_bounded);
   TEST(blocks_are_aligned_and_usable);
   TEST(aligned_alloc_serves_every_power_of_two);
+  TEST(aligned_requests_get_the_first_aligned_class);
   return check_done();
 }

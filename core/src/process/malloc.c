@@ -150,15 +150,44 @@ void *scr_calloc(size_t count, size_t size) {
   return p ? PROC_COUNTED(a, p, count * size) : NULL;
 }
 
-void *scr_aligned_alloc(size_t alignment, size_t n) {
-  /* Every block is aligned to SCR_MIN_ALIGN: a smaller alignment (a power
-   * of two; the heap's path reports others) is malloc's, cache included. */
-  if (alignment != 0 && (alignment & (alignment - 1)) == 0 && alignment <= SCR_MIN_ALIGN) return scr_malloc(n);
-  scr_arena *a = _scr_holder_get();
-  if (SCR_UNLIKELY(a == NULL)) return NULL;
+/* aligned_alloc's heap path for a's holder; due: the countdown ran out
+ * (the block is then sampled: one of a's heap, proc_sampled). */
+static __attribute__((noinline)) void *proc_aligned_heap(scr_arena *a, size_t alignment, size_t n, bool due,
+                                                         const void *caller) {
   void *p = proc_heap_aligned_alloc(a->heap, alignment, n);
   _scr_holder_tick(a);
-  return p ? PROC_COUNTED(a, p, n) : NULL;
+  return p && due ? proc_sampled(a, p, n, caller) : p;
+}
+
+/* Everything aligned_alloc does beyond its hit path. */
+static __attribute__((noinline)) void *proc_aligned_other(size_t alignment, size_t n, const void *caller) {
+  /* Every block is aligned to SCR_MIN_ALIGN: a smaller alignment (a power
+   * of two; the heap's path reports others) is malloc's, cache included. */
+  bool pow2 = alignment != 0 && (alignment & (alignment - 1)) == 0;
+  if (pow2 && alignment <= SCR_MIN_ALIGN) return scr_malloc(n);
+  scr_arena *a = _scr_holder_get();
+  if (SCR_UNLIKELY(a == NULL)) return NULL;
+  bool due = _scr_prof_due(&a->prof, n);
+  unsigned c = pow2 && !due ? _scr_class_aligned(alignment, n) : SCR_CLASS_COUNT;
+  void *p = c < SCR_CLASS_COUNT ? _scr_tcache_take(a, c) : NULL;
+  return p != NULL ? p : proc_aligned_heap(a, alignment, n, due, caller);
+}
+
+/* The hit path, as malloc's: an alignment above 16 that every block of a
+ * size class has (its size a multiple of it), a block of that class's
+ * list (the countdown first: a block it samples is one of a's heap,
+ * proc_sampled). */
+void *scr_aligned_alloc(size_t alignment, size_t n) {
+  scr_tl *t = &_scr_tl;
+  if (SCR_LIKELY(n < t->small_end && alignment > SCR_MIN_ALIGN && (alignment & (alignment - 1)) == 0)) {
+    scr_arena *a = t->arena; /* (not NULL: small_end says so) */
+    bool due = _scr_prof_due(&a->prof, n);
+    unsigned c = _scr_class_aligned(alignment, n);
+    void *p = SCR_LIKELY(!due) && c < SCR_CLASS_COUNT ? _scr_tcache_take(a, c) : NULL;
+    if (SCR_LIKELY(p != NULL)) return p; /* the heap did not change */
+    return proc_aligned_heap(a, alignment, n, due, __builtin_return_address(0));
+  }
+  return proc_aligned_other(alignment, n, __builtin_return_address(0));
 }
 
 /* p, a block of seg (page idx, tag `tag`, mark `mark` in the mark map)

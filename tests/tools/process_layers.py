@@ -61,7 +61,7 @@ CORE_ALLOWED = {
     "_scr_block_word1": "misuse", "_scr_block_set_word1": "misuse",
     # size classes
     "_scr_class_sizes": "classes", "_scr_class_of": "classes", "_scr_class_x4": "classes", "_scr_class_first": "classes",
-    "_scr_realloc_size": "classes", "_scr_realloc_stays": "classes",
+    "_scr_realloc_size": "classes", "_scr_realloc_stays": "classes", "_scr_class_aligned": "classes",
     # set up an arena's heap: hooks, owner, what it keeps
     "_scr_heap_set_owner": "setup", "_scr_heap_set_retain_bytes": "setup",
     # give back pages: a heap's interior pages, a detached huge segment

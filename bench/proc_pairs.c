@@ -49,41 +49,22 @@ static size_t draw(const char *mix, uint64_t *s) {
 }
 
 /* Each step frees a random one of 32 live blocks and mallocs the next
- * size in its place.  Bad cookies are added to *bad. */
-static void run_slots(const size_t *sizes, const unsigned *slots, long steps, unsigned long *bad) {
+ * size in its place (aligned: with aligned_alloc(64, n); inlined where
+ * it is called with a constant, so no mix times the test).  Bad cookies
+ * are added to *bad. */
+static inline __attribute__((always_inline)) void run_slots(const size_t *sizes, const unsigned *slots, long steps,
+                                                            unsigned long *bad, bool aligned) {
   unsigned char *live[32] = {0};
   for (long i = 0; i < steps; i++) {
     unsigned char *q = live[slots[i]];
     if (q) {
       size_t m;
       memcpy(&m, q, sizeof m);
-      *bad += q[m - 1] != (unsigned char)m;
+      *bad += q[m - 1] != (unsigned char)m || (aligned && ((uintptr_t)q & 63) != 0);
       free(q);
     }
     size_t n = sizes[i];
-    unsigned char *p = malloc(n);
-    if (!p) abort();
-    memcpy(p, &n, sizeof n);
-    p[n - 1] = (unsigned char)n;
-    live[slots[i]] = p;
-  }
-  for (int k = 0; k < 32; k++) free(live[k]);
-}
-
-/* run_slots with aligned_alloc(64, n) for malloc (a copy: a test of the
- * mix in run_slots would be timed in every other mix). */
-static void run_aligned(const size_t *sizes, const unsigned *slots, long steps, unsigned long *bad) {
-  unsigned char *live[32] = {0};
-  for (long i = 0; i < steps; i++) {
-    unsigned char *q = live[slots[i]];
-    if (q) {
-      size_t m;
-      memcpy(&m, q, sizeof m);
-      *bad += q[m - 1] != (unsigned char)m || ((uintptr_t)q & 63) != 0;
-      free(q);
-    }
-    size_t n = sizes[i];
-    unsigned char *p = aligned_alloc(64, n);
+    unsigned char *p = aligned ? aligned_alloc(64, n) : malloc(n);
     if (!p) abort();
     memcpy(p, &n, sizeof n);
     p[n - 1] = (unsigned char)n;
@@ -142,8 +123,8 @@ int main(int argc, char **argv) {
   struct timespec t0, t1;
   clock_gettime(id, &t0);
   if (runs) run_runs(sizes, steps, &bad);
-  else if (strcmp(mix, "aligned") == 0) run_aligned(sizes, slots, steps, &bad);
-  else run_slots(sizes, slots, steps, &bad);
+  else if (strcmp(mix, "aligned") == 0) run_slots(sizes, slots, steps, &bad, true);
+  else run_slots(sizes, slots, steps, &bad, false);
   clock_gettime(id, &t1);
   free(sizes);
   free(slots);

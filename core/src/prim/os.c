@@ -119,22 +119,32 @@ static int os_munmap(void *p, size_t size, scr_os_counters *c) {
  * stacks, and the hint followed it there, where a segment seldom lands
  * aligned: each then took an munmap and a mapping with room to align,
  * and every munmap of a threaded process is a TLB shootdown.)  A place
- * the kernel did not give stays skipped; the hints never leave their
- * range. */
+ * the kernel did not give stays skipped; the hints do not follow a
+ * mapping the kernel put above the range. */
 static uintptr_t hint_take(size_t size, size_t align) {
   uintptr_t old = atomic_load_explicit(&next_hint, memory_order_relaxed), hint;
   do {
-    uintptr_t top = old < HINT_LOW + size || old > HINT_START ? HINT_START : old;
-    hint = (top - size) & ~(uintptr_t)(align - 1);
+    /* from the top when the range is used up (and at the first call) */
+    bool used_up = old == 0 || old > HINT_START || old < size || (old >= HINT_LOW && old < HINT_LOW + size);
+    hint = ((used_up ? HINT_START : old) - size) & ~(uintptr_t)(align - 1);
   } while (!atomic_compare_exchange_weak_explicit(&next_hint, &old, hint, memory_order_relaxed,
                                                   memory_order_relaxed));
   return hint;
 }
 
+/* A mapping the kernel put below the range: the address space is too
+ * small for it (a 39- or 42-bit one); the next hints go down from there. */
+static void hint_follow(const void *p) {
+  if ((uintptr_t)p < HINT_LOW) atomic_store_explicit(&next_hint, (uintptr_t)p, memory_order_relaxed);
+}
+
 void *_scr_os_map_aligned(size_t size, size_t align, scr_os_counters *c) {
   void *p = os_mmap((void *)hint_take(size, align), size, c);
   if (p == NULL) return NULL;
-  if (((uintptr_t)p & (align - 1)) == 0) return p;
+  if (((uintptr_t)p & (align - 1)) == 0) {
+    hint_follow(p);
+    return p;
+  }
   /* The kernel chose another place: map again with room to align, trim. */
   if (os_munmap(p, size, c) != 0) {
     _scr_report(SCR_ENOMEM, "munmap failed: %zu bytes at %p stay mapped", size, p);
@@ -148,6 +158,7 @@ void *_scr_os_map_aligned(size_t size, size_t align, scr_os_counters *c) {
   /* A failed trim leaves a few extra mapped bytes that nobody uses: harmless. */
   if (head) (void)os_munmap(raw, head, c);
   if (tail) (void)os_munmap(aligned + size, tail, c);
+  hint_follow(aligned);
   return aligned;
 }
 

@@ -29,7 +29,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from proc_bench import find_allocators  # noqa: E402  (the same peers, found the same way)
 
-MIXES = ["64", "small", "medium", "page", "large", "stress", "runs", "aligned"]
+MIXES = ["64", "small", "medium", "page", "large", "stress", "runs", "aligned", "realloc"]
 # what each mix of bench/proc_pairs.c draws, for the table
 MIX_NAMES = {
     "64": "64 B",
@@ -40,6 +40,7 @@ MIX_NAMES = {
     "stress": "stress (the threaded stress's sizes)",
     "runs": "runs (1,000 of 16-127 B, then their frees)",
     "aligned": "aligned (16-127 B, aligned_alloc(64, n))",
+    "realloc": "realloc (a live block of 16-127 B to another such size)",
 }
 
 

@@ -21,7 +21,10 @@
  *           with PYTHONMALLOC=malloc), past any thread cache's list
  *   aligned 16-127 B as `small`, each from aligned_alloc(64, n) (objects
  *           of a cache line's alignment: C++'s alignas(64), Rust's
- *           align(64)) */
+ *           align(64))
+ *   realloc 16-127 B as `small`, each step a realloc of a random live
+ *           block to the next size (in place where it fits, else moved;
+ *           its contents checked) */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,7 +41,8 @@ static uint64_t next(uint64_t *s) {
 
 static size_t draw(const char *mix, uint64_t *s) {
   if (strcmp(mix, "64") == 0) return 64;
-  if (strcmp(mix, "small") == 0 || strcmp(mix, "runs") == 0 || strcmp(mix, "aligned") == 0) return 16 + next(s) % 112;
+  if (strcmp(mix, "small") == 0 || strcmp(mix, "runs") == 0 || strcmp(mix, "aligned") == 0 || strcmp(mix, "realloc") == 0)
+    return 16 + next(s) % 112;
   if (strcmp(mix, "medium") == 0) return 128 + next(s) % 3968;
   if (strcmp(mix, "page") == 0) return 4096 + next(s) % 12288;
   if (strcmp(mix, "large") == 0) return 16384 + next(s) % 49152;
@@ -73,6 +77,25 @@ static inline __attribute__((always_inline)) void run_slots(const size_t *sizes,
   for (int k = 0; k < 32; k++) free(live[k]);
 }
 
+/* Each step reallocs a random one of 32 live blocks to the next size; the
+ * size the block had stays in its first word (checked), its last byte is
+ * stamped again. */
+static void run_realloc(const size_t *sizes, const unsigned *slots, long steps, unsigned long *bad) {
+  unsigned char *live[32] = {0};
+  for (long i = 0; i < steps; i++) {
+    unsigned char *q = live[slots[i]];
+    size_t n = sizes[i], m = 0;
+    if (q) memcpy(&m, q, sizeof m);
+    unsigned char *p = realloc(q, n);
+    if (!p) abort();
+    if (q) *bad += memcmp(p, &m, sizeof m) != 0;
+    memcpy(p, &n, sizeof n);
+    p[n - 1] = (unsigned char)n;
+    live[slots[i]] = p;
+  }
+  for (int k = 0; k < 32; k++) free(live[k]);
+}
+
 /* RUN mallocs, then their frees in the order they were made, until the
  * steps (a multiple of RUN) are done. */
 enum { RUN = 1000 };
@@ -97,12 +120,12 @@ static void run_runs(const size_t *sizes, long steps, unsigned long *bad) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: proc_pairs 64|small|medium|page|large|stress|runs|aligned STEPS\n");
+    fprintf(stderr, "usage: proc_pairs 64|small|medium|page|large|stress|runs|aligned|realloc STEPS\n");
     return 2;
   }
   const char *mix = argv[1];
   long steps = atol(argv[2]);
-  static const char *const mixes[] = {"64", "small", "medium", "page", "large", "stress", "runs", "aligned"};
+  static const char *const mixes[] = {"64", "small", "medium", "page", "large", "stress", "runs", "aligned", "realloc"};
   int known = 0;
   for (unsigned k = 0; k < sizeof mixes / sizeof *mixes; k++) known |= strcmp(mix, mixes[k]) == 0;
   bool runs = strcmp(mix, "runs") == 0;
@@ -124,6 +147,7 @@ int main(int argc, char **argv) {
   clock_gettime(id, &t0);
   if (runs) run_runs(sizes, steps, &bad);
   else if (strcmp(mix, "aligned") == 0) run_slots(sizes, slots, steps, &bad, true);
+  else if (strcmp(mix, "realloc") == 0) run_realloc(sizes, slots, steps, &bad);
   else run_slots(sizes, slots, steps, &bad, false);
   clock_gettime(id, &t1);
   free(sizes);

@@ -311,23 +311,14 @@ size_t _scr_proc_usable_size_named(const void *p, const char *call) {
 
 size_t scr_usable_size(const void *p) { return _scr_proc_usable_size_named(p, "scr_usable_size"); }
 
-/* realloc of p, a block of a's own heap h, to n bytes, not sampled.  A
- * block of a size class that moves goes through the thread's cache, as
- * the malloc and free it stands for would: the new block is the last one
+/* realloc of p, a block of a size class of a's own heap, usable bytes,
+ * to n bytes that do not fit it: through the thread's cache, as the
+ * malloc and free it stands for would.  The new block is the last one
  * freed of its class, and the old one waits for the next request of its
  * own.  Through the heap, a buffer grown by doubling and then freed, time
  * after time, took a new block of each class at each step while its
- * frees filled the cache with blocks realloc never took.  Anything else
- * (a block that stays, a large one): the heap's realloc. */
-static void *proc_realloc_own(scr_arena *a, scr_heap *h, void *p, size_t n) {
-  uintptr_t idx;
-  unsigned c = _scr_block_tag(_scr_segment_of(p), p, &idx);
-  size_t usable = c < SCR_CLASS_COUNT ? _scr_class_sizes[c] : 0;
-  if (usable == 0 || n == 0 || _scr_realloc_stays(usable, n)) {
-    void *q = proc_heap_realloc(h, p, n);
-    _scr_holder_tick(a);
-    return q;
-  }
+ * frees filled the cache with blocks realloc never took. */
+static __attribute__((noinline)) void *proc_realloc_move(scr_arena *a, void *p, size_t usable, size_t n) {
   size_t m = _scr_realloc_size(usable, n);
   void *q = m <= SCR_SMALL_MAX ? _scr_tcache_take(a, _scr_class_of(m)) : NULL;
   if (q == NULL && (q = proc_malloc_general(a, m)) == NULL) return NULL;
@@ -336,7 +327,34 @@ static void *proc_realloc_own(scr_arena *a, scr_heap *h, void *p, size_t n) {
   return q;
 }
 
+/* realloc of p, a block of a's own heap h, to n bytes; sampled: the
+ * countdown ran out (the block is then one of a's heap, proc_sampled). */
+static __attribute__((noinline)) void *proc_realloc_heap(scr_arena *a, void *p, size_t n, bool sampled,
+                                                         const void *caller) {
+  void *q = proc_heap_realloc(a->heap, p, n);
+  _scr_holder_tick(a);
+  return q && sampled ? proc_sampled(a, q, n, caller) : q;
+}
+
 void *scr_realloc(void *p, size_t n) {
+  /* The hit path: a block of the thread's own size-class pages, screened
+   * as on free's hit path (the mark map, the slot test, the freed key),
+   * that stays where it is.  It is counted anew, as every realloc: its
+   * sample goes, and the countdown may take it again (proc_sampled). */
+  scr_tl *t = &_scr_tl;
+  if (SCR_LIKELY(_scr_segmap_fast_mark(p) == t->fast) && n != 0) { /* (then p is not NULL, t->arena is not) */
+    scr_arena *a = t->arena;
+    scr_segment *seg = _scr_segment_of(p);
+    uintptr_t idx;
+    unsigned tag = _scr_block_tag_x4(seg, p, &idx) / 4;
+    const scr_tcache_list *r = &a->tc[tag];
+    if (!_scr_proc_block_suspect(seg, p, idx, r->magic, r->mask, _scr_misuse.key)) { /* (then tag is a class) */
+      _scr_prof_free(p);
+      size_t usable = _scr_class_sizes[tag];
+      if (SCR_UNLIKELY(_scr_prof_due(&a->prof, n))) return proc_realloc_heap(a, p, n, true, __builtin_return_address(0));
+      return _scr_realloc_stays(usable, n) ? p : proc_realloc_move(a, p, usable, n);
+    }
+  }
   if (p == NULL) return scr_malloc(n);
   _scr_proc_init();
   if (SCR_UNLIKELY(_scr_proc_check("realloc", p) != SCR_OK)) {
@@ -349,10 +367,14 @@ void *scr_realloc(void *p, size_t n) {
   if (SCR_LIKELY(a->heap == h)) {
     _scr_prof_free(p); /* (a block realloc keeps in place is counted anew too) */
     /* the countdown first: a block it samples is one of a's heap (proc_sampled) */
-    if (SCR_LIKELY(!_scr_prof_due(&a->prof, n))) return proc_realloc_own(a, h, p, n);
-    void *q = proc_heap_realloc(h, p, n);
-    _scr_holder_tick(a);
-    return q ? proc_sampled(a, q, n, __builtin_return_address(0)) : NULL;
+    bool sampled = _scr_prof_due(&a->prof, n);
+    uintptr_t idx;
+    unsigned c = _scr_block_tag(_scr_segment_of(p), p, &idx);
+    size_t usable = c < SCR_CLASS_COUNT ? _scr_class_sizes[c] : 0;
+    /* a size-class block that moves, as on the hit path; a large one, one
+     * that stays, realloc(p, 0): the heap's realloc */
+    if (!sampled && usable != 0 && n != 0 && !_scr_realloc_stays(usable, n)) return proc_realloc_move(a, p, usable, n);
+    return proc_realloc_heap(a, p, n, sampled, __builtin_return_address(0));
   }
   /* A block of another arena: it stays where it fits (as the arena's own
    * would: no heap changes; any thread may free it later), else it moves

@@ -339,8 +339,9 @@ static __attribute__((noinline)) void *proc_realloc_heap(scr_arena *a, void *p, 
 void *scr_realloc(void *p, size_t n) {
   /* The hit path: a block of the thread's own size-class pages, screened
    * as on free's hit path (the mark map, the slot test, the freed key),
-   * that stays where it is.  It is counted anew, as every realloc: its
-   * sample goes, and the countdown may take it again (proc_sampled). */
+   * stays where it is or moves through the cache; anything else takes the
+   * exact check below.  It is counted anew, as every realloc: its sample
+   * goes, and the countdown may take it again (proc_sampled). */
   scr_tl *t = &_scr_tl;
   if (SCR_LIKELY(_scr_segmap_fast_mark(p) == t->fast) && n != 0) { /* (then p is not NULL, t->arena is not) */
     scr_arena *a = t->arena;

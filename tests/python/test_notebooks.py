@@ -128,10 +128,12 @@ def test_thread_arenas():
     # CI's delays: 50 ms doubling to 500 ms; every wave after the first
     # faults in again pages a discard gave back, so the delay doubles (once
     # or more) at every wave up to its cap, and each wave's pages stay
-    # committed for at least its delay.
+    # committed for at least its delay.  The first wave's may already be
+    # 100 ms: on a busy machine the interpreter's start can fault in again
+    # pages the decay gave back 50 ms after it freed them.
     summary = re.search(r"the discards came ([\d, ]+) ms after the waves' ends \(delays ([\d, ]+) ms\)", text)
     held, delays = ([int(v) for v in g.split(",")] for g in summary.groups())
-    assert delays[0] == 50 and delays[-1] == 500
+    assert delays[0] in (50, 100) and delays[-1] == 500, delays
     assert all(d == 500 or d >= 2 * p for p, d in zip(delays, delays[1:])), delays
     assert all(h >= 0.9 * d for h, d in zip(held, delays))
     assert all(abs(h - 1000 * row[6]) <= 5 for h, row in zip(held, table))  # the text is the table's

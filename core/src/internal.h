@@ -119,8 +119,9 @@ static inline size_t _scr_realloc_size(size_t usable, size_t n) {
 }
 /* The class that serves an aligned request of n bytes (align a power of
  * two above SCR_MIN_ALIGN): the first from n's (or align's) whose size
- * is a multiple of align, every slot of which is then aligned (pages
- * start on 64 KiB boundaries, medium runs on 256 KiB ones);
+ * is a multiple of align, every slot of which is then aligned (a page
+ * starts on a multiple of SCR_PAGE_SIZE, a medium run on one of
+ * SCR_MEDIUM_SPAN pages, and align is at most SCR_SMALL_MAX);
  * SCR_CLASS_COUNT when no class can (a large block serves it).  It is the
  * class of n rounded up to a multiple of align: between two powers of two
  * the classes are every multiple of one step, so a multiple of a larger

@@ -159,18 +159,16 @@ static __attribute__((noinline)) void *proc_aligned_heap(scr_arena *a, size_t al
   return p && due ? proc_sampled(a, p, n, caller) : p;
 }
 
-/* Everything aligned_alloc does beyond its hit path. */
+/* Everything aligned_alloc does beyond its hit path: an alignment of 16
+ * or less, one that is not a power of two, a large block, or a thread
+ * that holds no arena yet (whose cache, once claimed, is empty). */
 static __attribute__((noinline)) void *proc_aligned_other(size_t alignment, size_t n, const void *caller) {
   /* Every block is aligned to SCR_MIN_ALIGN: a smaller alignment (a power
    * of two; the heap's path reports others) is malloc's, cache included. */
-  bool pow2 = alignment != 0 && (alignment & (alignment - 1)) == 0;
-  if (pow2 && alignment <= SCR_MIN_ALIGN) return scr_malloc(n);
+  if (alignment != 0 && (alignment & (alignment - 1)) == 0 && alignment <= SCR_MIN_ALIGN) return scr_malloc(n);
   scr_arena *a = _scr_holder_get();
   if (SCR_UNLIKELY(a == NULL)) return NULL;
-  bool due = _scr_prof_due(&a->prof, n);
-  unsigned c = pow2 && !due ? _scr_class_aligned(alignment, n) : SCR_CLASS_COUNT;
-  void *p = c < SCR_CLASS_COUNT ? _scr_tcache_take(a, c) : NULL;
-  return p != NULL ? p : proc_aligned_heap(a, alignment, n, due, caller);
+  return proc_aligned_heap(a, alignment, n, _scr_prof_due(&a->prof, n), caller);
 }
 
 /* The hit path, as malloc's: an alignment above 16 that every block of a

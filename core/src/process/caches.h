@@ -107,11 +107,6 @@ static inline void _scr_tcache_link_key(scr_tcache_list *r, unsigned c, void *p,
   SCR_POISON(p, _scr_class_sizes[c]); /* ASan: a use after free is caught */
   r->head = p;
 }
-/* Push block p of class c on list r, which has room. */
-static inline void _scr_tcache_push(scr_tcache_list *r, unsigned c, void *p) {
-  _scr_tcache_link_key(r, c, p, _scr_misuse.key);
-  r->room--;
-}
 /* Keep p, a block on page idx of seg with tag `tag` that a's holder frees
  * and may keep (_scr_tcache_may_keep), for a's next malloc of its class:
  * 1, or 0 when it is not kept (p is not a block of a size class: its
@@ -124,7 +119,8 @@ static inline int _scr_tcache_put(scr_arena *a, const scr_segment *seg, uintptr_
 #if SCR_DEBUG > 0
   if (_scr_tcache_refused(r, seg, idx, c, p)) return 1;
 #endif
-  _scr_tcache_push(r, c, p);
+  _scr_tcache_link_key(r, c, p, _scr_misuse.key);
+  r->room--;
   return 1;
 }
 /* A kept block of the class whose list is at a->tc plus `at` bytes, or

@@ -1,49 +1,27 @@
 /* The return policy: what free memory goes back to the OS, and when.
  *
- * Decay by age, backed off on refaults.  A freed page of any arena, and a
- * freed huge block in the process's cache, stays committed, reused first,
- * until it has gone unused for the decay delay; then it goes back,
- * oldest first, on one clock for the whole process (every arena, held or
- * parked, and the huge cache), without a call from the program.  What stays is therefore
- * what the program freed within the last delay: its recent need, with no
- * constant that a program of another size falls between.
- *
- *   - Pages: each heap keeps its dirty pages in two generations
- *     (segment.c); a pass every delay / 2 gives back the older one and
- *     ages the newer, so a page goes back between delay / 2 and delay
- *     after it was last freed, unless it is taken again first.  The pass
- *     of a heap is run by whichever comes first once it is due: its
- *     holder at a tick (a busy program's helper thread may wait long for
- *     a core) or the helper (a holder that makes no calls).
- *   - Huge blocks: each cached block goes back once it has waited the
- *     delay (huge_cache.c); a request that grows what the process holds
- *     gives back as many bytes of the oldest cached blocks.  Pages do not
- *     do that: dirty pages that do not fit a run now fit one after the
- *     next frees, and giving them back as the heap grows faults them in
- *     again at every step of a program that reuses large blocks
- *     (docs/process.md has the figure).
- *   - Refaults: memory that went back and is taken again within twice
- *     the delay counts as refaulted (the heaps' refault_bytes, the huge
- *     cache's misses, pages of a discarded arena that a thread claims
- *     again).  When a pass sees refaults of at least an eighth of what
- *     went back in the last delay (a program whose pauses or threads come
- *     back after the delay, but not by much), the delay doubles, up to
- *     decay_max_ms; after twice the delay without a refault it halves
- *     again, down to decay_ms (by time, not passes: a helper woken often
- *     makes many passes).
- *   - An arena whose thread exits keeps only the heaps' retain_bytes
- *     (arena.c: nobody is left to reuse the rest; the next thread that
- *     claims it starts from that); once it has stayed parked for the
- *     delay, the discard returns the rest (discard.c).
- *   - retain_max, when set, caps the free memory the arenas keep
- *     committed, shared by the threads holding arenas: above it, freed
- *     pages go back at once.
- * scr_trim and malloc_trim give everything back at once.
- *
- * Layer: arenas (under arena.c: the arenas' state is not changed here,
- * only their heaps' dirty pages, under each heap's lock).  Owns the delay
- * and the back-off's state (the helper thread alone runs _scr_decay_step;
- * a heap's own schedule is under its lock, segment.c), and each held
+ * Decay by age, backed off on refaults (docs/process.md, "How it
+ * works", says it for users).  A freed page of any arena, and a freed huge
+ * block in the process's cache, stays committed, reused first, until it
+ * has gone unused for the decay delay; then it goes back, oldest first,
+ * on one clock for the whole process, without a call from the program.
+ *   - Pages: two generations per heap (segment.c); a pass every delay / 2
+ *     gives back the older and ages the newer, run by the holder at a
+ *     tick or by the helper, whichever comes first once it is due.
+ *   - Huge blocks: each goes back once it has waited the delay; a request
+ *     that grows what the process holds gives back as many bytes of the
+ *     oldest (huge_cache.c).  Pages do not: giving them back as the heap
+ *     grows faults them in again at every step of a program that reuses
+ *     large blocks.
+ *   - Refaults (memory taken again within twice the delay of its return)
+ *     of at least an eighth of what went back double the delay, up to
+ *     decay_max_ms; twice the delay without one halves it, down to
+ *     decay_ms (by time, not passes).
+ *   - A parked arena keeps retain_bytes (arena.c), the rest after the
+ *     delay (discard.c); retain_max caps what the held arenas keep.
+ * Layer: arenas (the arenas' state is not changed here, only their heaps'
+ * dirty pages, under each heap's lock).  Owns the delay and the
+ * back-off's state (the helper alone runs _scr_decay_step) and each held
  * arena's share of retain_max (its holder). */
 #include "arenas.h"
 

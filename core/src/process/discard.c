@@ -1,22 +1,12 @@
 /* Delayed discard of parked arenas, by the helper thread (helper.c).
- *
- * An arena parked at thread exit keeps its free pages so that the next
- * thread can use them without faults.  Once it has stayed parked for the
- * decay delay (decay.c), the helper claims it, frees what other threads
- * pushed on it, trims its heap (every page holding only free blocks goes
- * back with MADV_DONTNEED, the large cache is flushed, wholly empty
- * segments are unmapped) and parks it again at the cold end of the parked
- * list.  One arena at a time; a program that exits within the delay
- * returns nothing.
- *
- * One clock and one back-off for the whole return policy: the trim counts
- * as the decay's, so threads that come back and take those pages again
- * within twice the delay are refaults, and the decay's delay (this one
- * too) doubles on them.  SCRALLOC_DISCARD=0 keeps everything;
- * SCRALLOC_DISCARD=poison also makes the returned pages inaccessible
- * (PROT_NONE) until the arena is claimed again, so tests can see a use
- * after discard fault.
- *
+ * An arena parked at thread exit keeps its free pages for the next
+ * thread; once it has stayed parked for the decay delay (decay.c), the
+ * helper borrows it, frees what other threads pushed on it, trims its
+ * heap and parks it again at the cold end of the parked list, one arena
+ * at a time.  The trim counts as the decay's (refaults included: one
+ * clock, one back-off).  SCRALLOC_DISCARD=0 keeps everything; =poison
+ * also makes the returned pages PROT_NONE until the arena is claimed
+ * again, so that tests see a use after discard fault.
  * Layer: arenas (above arena.c: it borrows, trims and parks arenas
  * again).  Owns each arena's discarded flag. */
 #include "arenas.h"

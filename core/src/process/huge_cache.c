@@ -1,23 +1,13 @@
 /* The process's cache of freed huge blocks (each a mapping of its own,
- * above huge_threshold).  A heap detaches a huge segment whose block is
- * freed and puts it here (large.c, through the arena's hooks); a heap of
- * any thread that needs a huge block takes the best one and resizes it
- * (its tail unmapped, or grown with mremap, which moves pages without
- * copying them), so the pages it keeps are reused resident instead of a
- * munmap and a fresh mapping faulted in page by page (a program that
- * replaces large blocks pays a fault per page otherwise: docs/process.md,
- * "Why it is built this way").
- *
- * Bounds: a block cached longer than the decay delay goes back, by the
- * helper thread (decay.c), without a call from the program; a request
- * that grows what the process holds (a block grown, or a new mapping)
- * evicts as many bytes of the oldest blocks; at most SCR_HUGE_CACHE_MAX
- * blocks, and no more bytes than retain_max when that is set (oldest
- * first); a block taken for a smaller request leaves its
- * tail here as a block of its own where the tail spans a segment boundary
- * and a huge block (segment.c: _scr_segment_attach); scr_trim gives back
- * every one.  A request the cache cannot serve soon after a return is a
- * refault (decay.c backs off on them).
+ * above huge_threshold).  A heap puts a huge segment whose block is
+ * freed here (large.c, through the arena's hooks); a heap of any thread
+ * that needs a huge block takes the best one and resizes it (its tail
+ * unmapped, or grown with mremap), so its pages are reused resident
+ * rather than unmapped and faulted in again (docs/process.md, "Why it is
+ * built this way").  Bounds: the decay delay (decay.c, by the helper), a
+ * request that grows what the process holds evicts as many bytes of the
+ * oldest, SCR_HUGE_CACHE_MAX blocks, retain_max when set; scr_trim gives
+ * back every one.
  *
  *   bytes == sum(e[i].seg->size), n <= SCR_HUGE_CACHE_MAX,
  *   e[] ordered by at_ns (oldest first)

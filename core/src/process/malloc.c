@@ -52,10 +52,9 @@ static __attribute__((noinline)) void *proc_malloc_general(scr_arena *a, size_t 
  * of the class was empty: the common case first, with few registers (as
  * free's, below), a block of the arena's own page of a class below the
  * medium ones, a free slot, or carved when the pool holds none of the
- * class (proc_malloc_general takes the same block).  The fast path hands
- * over the class it looked up (times 4) rather than the size, so the class is not
- * looked up twice (a program that mallocs runs of blocks longer than a
- * list comes here for every other malloc). */
+ * class (proc_malloc_general takes the same block).  x4: the class the
+ * fast path looked up, times 4 (a program that mallocs runs of blocks
+ * longer than a list comes here for every other malloc). */
 static __attribute__((noinline)) void *proc_malloc_slow(size_t n, scr_arena *a, uintptr_t x4) {
   unsigned c = (unsigned)(x4 / 4);
   scr_page *pg = a->heap->queue[c];
@@ -311,11 +310,10 @@ size_t scr_usable_size(const void *p) { return _scr_proc_usable_size_named(p, "s
 
 /* realloc of p, a block of a size class of a's own heap, usable bytes,
  * to n bytes that do not fit it: through the thread's cache, as the
- * malloc and free it stands for would.  The new block is the last one
- * freed of its class, and the old one waits for the next request of its
- * own.  Through the heap, a buffer grown by doubling and then freed, time
- * after time, took a new block of each class at each step while its
- * frees filled the cache with blocks realloc never took. */
+ * malloc and free it stands for would (through the heap, a buffer grown
+ * by doubling and freed, time after time, took a new block of each class
+ * at each step while its frees filled the cache with blocks realloc
+ * never took). */
 static __attribute__((noinline)) void *proc_realloc_move(scr_arena *a, void *p, size_t usable, size_t n) {
   size_t m = _scr_realloc_size(usable, n);
   void *q = m <= SCR_SMALL_MAX ? _scr_tcache_take(a, _scr_class_of(m)) : NULL;

@@ -1,27 +1,19 @@
 /* The pool: other arenas' blocks that overflowed a thread's cache, in
  * batches per size class, for any thread whose cache list of the class
- * runs empty.
- *
- * Why: without it, a thread whose list is full sends each further block
- * of another arena to its owner's remote stack, where it waits until the
- * owner runs and drains it; meanwhile threads whose lists run empty carve
- * fresh memory.  With more threads than CPUs the owners sleep most of the
- * time, so the freed blocks sit idle while other arenas grow (most of
- * them of 1-64 KiB, whose classes' lists hold few blocks and overflow
- * often; the figure: docs/process.md, "Why it is built this way").  A
- * batch in the pool is taken by the next thread that needs the class and
- * finds no free slot in its own pages.  The blocks stay live in
- * their owners' heaps all along, as in the caches (tcache.c).
+ * runs empty and whose own page of the class has no free slot.  Why
+ * (docs/process.md): with more threads than CPUs the owners sleep most
+ * of the time, and blocks sent home wait while other threads carve fresh
+ * memory.  The blocks stay live in their owners' heaps all along, as in
+ * the caches (tcache.c).
  *
  * A batch is made of the other arenas' blocks among the older half of a
- * full list (the arena's own go back to its heap, where its next malloc
- * finds them), linked through their first words.  At most
- * SCR_POOL_BATCHES batches per class: past that, and for blocks of parked
- * arenas, the blocks go home as before.  The pool is emptied at every
- * park and trim.  One mutex per class, taken once per batch and never
- * waited for on the malloc and free paths: with more threads than CPUs a
- * holder may be preempted, and a thread that finds the lock taken treats
- * the pool as full (its batch goes home) or empty (it carves).
+ * full list (the arena's own go back to its heap), linked through their
+ * first words.  At most SCR_POOL_BATCHES batches per class: past that,
+ * and for blocks of parked arenas, the blocks go home.  The pool is
+ * emptied at every park and trim.  One mutex per class, taken once per
+ * batch and never waited for on the malloc and free paths (a holder may
+ * be preempted): a thread that finds it taken treats the pool as full
+ * (its batch goes home) or empty (it carves).
  *
  * Layer: caches.  Owns _scr_pool (each class under its lock; the batch
  * count peeked without it). */

@@ -287,41 +287,35 @@ static inline int _scr_proc_alone(const scr_arena *mine) {
 static inline void _scr_proc_init(void) {
   if (SCR_UNLIKELY(!atomic_load_explicit(&_scr_proc.inited, memory_order_acquire))) _scr_proc_init_slow();
 }
-/* The tag of the page that holds p, a block in seg, and the page's index:
- * the tag, not the descriptor, because the owner writes the descriptor on
- * every call and the tag line only when the page changes kind.  Segments
- * are aligned to their size, so the index is p's page within its aligned
- * SCR_SEGMENT_SIZE: for a NORMAL segment that is p's page in seg; a HUGE
- * segment's tags are all OTHER, whichever 4 MiB of it p lies in. */
-static inline unsigned _scr_block_tag(const scr_segment *seg, const void *p, uintptr_t *idx) {
-  *idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
-  return scr_seg_tag(seg, *idx);
-}
-/* The same, the tag times 4 (types.h: page_tag4), for an index scaled in
- * the address (the free fast path): the byte as it is stored (through
- * scr_seg_tag, the compiler masks the low bits again, an instruction
- * more). */
+/* The tag of the page that holds p, a block in seg, times 4 (types.h:
+ * page_tag4, as it is stored: an index the free fast path scales in the
+ * address), and the page's index: the tag, not the descriptor, because
+ * the owner writes the descriptor on every call and the tag line only
+ * when the page changes kind.  Segments are aligned to their size, so the
+ * index is p's page within its aligned SCR_SEGMENT_SIZE: for a NORMAL
+ * segment that is p's page in seg; a HUGE segment's tags are all OTHER,
+ * whichever 4 MiB of it p lies in. */
 static inline unsigned _scr_block_tag_x4(const scr_segment *seg, const void *p, uintptr_t *idx) {
   *idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
   return seg->page_tag4[*idx];
+}
+static inline unsigned _scr_block_tag(const scr_segment *seg, const void *p, uintptr_t *idx) {
+  return _scr_block_tag_x4(seg, p, idx) / 4;
 }
 /* misuse.c: bad pointers given to free, realloc & co. */
 SCR_INTERNAL int _scr_proc_classify(const void *p, uintptr_t e);
 SCR_INTERNAL void _scr_proc_misuse(const char *call, const void *p, int kind) __attribute__((cold, noinline));
 SCR_INTERNAL int _scr_proc_check(const char *call, const void *p);
-/* p, in seg on a page whose class has list r, is not plainly a live
- * block of an arena: not one of the slots its page carved (the slot test,
- * core/src/misuse.c, against the page's slot_limit in the segment header,
- * which its holder writes: a relaxed load that needs the page's index
- * only, not its tag), or it holds the freed-block key.  Always true for
- * tag OTHER (large blocks, huge ones, free pages: classified on the slow
- * side): their slot_limit and their magic are 0.  idx: p's page in seg;
- * magic, mask: the slot geometry of p's tag (_scr_misuse.geom, or the
- * copy on the tag's cache list, the line the hit path reads anyway); key:
- * _scr_misuse.key, read once by the caller, which writes it into the
- * block it keeps (a second read of the global after the block's first
- * word is written is an instruction more: the compiler cannot tell that
- * the two do not alias). */
+/* p, in seg on page idx, is not plainly a live block of an arena: not
+ * one of the slots its page carved (the slot test, core/src/misuse.c,
+ * against the page's slot_limit, which its holder writes: a relaxed load
+ * that needs the page's index only), or it holds the freed-block key.
+ * Always true for tag OTHER (large blocks, huge ones, free pages), whose
+ * slot_limit and magic are 0.  magic, mask: the slot geometry of p's tag
+ * (_scr_misuse.geom, or its copy on the tag's cache list, a line the hit
+ * path reads anyway); key: _scr_misuse.key as the caller read it (read
+ * again after the block's first word is written, an instruction more:
+ * the compiler cannot tell that the two do not alias). */
 static inline bool _scr_proc_block_suspect(const scr_segment *seg, const void *p, uintptr_t idx, uint64_t magic,
                                            uint32_t mask, uint64_t key) {
   uint64_t off = (uintptr_t)p & mask;

@@ -5,17 +5,13 @@
  * blocks of a medium class; none of a class above cache_max).
  *
  * Why: the most recently freed block of a class is the one whose cache
- * line this thread touched last, and a block of another arena kept here
- * takes no push onto that arena's remote stack, drain and trip through
- * its page.  It stays live in its owner's heap the whole time; it goes
- * back when this thread frees past the caps, exits or calls scr_trim (the
- * flush).  Blocks of a parked arena are kept only while another thread
- * holds an arena too (else they go home, so that their pages can go
- * back).  A kept block keeps its page in use: hence options, with
- * defaults for speed.  The figures behind these choices and the caps
- * below: docs/process.md, "Why it is built this way"; the words: its
- * glossary.  The figures of _scr_holder_publish (holder.c) leave the kept
- * blocks out of what is used.
+ * line this thread touched last, and another arena's block kept here
+ * takes no trip home.  It stays live in its owner's heap the whole time
+ * (holder.c's figures leave it out of what is used) and goes back when
+ * this thread frees past the caps, exits or calls scr_trim (the flush).
+ * A parked arena's blocks are kept only while another thread holds an
+ * arena too (else they go home, so that its pages can go back).  The
+ * figures behind the caps: docs/process.md, "Why it is built this way".
  *
  * Layer: caches.  Owns each arena's lists (tc, medium_cap,
  * medium_mallocs, cache_grown): its holder alone touches them. */
@@ -95,25 +91,14 @@ static void tcache_empty_list(scr_arena *a, unsigned c, uint32_t max) {
  * by one block, up to SCR_TCACHE_RUN_MAX blocks for a class below
  * SCR_GROW_FIRST and SCR_TCACHE_CLASS_MAX for the others, while the
  * arena's grown bytes stay within its share of cache_grow (false: it
- * does not).
- *
- * Small classes (while no other thread holds an arena): a thread that
- * mallocs a run of blocks and frees it (containers built and dropped)
- * would get 64 of them from its list and the rest through its pages, each
- * at a higher cost.  Grown to the run's length, the list serves all of
- * them; the run's bytes (48 KiB for 1,000 blocks of 48 B) come out of the
- * same budget.
- *
- * Why: a list of blocks of 4 KiB and more holds 1-4 of them
- * (cache_bytes, cache_medium), and a thread whose frees and mallocs of
- * such a class come in runs longer than that takes its heap's path for
- * every other one: its page's free list, the run emptied and carved
- * again, and past the kept pages a decommit and fresh faults (figures:
- * docs/process.md, "Why it is built this way").  A list grows only as far as its thread's runs need, and the budget,
- * shared by the threads holding arenas, bounds what all lists of all
- * threads keep past their bases, so a program of many threads keeps
- * about what one would.  The caps go back to their bases at park and
- * trim. */
+ * does not).  Why: a thread that mallocs runs of blocks longer than its
+ * list and frees them (containers built and dropped; blocks of 4 KiB and
+ * more, whose lists hold 1-4) took its heap's path for the rest, at a
+ * higher cost (docs/process.md).  A list grows only as far as its
+ * thread's runs need; the budget, shared by the threads holding arenas,
+ * bounds what all lists keep past their bases, so a program of many
+ * threads keeps about what one would.  The caps go back to their bases
+ * at park and trim. */
 bool _scr_tcache_grow(scr_arena *a, unsigned c) {
   scr_tcache_list *r = &a->tc[c];
   uint64_t size = _scr_class_sizes[c], budget = _scr_proc.opt.cache_grow;

@@ -62,8 +62,8 @@ def check_report():
     assert tv["B"] == (0.5, "tcmalloc"), tv
     assert tv["C"] == (1.5, "glibc"), tv
     gm = math.exp((math.log(2.0) + math.log(0.5) + math.log(1.5)) / 3)
-    assert f"geometric mean {gm:.2f} (target at most 1.05), worst 2.00 (A, against tcmalloc)" in text, text
-    assert "rows above 1.25x the fastest: 2 of 3" in text, text
+    assert f"geometric mean {gm:.2f} (target at most 1.00), worst 2.00 (A, against tcmalloc)" in text, text
+    assert "rows above 1.20x the fastest (target none): 2 of 3" in text, text
     assert summary["rss_vs_glibc"] == {"A": 1.2, "B": 0.8, "C": 1.0}, summary["rss_vs_glibc"]
     # row A: every round gives exactly 2, so the interval of the median is 2-2
     assert "| A | tcmalloc | 2.00 (2.00-2.00) |" in text, text

@@ -362,6 +362,30 @@ static void test_short_lists_leave_long_batches(void) {
   CHECK(scr_process_validate() == SCR_OK);
 }
 
+/* A full list hands its newer half on (as tcmalloc's thread cache does:
+ * one walk, over the blocks that leave) and keeps the older half: after
+ * 65 of arena 0's blocks are freed into a list of 64, the freeing
+ * thread's next mallocs take the block it freed last, then the 32nd. */
+enum { HALF_SIZE = 48, HALF_CAP = 64 };
+static void *half[HALF_CAP + 1];
+static void *free_past_a_full_list(void *arg) {
+  (void)arg;
+  scr_free(scr_malloc(16)); /* holds an arena */
+  scr_trim();               /* its lists at their caps, empty; no batch in the pool */
+  for (int i = 0; i <= HALF_CAP; i++) scr_free(half[i]);
+  void *last = scr_malloc(HALF_SIZE), *next = scr_malloc(HALF_SIZE);
+  CHECK(last == half[HALF_CAP]);
+  CHECK(next == half[HALF_CAP / 2 - 1]);
+  scr_free(next);
+  scr_free(last);
+  return NULL;
+}
+static void test_a_full_list_hands_on_its_newer_half(void) {
+  CHECK_EQ(16384 / HALF_SIZE > HALF_CAP, 1); /* the list's cap is SCR_TCACHE_CLASS_MAX */
+  for (int i = 0; i <= HALF_CAP; i++) half[i] = memset(scr_malloc(HALF_SIZE), 3, HALF_SIZE); /* arena 0's */
+  run_thread(free_past_a_full_list, NULL);
+}
+
 /* ---- calloc and aligned_alloc ---- */
 
 /* calloc takes the block the thread's cache kept last, as malloc would,
@@ -565,6 +589,7 @@ int main(void) {
   TEST(test_realloc_moves_through_the_cache);
   TEST(test_realloc_leaves_another_arenas_block_in_the_cache);
   TEST(test_short_lists_leave_long_batches);
+  TEST(test_a_full_list_hands_on_its_newer_half);
   TEST(test_calloc_takes_a_kept_block_zeroed);
   TEST(test_small_alignments_take_a_kept_block);
   TEST(test_a_parked_arenas_blocks_are_kept_while_others_run);

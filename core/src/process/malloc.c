@@ -198,7 +198,7 @@ static void proc_free_claimed(void *p, scr_arena *a, scr_segment *seg, uintptr_t
     bool home = o == a || !_scr_arena_parked(o); /* the list may grow or overflow for it */
     if (_scr_tcache_put(a, seg, idx, tag, p)) return;
     if (tag >= SCR_GROW_FIRST && home && _scr_tcache_grow(a, tag) && _scr_tcache_put(a, seg, idx, tag, p)) return;
-    /* Another arena's block and a full list: its older half leaves.  The
+    /* Another arena's block and a full list: its newer half leaves.  The
      * arena's own block goes to its heap, so that frees in address order
      * (scr_free_many) stay in order. */
     if (o != a && home && _scr_pool_overflow(a, tag) && _scr_tcache_put(a, seg, idx, tag, p)) return;

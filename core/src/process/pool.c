@@ -6,7 +6,7 @@
  * memory.  The blocks stay live in their owners' heaps all along, as in
  * the caches (tcache.c).
  *
- * A batch is made of the other arenas' blocks among the older half of a
+ * A batch is made of the other arenas' blocks among the newer half of a
  * full list (the arena's own go back to its heap), linked through their
  * first words.  At most SCR_POOL_BATCHES batches per class: past that,
  * and for blocks of parked arenas, the blocks go home.  The pool is
@@ -21,33 +21,22 @@
 
 scr_pool_line _scr_pool[SCR_CLASS_COUNT] = {[0 ... SCR_CLASS_COUNT - 1] = {{.lock = PTHREAD_MUTEX_INITIALIZER}}};
 
-/* a's list of class c is full: its older half leaves it, a's own blocks
- * for its heap, the others for the pool.  The list keeps its newer
- * blocks, whose lines this thread touched last.  false when nothing moved
- * (a list of one block, or a pool that holds enough of the class: the
- * caller's block then goes home, as those of the batch would have). */
+/* a's list of class c is full: its newer half leaves it (as tcmalloc's
+ * thread cache hands its newest blocks on), a's own blocks for its heap,
+ * the others for the pool: one walk, over the blocks that leave.  false
+ * when nothing moved (a list of one block, or a pool that holds enough
+ * of the class: the caller's block then goes home, as those of the batch
+ * would have). */
 bool _scr_pool_overflow(scr_arena *a, unsigned c) {
   scr_tcache_list *r = &a->tc[c];
-  uint32_t keep = r->max - r->max / 2, moved = r->max - keep;
+  uint32_t moved = r->max / 2;
   scr_pool_class *q = &_scr_pool[c].c;
   if (!_scr_proc.opt.pool || moved == 0 || atomic_load_explicit(&q->n, memory_order_relaxed) >= SCR_POOL_BATCHES) return false;
-  void *last = r->head; /* the keep-th block, keep >= 1 */
-  for (uint32_t i = 1; i < keep; i++) {
-    SCR_UNPOISON(last, sizeof(void *));
-    void *next = *(void **)last;
-    SCR_POISON(last, sizeof(void *));
-    last = next;
-  }
-  SCR_UNPOISON(last, sizeof(void *));
-  void *p = *(void **)last;
-  *(void **)last = NULL;
-  SCR_POISON(last, sizeof(void *));
-  r->room += moved;
   /* The list runs from newer to older; what goes home goes oldest first,
    * so that the heap's free lists see the frees in their order. */
-  void *batch = NULL, *home = NULL;
+  void *p = r->head, *batch = NULL, *home = NULL;
   uint32_t k = 0;
-  while (p) {
+  for (uint32_t i = 0; i < moved; i++) {
     SCR_UNPOISON(p, sizeof(void *));
     void *next = *(void **)p;
     scr_heap *h = _scr_heap_of(p);
@@ -61,6 +50,8 @@ bool _scr_pool_overflow(scr_arena *a, unsigned c) {
     }
     p = next;
   }
+  r->head = p;
+  r->room += moved;
   _scr_remote_send_list_home(a, c, home);
   if (batch == NULL) return true;
   if (pthread_mutex_trylock(&q->lock) == 0) { /* busy: home, as if full */

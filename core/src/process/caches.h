@@ -137,7 +137,6 @@ static inline void *_scr_tcache_take_at(scr_arena *a, uintptr_t at) {
   if (b == NULL) return NULL;
   SCR_UNPOISON(b, _scr_class_sizes[c]);
   r->head = *(void **)b;
-  __builtin_prefetch(r->head, 1); /* the next malloc's block */
   r->room++;
   _scr_block_set_word1(b, 0); /* handed out: no longer free */
   return b;

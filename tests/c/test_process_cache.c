@@ -386,6 +386,30 @@ static void test_a_full_list_hands_on_its_newer_half(void) {
   run_thread(free_past_a_full_list, NULL);
 }
 
+/* With sampling off the sampler's countdown still runs out, every
+ * SCR_PROF_IDLE bytes (it looks at the rate then): that malloc samples
+ * nothing and takes the block the thread's cache holds, as any other.
+ * 2,000 pairs of 8000 B run it out four times. */
+static void *reuse_past_the_idle_countdown(void *arg) {
+  (void)arg;
+  unsigned missed = 0;
+  void *p = scr_malloc(8000);
+  for (int i = 0; i < 2000; i++) {
+    memset(p, i, 8000);
+    scr_free(p);
+    void *q = scr_malloc(8000);
+    missed += q != p;
+    p = q;
+  }
+  scr_free(p);
+  CHECK_EQ(missed, 0);
+  return NULL;
+}
+static void test_an_idle_countdown_takes_the_cached_block(void) {
+  CHECK_EQ(scr_process_option_get("profile_rate"), 0);
+  run_thread(reuse_past_the_idle_countdown, NULL);
+}
+
 /* ---- calloc and aligned_alloc ---- */
 
 /* calloc takes the block the thread's cache kept last, as malloc would,
@@ -590,6 +614,7 @@ int main(void) {
   TEST(test_realloc_leaves_another_arenas_block_in_the_cache);
   TEST(test_short_lists_leave_long_batches);
   TEST(test_a_full_list_hands_on_its_newer_half);
+  TEST(test_an_idle_countdown_takes_the_cached_block);
   TEST(test_calloc_takes_a_kept_block_zeroed);
   TEST(test_small_alignments_take_a_kept_block);
   TEST(test_a_parked_arenas_blocks_are_kept_while_others_run);

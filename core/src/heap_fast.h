@@ -63,7 +63,6 @@ static inline void *_scr_page_alloc(scr_heap *h, scr_page *pg) {
   if (b) {
     SCR_UNPOISON(b, pg->block_size);
     pg->free = b->next;
-    __builtin_prefetch(pg->free, 1); /* the next malloc's block */
     _scr_block_set_word1(b, 0);      /* no longer free (misuse.c: the key) */
   } else {
     uint32_t cap = pg->capacity;     /* (atomic: _scr_page_capacity's readers) */

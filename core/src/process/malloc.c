@@ -86,8 +86,8 @@ static __attribute__((noinline)) void *proc_sampled(scr_arena *a, void *p, size_
 
 /* The countdown of a's sampler ran out while sampling was off (it then
  * looks at the rate every SCR_PROF_IDLE bytes): re-armed, and true, the
- * allocation is not sampled (it may take a block of the thread's cache:
- * a program of 40 KiB blocks took one malloc in a hundred from its heap). */
+ * allocation is not sampled, so it may take a block of the thread's
+ * cache as if the countdown had not run out. */
 static bool proc_prof_idle(scr_arena *a) {
   if (a->prof.rate != 0) return false;
   (void)_scr_prof_next(&a->prof, atomic_load_explicit(&_scr_proc.opt.profile_rate, memory_order_relaxed));

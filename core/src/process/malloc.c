@@ -97,10 +97,7 @@ static bool proc_prof_idle(scr_arena *a) {
 /* scr_malloc's countdown ran out at a small request: a block of a's own
  * heap, whose pages only a's holder carves (see proc_sampled). */
 static __attribute__((noinline)) void *proc_malloc_sampled(size_t n, scr_arena *a, const void *caller) {
-  if (proc_prof_idle(a)) {
-    void *p = _scr_tcache_take(a, _scr_class_of(n));
-    return p != NULL ? p : proc_malloc_slow(n, a, _scr_class_x4(n));
-  }
+  if (proc_prof_idle(a)) return scr_malloc(n); /* (the countdown re-armed: the fast path's block) */
   void *p = _scr_small_alloc(a->heap, _scr_class_of(n));
   _scr_holder_tick(a);
   return proc_sampled(a, p, n, caller);

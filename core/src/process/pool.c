@@ -37,6 +37,7 @@ bool _scr_pool_overflow(scr_arena *a, unsigned c) {
   void *p = r->head, *batch = NULL, *home = NULL;
   uint32_t k = 0;
   for (uint32_t i = 0; i < moved; i++) {
+    scr_assert(p != NULL); /* the list is full: max blocks long */
     SCR_UNPOISON(p, sizeof(void *));
     void *next = *(void **)p;
     scr_heap *h = _scr_heap_of(p);

@@ -202,12 +202,16 @@ void *scr_aligned_alloc(size_t alignment, size_t n) {
  * whose free the caller claimed (its freed state set, misuse.c), goes to
  * its next place, for free and for a realloc that moved it. */
 static void proc_free_claimed(void *p, scr_arena *a, scr_segment *seg, uintptr_t idx, unsigned tag, uintptr_t mark) {
+  /* the list first: a block kept there needs its owner looked up (three
+   * dependent loads, one of the owner's segment header) no more than on
+   * the hit path */
+  bool keep = a != NULL && tag < SCR_CLASS_COUNT && _scr_tcache_may_keep(a, mark);
+  if (keep && _scr_tcache_put(a, seg, idx, tag, p)) return;
   scr_heap *h = seg->heap;
   scr_arena *o = (scr_arena *)_scr_heap_owner(h); /* the heap's arena */
   scr_assert(o != NULL); /* _scr_proc_check: an arena's block */
-  if (a != NULL && tag < SCR_CLASS_COUNT && _scr_tcache_may_keep(a, mark)) {
+  if (keep) {
     bool home = o == a || !_scr_arena_parked(o); /* the list may grow or overflow for it */
-    if (_scr_tcache_put(a, seg, idx, tag, p)) return;
     if (tag >= SCR_GROW_FIRST && home && _scr_tcache_grow(a, tag) && _scr_tcache_put(a, seg, idx, tag, p)) return;
     /* Another arena's block and a full list: its newer half leaves.  The
      * arena's own block goes to its heap, so that frees in address order

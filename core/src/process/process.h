@@ -294,7 +294,7 @@ static inline void _scr_proc_init(void) {
  * when the page changes kind.  Segments are aligned to their size, so the
  * index is p's page within its aligned SCR_SEGMENT_SIZE: for a NORMAL
  * segment that is p's page in seg; a HUGE segment's tags are all OTHER,
- * whichever 4 MiB of it p lies in. */
+ * whichever SCR_SEGMENT_SIZE of it p lies in. */
 static inline unsigned _scr_block_tag_x4(const scr_segment *seg, const void *p, uintptr_t *idx) {
   *idx = ((uintptr_t)p >> SCR_PAGE_SHIFT) & (SCR_PAGES_PER_SEGMENT - 1);
   return seg->page_tag4[*idx];

@@ -92,13 +92,13 @@ static void tcache_empty_list(scr_arena *a, unsigned c, uint32_t max) {
  * SCR_GROW_FIRST and SCR_TCACHE_CLASS_MAX for the others, while the
  * arena's grown bytes stay within its share of cache_grow (false: it
  * does not).  Why: a thread that mallocs runs of blocks longer than its
- * list and frees them (containers built and dropped; blocks of 4 KiB and
- * more, whose lists hold 1-4) took its heap's path for the rest, at a
- * higher cost (docs/process.md).  A list grows only as far as its
- * thread's runs need; the budget, shared by the threads holding arenas,
- * bounds what all lists keep past their bases, so a program of many
- * threads keeps about what one would.  The caps go back to their bases
- * at park and trim. */
+ * list and frees them (containers built and dropped; blocks of the
+ * classes from SCR_GROW_FIRST on, whose lists hold a few) took its heap's
+ * path for the rest, at a higher cost (docs/process.md).  A list grows
+ * only as far as its thread's runs need; the budget, shared by the
+ * threads holding arenas, bounds what all lists keep past their bases,
+ * so a program of many threads keeps about what one would.  The caps go
+ * back to their bases at park and trim. */
 bool _scr_tcache_grow(scr_arena *a, unsigned c) {
   scr_tcache_list *r = &a->tc[c];
   uint64_t size = _scr_class_sizes[c], budget = _scr_proc.opt.cache_grow;

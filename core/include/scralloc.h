@@ -134,8 +134,8 @@ enum scr_option_scope { SCR_SCOPE_HEAP = 1, SCR_SCOPE_PROCESS = 2, SCR_SCOPE_BOT
     "mallocs of a medium class a thread that claimed its arena while no other was held (the main thread, as a rule) makes before its cache keeps blocks of that class (0: from the first)") \
   E(X, PROCESS, uint64_t, cache_max, 65536, 0, 65536, "",                       \
     "blocks above this size skip the thread's cache (0: no cache)")            \
-  E(X, PROCESS, uint64_t, cache_grow, (uint64_t)2 << 20, 0, (uint64_t)1 << 30, "", \
-    "bytes by which the caps of the threads' cache lists may grow together (below 4 KiB up to 1024 blocks, with the thread's own blocks; the others up to 64), a block at a time when a full list is freed into; each thread's share is this over the threads holding arenas (0: the caps stay as cache_bytes and cache_medium set them)") \
+  E(X, PROCESS, uint64_t, cache_grow, (uint64_t)4 << 20, 0, (uint64_t)1 << 30, "", \
+    "bytes by which the caps of one thread's cache lists may grow (below 4 KiB up to 1024 blocks, the others up to 64), a block at a time when a full list is freed into; back to their bases when the thread exits or trims (0: the caps stay as cache_bytes and cache_medium set them)") \
   E(X, PROCESS, uint64_t, decay_ms, 1000, 0, 3600000, "",                       \
     "free memory unused this long goes back to the OS (pages between half of it and all of it after they were freed, cached huge blocks after it), by the helper thread, without a call from the program; 0: at once") \
   E(X, PROCESS, uint64_t, decay_max_ms, 10000, 0, 3600000, "",                  \

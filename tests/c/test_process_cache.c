@@ -135,11 +135,11 @@ static void test_cache_max_sends_big_blocks_home(void) {
 }
 
 /* A full list of a class of 4 KiB or more grows by a block at each
- * further free while the arena's grown bytes stay within its share of
- * cache_grow (the budget over the threads holding arenas: here the main
- * thread and the test's thread); trim, like a park, takes the caps back
- * to their bases, so the next round grows again.  Blocks of 8000 bytes
- * (class 8192, base cap 2); the counts are the process's cache_grows. */
+ * further free while the arena's grown bytes stay within cache_grow (a
+ * bound for each thread, whatever other threads hold); trim, like a park,
+ * takes the caps back to their bases, so the next round grows again.
+ * Blocks of 8000 bytes (class 8192, base cap 2); the counts are the
+ * process's cache_grows. */
 enum { GROW_N = 24 };
 static void *grow_rounds(void *arg) {
   uint64_t *grows = arg;
@@ -166,20 +166,21 @@ static void check_grows(const char *budget, uint64_t want) {
   CHECK_EQ(grows[1], want);
 }
 static void test_full_big_lists_grow_within_the_budget(void) {
-  CHECK_EQ(scr_process_option_get("cache_grow"), (uint64_t)2 << 20);
+  CHECK_EQ(scr_process_option_get("cache_grow"), (uint64_t)4 << 20);
   struct scr_process_stats ps;
   scr_process_stats(&ps);
   CHECK_EQ(ps.arenas_owned, 1); /* the main thread's; the test's thread makes 2 */
-  check_grows("2M", GROW_N - 2);  /* a share of 1 MiB: every block past the base cap */
-  check_grows("64K", 4);          /* a share of 32 KiB: four blocks of 8 KiB */
+  check_grows("4M", GROW_N - 2);  /* every block past the base cap */
+  check_grows("64K", 8);          /* eight blocks of 8 KiB, though another thread holds an arena */
   check_grows("0", 0);            /* fixed caps */
-  CHECK(scr_process_option_set("cache_grow", "2M") == SCR_OK);
+  CHECK(scr_process_option_set("cache_grow", "4M") == SCR_OK);
 }
 
 /* A run: a thread's list of a small class (base cap 64 blocks) grows
- * with its own frees past the cap, up to 1,024 blocks, within the same
- * budget, while no other thread holds an arena, so that a run of 1,000 mallocs and frees is served by the
- * list; blocks of 48 B, a run of RUN_N. */
+ * with the frees past the cap, up to 1,024 blocks, within the same
+ * bound, so that a run of 1,000 mallocs and frees is served by the list,
+ * in the main thread alone and in a thread while the main thread holds
+ * its arena too; blocks of 48 B, a run of RUN_N. */
 enum { RUN_N = 1000 };
 static void *run_rounds(void *arg) {
   uint64_t *grows = arg;
@@ -196,19 +197,20 @@ static void *run_rounds(void *arg) {
   return NULL;
 }
 static void test_small_lists_grow_to_a_run(void) {
-  CHECK(scr_process_option_set("cache_grow", "2M") == SCR_OK);
+  CHECK(scr_process_option_set("cache_grow", "4M") == SCR_OK);
   uint64_t grows[2] = {99, 99};
   run_rounds(grows); /* the main thread, alone (the others' arenas are parked) */
   CHECK_EQ(grows[0], RUN_N - 64); /* every free past the base cap */
   CHECK_EQ(grows[1], 0);          /* the second run fits the grown list */
   grows[0] = grows[1] = 99;
   run_thread(run_rounds, grows); /* a thread while the main thread holds its arena */
-  CHECK_EQ(grows[0], 0);         /* small lists grow only alone */
+  CHECK_EQ(grows[0], RUN_N - 64);
+  CHECK_EQ(grows[1], 0);
   CHECK(scr_process_option_set("cache_grow", "0") == SCR_OK);
   grows[0] = grows[1] = 99;
   run_rounds(grows);
   CHECK_EQ(grows[0], 0); /* fixed caps */
-  CHECK(scr_process_option_set("cache_grow", "2M") == SCR_OK);
+  CHECK(scr_process_option_set("cache_grow", "4M") == SCR_OK);
 }
 
 /* A realloc that moves a block of a size class goes through the thread's
@@ -362,10 +364,11 @@ static void test_short_lists_leave_long_batches(void) {
   CHECK(scr_process_validate() == SCR_OK);
 }
 
-/* A full list hands its newer half on (as tcmalloc's thread cache does:
- * one walk, over the blocks that leave) and keeps the older half: after
- * 65 of arena 0's blocks are freed into a list of 64, the freeing
- * thread's next mallocs take the block it freed last, then the 32nd. */
+/* A full list that may not grow (cache_grow 0) hands its newer half on
+ * (as tcmalloc's thread cache does: one walk, over the blocks that leave)
+ * and keeps the older half: after 65 of arena 0's blocks are freed into
+ * a list of 64, the freeing thread's next mallocs take the block it
+ * freed last, then the 32nd. */
 enum { HALF_SIZE = 48, HALF_CAP = 64 };
 static void *half[HALF_CAP + 1];
 static void *free_past_a_full_list(void *arg) {
@@ -383,7 +386,9 @@ static void *free_past_a_full_list(void *arg) {
 static void test_a_full_list_hands_on_its_newer_half(void) {
   CHECK_EQ(16384 / HALF_SIZE > HALF_CAP, 1); /* the list's cap is SCR_TCACHE_CLASS_MAX */
   for (int i = 0; i <= HALF_CAP; i++) half[i] = memset(scr_malloc(HALF_SIZE), 3, HALF_SIZE); /* arena 0's */
+  CHECK(scr_process_option_set("cache_grow", "0") == SCR_OK);
   run_thread(free_past_a_full_list, NULL);
+  CHECK(scr_process_option_set("cache_grow", "4M") == SCR_OK);
 }
 
 /* With sampling off the sampler's countdown still runs out, every

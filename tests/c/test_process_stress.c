@@ -428,7 +428,8 @@ static void test_recycling(void) {
 /* The pool: another arena's blocks that a thread frees past a full cache
  * list wait in the pool, counted as free, instead of on their owner's
  * remote stack; a thread whose list is empty and whose own page has no
- * free slot takes them.  3000 B blocks: a list of six, batches of three. */
+ * free slot takes them.  3000 B blocks: a list of six that may not grow
+ * (cache_grow 0), batches of three. */
 enum { POOL_SIZE = 3000, POOL_OWNED = 24, POOL_TAKEN = 1000 };
 static pthread_barrier_t pool_hold;
 static void *pool_owner(void *arg) {
@@ -447,6 +448,7 @@ static void *pool_taker(void *arg) {
   return NULL;
 }
 static void test_pool(void) {
+  CHECK(scr_process_option_set("cache_grow", "0") == SCR_OK);
   scr_trim(); /* the caller's lists and the pool start empty */
   struct scr_stats s0, s1;
   struct scr_process_stats p0, p1, p2;
@@ -492,6 +494,7 @@ static void test_pool(void) {
   for (int j = 0; j < POOL_TAKEN; j++) scr_free(taken[j]);
   scr_free(taken);
   for (int i = 0; i < 6; i++) scr_free(scr_malloc(POOL_SIZE)); /* the six kept ones */
+  CHECK(scr_process_option_set("cache_grow", "4M") == SCR_OK);
 }
 
 /* A thread whose own page could still carve blocks of the class takes the
@@ -508,6 +511,7 @@ static void *carver(void *arg) {
   return NULL;
 }
 static void test_the_pool_before_carving(void) {
+  CHECK(scr_process_option_set("cache_grow", "0") == SCR_OK);
   scr_trim();
   void *got[2], *owned[POOL_OWNED];
   pthread_t c, t;
@@ -535,6 +539,7 @@ static void test_the_pool_before_carving(void) {
   scr_free(got[1]);
   scr_trim(); /* the rest of the pool goes home */
   CHECK(scr_process_validate() == SCR_OK);
+  CHECK(scr_process_option_set("cache_grow", "4M") == SCR_OK);
 }
 
 #if defined(__SANITIZE_ADDRESS__)

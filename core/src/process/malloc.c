@@ -212,7 +212,7 @@ static void proc_free_claimed(void *p, scr_arena *a, scr_segment *seg, uintptr_t
   scr_assert(o != NULL); /* _scr_proc_check: an arena's block */
   if (keep) {
     bool home = o == a || !_scr_arena_parked(o); /* the list may grow or overflow for it */
-    if (tag >= SCR_GROW_FIRST && home && _scr_tcache_grow(a, tag) && _scr_tcache_put(a, seg, idx, tag, p)) return;
+    if (home && _scr_tcache_grow(a, tag) && _scr_tcache_put(a, seg, idx, tag, p)) return;
     /* Another arena's block and a full list: its newer half leaves.  The
      * arena's own block goes to its heap, so that frees in address order
      * (scr_free_many) stay in order. */
@@ -232,9 +232,9 @@ static void proc_free_claimed(void *p, scr_arena *a, scr_segment *seg, uintptr_t
  * map entry; then p is claimed (one atomic exchange: of two frees of it,
  * racing or not, exactly one goes on) and goes to the one place it goes
  * next: the thread's cache when it may keep p (_scr_tcache_may_keep) and
- * the list has room, or a full list grows (classes from SCR_GROW_FIRST
- * on), or another arena's block makes room by sending the list's older
- * half to the pool; else p's heap, the caller's at once, another arena's
+ * the list has room, or a full list grows (within cache_grow), or another
+ * arena's block makes room by sending the list's newer half to the pool;
+ * else p's heap, the caller's at once, another arena's
  * through its remote ring (proc_free_claimed).  A parked arena's blocks
  * never grow a list or go to the pool: they go home, so that its pages
  * can go back. */
@@ -261,15 +261,15 @@ static __attribute__((noinline)) void proc_free_slow(void *p, scr_arena *a) {
 
 /* The slow side of a free the thread's cache refused because the list
  * of p's class is full, p a block of a's own heap (the mark map said
- * so): the common case first, with few registers, a class whose list
- * never grows goes to its page.  A program that frees runs of blocks
+ * so): the common case first, with few registers, a class below
+ * SCR_RUN_CLASS_END grows its list or goes to its page.  A program that frees runs of blocks
  * longer than a list (Python's containers: half its frees came here)
  * would otherwise take proc_free_slow's checks for each. */
 static __attribute__((noinline)) void proc_free_refused(void *p, scr_arena *a) {
   scr_segment *seg = _scr_segment_of(p);
   uintptr_t idx;
   unsigned tag = _scr_block_tag(seg, p, &idx);
-  if (SCR_LIKELY(tag < SCR_GROW_FIRST)) {
+  if (SCR_LIKELY(tag < SCR_RUN_CLASS_END)) {
     /* a full list grows to the thread's runs (tcache.c), within its budget */
     if (_scr_tcache_grow(a, tag) && _scr_tcache_put(a, seg, idx, tag, p)) return;
     _scr_small_free(a->heap, _scr_class_page(seg, idx, tag), p);

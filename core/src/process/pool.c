@@ -22,14 +22,15 @@
 scr_pool_line _scr_pool[SCR_CLASS_COUNT] = {[0 ... SCR_CLASS_COUNT - 1] = {{.lock = PTHREAD_MUTEX_INITIALIZER}}};
 
 /* a's list of class c is full: its newer half leaves it (as tcmalloc's
- * thread cache hands its newest blocks on), a's own blocks for its heap,
- * the others for the pool: one walk, over the blocks that leave.  false
- * when nothing moved (a list of one block, or a pool that holds enough
- * of the class: the caller's block then goes home, as those of the batch
- * would have). */
+ * thread cache hands its newest blocks on), of a grown list half its
+ * base cap, so that any thread's list takes the batch; a's own blocks for
+ * its heap, the others for the pool: one walk, over the blocks that
+ * leave.  false when nothing moved (a list of one block, or a pool that
+ * holds enough of the class: the caller's block then goes home, as those
+ * of the batch would have). */
 bool _scr_pool_overflow(scr_arena *a, unsigned c) {
   scr_tcache_list *r = &a->tc[c];
-  uint32_t moved = r->max / 2;
+  uint32_t moved = (r->max < r->base ? r->max : r->base) / 2;
   scr_pool_class *q = &_scr_pool[c].c;
   if (!_scr_proc.opt.pool || moved == 0 || atomic_load_explicit(&q->n, memory_order_relaxed) >= SCR_POOL_BATCHES) return false;
   /* The list runs from newer to older; what goes home goes oldest first,

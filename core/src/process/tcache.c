@@ -19,7 +19,7 @@
 #include <string.h>
 
 #define SCR_TCACHE_CLASS_MAX 64
-#define SCR_TCACHE_RUN_MAX 1024 /* blocks a list of a class below SCR_GROW_FIRST may grow to */
+#define SCR_TCACHE_RUN_MAX 1024 /* blocks a list of a class below SCR_RUN_CLASS_END may grow to */
 /* cache_medium (2 blocks a medium class) and cache_medium_after (16: the
  * medium lists of an arena claimed while no other is held open at the
  * holder's 16th malloc of their class, so that a program's start, which
@@ -42,7 +42,7 @@ static uint32_t tcache_base_max(unsigned c) {
  * cache_medium_after-th malloc. */
 void _scr_tcache_init(scr_arena *a, bool alone) {
   const scr_proc_options *o = &_scr_proc.opt;
-  scr_assert(_scr_class_sizes[SCR_GROW_FIRST] == 4096);
+  scr_assert(_scr_class_sizes[SCR_RUN_CLASS_END] == 4096);
   a->cache_grown = 0;
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     uint32_t max = tcache_base_max(c);
@@ -53,6 +53,7 @@ void _scr_tcache_init(scr_arena *a, bool alone) {
       a->medium_cap[m] = alone && o->cache_medium_after > 0 ? (uint8_t)max : 0;
       if (a->medium_cap[m] != 0) max = 0; /* closed for now */
     }
+    a->tc[c].base = tcache_base_max(c);
     a->tc[c].max = (uint32_t)max;
     a->tc[c].room = (uint32_t)max;
     a->tc[c].magic = _scr_misuse.geom[c].magic;
@@ -82,6 +83,7 @@ static void tcache_empty_list(scr_arena *a, unsigned c, uint32_t max) {
     a->cache_grown -= grown < a->cache_grown ? grown : a->cache_grown;
   }
   if (max > base) max = base;
+  a->tc[c].base = base;
   a->tc[c].head = NULL;
   a->tc[c].max = a->tc[c].room = max;
   _scr_remote_send_list_home(a, c, p);
@@ -89,29 +91,22 @@ static void tcache_empty_list(scr_arena *a, unsigned c, uint32_t max) {
 
 /* a's holder frees a block of class c into its full list: the cap grows
  * by one block, up to SCR_TCACHE_RUN_MAX blocks for a class below
- * SCR_GROW_FIRST and SCR_TCACHE_CLASS_MAX for the others, while the
- * arena's grown bytes stay within its share of cache_grow (false: it
- * does not).  Why: a thread that mallocs runs of blocks longer than its
- * list and frees them (containers built and dropped; blocks of the
- * classes from SCR_GROW_FIRST on, whose lists hold a few) took its heap's
- * path for the rest, at a higher cost (docs/process.md).  A list grows
- * only as far as its thread's runs need; the budget, shared by the
- * threads holding arenas, bounds what all lists keep past their bases,
- * so a program of many threads keeps about what one would.  The caps go
+ * SCR_RUN_CLASS_END and SCR_TCACHE_CLASS_MAX for the others, while the
+ * arena's grown bytes stay within cache_grow (false: it does not).  Why:
+ * a thread whose frees of a class come in runs longer than its list
+ * (containers built and dropped; phases of frees, many of other threads'
+ * blocks, before phases of mallocs) took its heap's path, or the pool's
+ * and the owners', for the rest, at a higher cost (docs/process.md).  A
+ * list grows only as far as its thread's runs need, and each thread's
+ * growth is bounded, as tcmalloc bounds each thread's cache.  The caps go
  * back to their bases at park and trim. */
 bool _scr_tcache_grow(scr_arena *a, unsigned c) {
   scr_tcache_list *r = &a->tc[c];
   uint64_t size = _scr_class_sizes[c], budget = _scr_proc.opt.cache_grow;
-  uint32_t cap = c < SCR_GROW_FIRST ? SCR_TCACHE_RUN_MAX : SCR_TCACHE_CLASS_MAX;
+  uint32_t cap = c < SCR_RUN_CLASS_END ? SCR_TCACHE_RUN_MAX : SCR_TCACHE_CLASS_MAX;
   if (r->max == 0 || r->max >= cap || budget == 0)
     return false;
-  unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
-  /* A small class's list grows only while no other thread holds an arena:
-   * threads that take turns (Python's, under the GIL) would each keep a
-   * run's blocks, and their pages, while another runs (the thread-waves
-   * notebook's parked arenas had nothing left for the discard). */
-  if (c < SCR_GROW_FIRST && held > 1) return false;
-  if (a->cache_grown + size > budget / (held > 1 ? held : 1)) return false;
+  if (a->cache_grown + size > budget) return false;
   r->max++;
   r->room++;
   a->cache_grown += size;

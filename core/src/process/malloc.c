@@ -262,9 +262,9 @@ static __attribute__((noinline)) void proc_free_slow(void *p, scr_arena *a) {
 /* The slow side of a free the thread's cache refused because the list
  * of p's class is full, p a block of a's own heap (the mark map said
  * so): the common case first, with few registers, a class below
- * SCR_RUN_CLASS_END grows its list or goes to its page.  A program that frees runs of blocks
- * longer than a list (Python's containers: half its frees came here)
- * would otherwise take proc_free_slow's checks for each. */
+ * SCR_RUN_CLASS_END grows its list or goes to its page.  A program that
+ * frees runs of blocks longer than a list (Python's containers: half its
+ * frees came here) would otherwise take proc_free_slow's checks for each. */
 static __attribute__((noinline)) void proc_free_refused(void *p, scr_arena *a) {
   scr_segment *seg = _scr_segment_of(p);
   uintptr_t idx;

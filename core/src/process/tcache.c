@@ -46,6 +46,7 @@ void _scr_tcache_init(scr_arena *a, bool alone) {
   a->cache_grown = 0;
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     uint32_t max = tcache_base_max(c);
+    a->tc[c].base = max;
     scr_assert(a->tc[c].head == NULL);
     if (c >= SCR_MEDIUM_FIRST) {
       unsigned m = c - SCR_MEDIUM_FIRST;
@@ -53,7 +54,6 @@ void _scr_tcache_init(scr_arena *a, bool alone) {
       a->medium_cap[m] = alone && o->cache_medium_after > 0 ? (uint8_t)max : 0;
       if (a->medium_cap[m] != 0) max = 0; /* closed for now */
     }
-    a->tc[c].base = tcache_base_max(c);
     a->tc[c].max = (uint32_t)max;
     a->tc[c].room = (uint32_t)max;
     a->tc[c].magic = _scr_misuse.geom[c].magic;

@@ -391,6 +391,40 @@ static void test_a_full_list_hands_on_its_newer_half(void) {
   CHECK(scr_process_option_set("cache_grow", "4M") == SCR_OK);
 }
 
+/* Another arena's blocks past a full list go to the pool while it has
+ * room, where other threads take them, and only then grow the list:
+ * blocks of 48 B (a list of 64, batches of 32, SCR_POOL_BATCHES 8 a
+ * class); the counts are the process's pool_puts and cache_grows. */
+enum { POOLED_LIST = 64, POOLED_FULL = POOLED_LIST + 32 * 8, POOLED_N = POOLED_FULL + 40 };
+static void *pooled[POOLED_N];
+static void *fill_the_pool_then_grow(void *arg) {
+  uint64_t *got = arg;
+  scr_free(scr_malloc(16)); /* holds an arena */
+  scr_trim();               /* its lists empty at their caps, the pool empty */
+  struct scr_process_stats s0, s1, s2;
+  scr_process_stats(&s0);
+  for (int i = 0; i < POOLED_FULL; i++) scr_free(pooled[i]);
+  scr_process_stats(&s1);
+  for (int i = POOLED_FULL; i < POOLED_N; i++) scr_free(pooled[i]);
+  scr_process_stats(&s2);
+  got[0] = s1.pool_puts - s0.pool_puts;
+  got[1] = s1.cache_grows - s0.cache_grows;
+  got[2] = s2.pool_puts - s1.pool_puts;
+  got[3] = s2.cache_grows - s1.cache_grows;
+  scr_trim(); /* the list and the pool go home */
+  return NULL;
+}
+static void test_another_arenas_blocks_fill_the_pool_before_the_list_grows(void) {
+  for (int i = 0; i < POOLED_N; i++) pooled[i] = memset(scr_malloc(48), 5, 48); /* arena 0's */
+  uint64_t got[4] = {99, 99, 99, 99};
+  run_thread(fill_the_pool_then_grow, got);
+  CHECK_EQ(got[0], 8); /* a batch at each overflow past the list */
+  CHECK_EQ(got[1], 0);
+  CHECK_EQ(got[2], 0); /* the pool full: */
+  CHECK_EQ(got[3], POOLED_N - POOLED_FULL); /* the list grows */
+  CHECK(scr_process_validate() == SCR_OK);
+}
+
 /* With sampling off the sampler's countdown still runs out, every
  * SCR_PROF_IDLE bytes (it looks at the rate then): that malloc samples
  * nothing and takes the block the thread's cache holds, as any other.
@@ -619,6 +653,7 @@ int main(void) {
   TEST(test_realloc_leaves_another_arenas_block_in_the_cache);
   TEST(test_short_lists_leave_long_batches);
   TEST(test_a_full_list_hands_on_its_newer_half);
+  TEST(test_another_arenas_blocks_fill_the_pool_before_the_list_grows);
   TEST(test_an_idle_countdown_takes_the_cached_block);
   TEST(test_calloc_takes_a_kept_block_zeroed);
   TEST(test_small_alignments_take_a_kept_block);

@@ -212,11 +212,13 @@ static void proc_free_claimed(void *p, scr_arena *a, scr_segment *seg, uintptr_t
   scr_assert(o != NULL); /* _scr_proc_check: an arena's block */
   if (keep) {
     bool home = o == a || !_scr_arena_parked(o); /* the list may grow or overflow for it */
-    if (home && _scr_tcache_grow(a, tag) && _scr_tcache_put(a, seg, idx, tag, p)) return;
-    /* Another arena's block and a full list: its newer half leaves.  The
-     * arena's own block goes to its heap, so that frees in address order
+    /* Another arena's block and a full list: its newer half leaves for
+     * the pool, where other threads take it; past a full pool, and for
+     * the arena's own block, the list grows.  The own block that cannot
+     * be kept goes to its heap, so that frees in address order
      * (scr_free_many) stay in order. */
     if (o != a && home && _scr_pool_overflow(a, tag) && _scr_tcache_put(a, seg, idx, tag, p)) return;
+    if (home && _scr_tcache_grow(a, tag) && _scr_tcache_put(a, seg, idx, tag, p)) return;
   }
   if (SCR_LIKELY(o == a)) {
     if (tag < SCR_CLASS_COUNT) _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
@@ -232,9 +234,9 @@ static void proc_free_claimed(void *p, scr_arena *a, scr_segment *seg, uintptr_t
  * map entry; then p is claimed (one atomic exchange: of two frees of it,
  * racing or not, exactly one goes on) and goes to the one place it goes
  * next: the thread's cache when it may keep p (_scr_tcache_may_keep) and
- * the list has room, or a full list grows (within cache_grow), or another
- * arena's block makes room by sending the list's newer half to the pool;
- * else p's heap, the caller's at once, another arena's
+ * the list has room, or another arena's block makes room by sending the
+ * list's newer half to the pool, or a full list grows (within
+ * cache_grow); else p's heap, the caller's at once, another arena's
  * through its remote ring (proc_free_claimed).  A parked arena's blocks
  * never grow a list or go to the pool: they go home, so that its pages
  * can go back. */

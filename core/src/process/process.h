@@ -121,7 +121,8 @@ typedef struct scr_tcache_list {
    * the line the free fast path reads anyway */
   uint64_t magic;
   uint32_t mask;
-  uint32_t base;                    /* the cap the options set, that max grows from (tcache.c) */
+  uint32_t base;                    /* the cap the options set, that max grows from (tcache.c; kept
+                                       for the pool's overflow, which sizes its batch by it) */
 } scr_tcache_list;
 _Static_assert(sizeof(scr_tcache_list) == 32, "two lists a line, none across two");
 

@@ -8,8 +8,10 @@
  *
  * A batch is made of the other arenas' blocks among the newer half of a
  * full list (the arena's own go back to its heap), linked through their
- * first words.  At most SCR_POOL_BATCHES batches per class: past that,
- * and for blocks of parked arenas, the blocks go home.  The pool is
+ * first words.  At most SCR_POOL_BATCHES batches per class: past that
+ * the freeing thread's list grows instead (within cache_grow: malloc.c's
+ * proc_free_claimed), else the block goes home, as blocks of parked
+ * arenas do.  The pool is
  * emptied at every park and trim.  One mutex per class, taken once per
  * batch and never waited for on the malloc and free paths (a holder may
  * be preempted): a thread that finds it taken treats the pool as full

@@ -54,8 +54,6 @@ SCR_INTERNAL bool _scr_pool_holds(unsigned c, const void *p);
 SCR_INTERNAL void _scr_tcache_init(scr_arena *a, bool alone);
 SCR_INTERNAL void _scr_tcache_medium_malloc(scr_arena *a, unsigned c);
 SCR_INTERNAL void _scr_tcache_flush(scr_arena *a);
-#define SCR_RUN_CLASS_END 35 /* the lists of the classes below it may grow to runs of blocks (_scr_tcache_grow; its size: _scr_tcache_init asserts it) */
-_Static_assert(SCR_RUN_CLASS_END < SCR_CLASS_COUNT, "the first class whose list grows to SCR_TCACHE_CLASS_MAX");
 SCR_INTERNAL bool _scr_tcache_grow(scr_arena *a, unsigned c);
 SCR_INTERNAL void _scr_tcache_account(const scr_arena *a, struct scr_stats *st, struct scr_stats *lent);
 #if SCR_DEBUG > 0

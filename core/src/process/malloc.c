@@ -263,15 +263,16 @@ static __attribute__((noinline)) void proc_free_slow(void *p, scr_arena *a) {
 
 /* The slow side of a free the thread's cache refused because the list
  * of p's class is full, p a block of a's own heap (the mark map said
- * so): the common case first, with few registers, a class below
- * SCR_RUN_CLASS_END grows its list or goes to its page.  A program that
- * frees runs of blocks longer than a list (Python's containers: half its
- * frees came here) would otherwise take proc_free_slow's checks for each. */
+ * so) that the hit path screened: it grows the list or goes to its page,
+ * with few registers; a block of no class (large, huge) takes
+ * proc_free_slow.  A program that frees runs of blocks longer than a list
+ * (Python's containers: half its frees came here) would otherwise take
+ * proc_free_slow's screen and claim again for each. */
 static __attribute__((noinline)) void proc_free_refused(void *p, scr_arena *a) {
   scr_segment *seg = _scr_segment_of(p);
   uintptr_t idx;
   unsigned tag = _scr_block_tag(seg, p, &idx);
-  if (SCR_LIKELY(tag < SCR_RUN_CLASS_END)) {
+  if (SCR_LIKELY(tag < SCR_CLASS_COUNT)) {
     /* a full list grows to the thread's runs (tcache.c), within its budget */
     if (_scr_tcache_grow(a, tag) && _scr_tcache_put(a, seg, idx, tag, p)) return;
     _scr_small_free(a->heap, _scr_class_page(seg, idx, tag), p);

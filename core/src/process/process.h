@@ -121,8 +121,10 @@ typedef struct scr_tcache_list {
    * the line the free fast path reads anyway */
   uint64_t magic;
   uint32_t mask;
-  uint32_t base;                    /* the cap the options set, that max grows from (tcache.c; kept
-                                       for the pool's overflow, which sizes its batch by it) */
+  uint32_t base;                    /* the cap before any growth, as the claim, the last flush or
+                                       the opening of a closed list set it: max >= base while max
+                                       != 0, and max - base blocks of cache_grown (tcache.c); the
+                                       pool's overflow sizes its batch by it */
 } scr_tcache_list;
 _Static_assert(sizeof(scr_tcache_list) == 32, "two lists a line, none across two");
 

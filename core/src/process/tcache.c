@@ -20,6 +20,8 @@
 
 #define SCR_TCACHE_CLASS_MAX 64
 #define SCR_TCACHE_RUN_MAX 1024 /* blocks a list of a class below SCR_RUN_CLASS_END may grow to */
+#define SCR_RUN_CLASS_END 35    /* (_scr_tcache_init asserts its size) */
+_Static_assert(SCR_RUN_CLASS_END < SCR_CLASS_COUNT, "the first class whose list grows to SCR_TCACHE_CLASS_MAX");
 /* cache_medium (2 blocks a medium class) and cache_medium_after (16: the
  * medium lists of an arena claimed while no other is held open at the
  * holder's 16th malloc of their class, so that a program's start, which
@@ -69,21 +71,18 @@ void _scr_tcache_medium_malloc(scr_arena *a, unsigned c) {
   unsigned m = c - SCR_MEDIUM_FIRST;
   if (++a->medium_mallocs[m] < _scr_proc.opt.cache_medium_after) return;
   scr_assert(a->tc[c].head == NULL && a->tc[c].max == 0);
-  a->tc[c].max = a->tc[c].room = a->medium_cap[m];
+  a->tc[c].max = a->tc[c].room = a->tc[c].base = a->medium_cap[m];
   a->medium_cap[m] = 0;
 }
 
 /* List c's blocks go back; it keeps up to max blocks from now on, at
- * most its base (a grown cap starts again). */
+ * most its base as the options say now (a grown cap starts again). */
 static void tcache_empty_list(scr_arena *a, unsigned c, uint32_t max) {
   void *p = a->tc[c].head;
   uint32_t base = tcache_base_max(c);
-  if (a->tc[c].max > base) { /* (options changed since the claim may have moved the base) */
-    uint64_t grown = (uint64_t)(a->tc[c].max - base) * _scr_class_sizes[c];
-    a->cache_grown -= grown < a->cache_grown ? grown : a->cache_grown;
-  }
+  if (a->tc[c].max > a->tc[c].base) a->cache_grown -= (uint64_t)(a->tc[c].max - a->tc[c].base) * _scr_class_sizes[c];
   if (max > base) max = base;
-  a->tc[c].base = base;
+  a->tc[c].base = max;
   a->tc[c].head = NULL;
   a->tc[c].max = a->tc[c].room = max;
   _scr_remote_send_list_home(a, c, p);
@@ -141,6 +140,7 @@ bool _scr_tcache_refused(const scr_tcache_list *r, const scr_segment *seg, uintp
 /* Every kept block goes back (at park and trim). */
 void _scr_tcache_flush(scr_arena *a) {
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) tcache_empty_list(a, c, a->tc[c].max);
+  scr_assert(a->cache_grown == 0); /* every grown block counted, from the base it grew from */
 }
 
 /* Adds sign (1 or -1) times one block of list c to t's block counts. */

@@ -114,7 +114,7 @@ scr_segment *_scr_segment_map(scr_heap *h, size_t size, size_t align, scr_segmen
 static bool segment_unmap(scr_heap *h, scr_segment *seg) {
   size_t size = seg->size;
   uint64_t committed = seg->kind == SCR_SEG_HUGE ? size
-                                                 : PAGE_BYTES * (uint64_t)__builtin_popcountll(seg->committed_free_mask);
+                                                 : PAGE_BYTES * (uint64_t)_scr_popcount(seg->committed_free_mask);
   scr_assert(seg->kind == SCR_SEG_HUGE || seg->used_pages == 0);
   uint64_t dirty = seg->dirty_new | seg->dirty_old, over = seg->dirty_over;
   unlink_segment(h, seg);
@@ -131,8 +131,8 @@ static bool segment_unmap(scr_heap *h, scr_segment *seg) {
   h->mmaps--;
   h->reserved -= size;
   _scr_heap_bytes_sub(h, committed);
-  dirty_pages_set(h, h->dirty_pages - (uint64_t)__builtin_popcountll(dirty));
-  h->over_pages -= (uint64_t)__builtin_popcountll(over);
+  dirty_pages_set(h, h->dirty_pages - (uint64_t)_scr_popcount(dirty));
+  h->over_pages -= (uint64_t)_scr_popcount(over);
   return true;
 }
 
@@ -263,8 +263,12 @@ scr_segment *_scr_segment_attach(scr_heap *h, scr_segment *seg, size_t new_size)
 /* Bit j of the result: pages j .. j+n-1 are all free, and page j starts
  * on an `align` boundary. */
 static uint64_t run_starts(uint64_t free_mask, unsigned n, size_t align) {
+  /* m holds the starts of runs of `len` pages, len doubling, then the
+   * last shift tops it up to n: log2(n) steps rather than n */
   uint64_t m = free_mask;
-  for (unsigned i = 1; i < n && m; i++) m &= free_mask >> i;
+  unsigned len = 1;
+  for (; 2 * len <= n && m; len *= 2) m &= m >> len;
+  if (len < n) m &= m >> (n - len);
   size_t step = align > SCR_PAGE_SIZE ? align >> SCR_PAGE_SHIFT : 1;
   /* a bit every `step` pages (a power of two that divides 64): all ones
    * over 2^step - 1, one division rather than a loop */
@@ -279,14 +283,14 @@ static void note_refault(scr_heap *h, scr_segment *seg, uint64_t bits) {
   uint64_t back = seg->decayed_mask & bits;
   seg->decayed_mask &= ~bits;
   if (_scr_os_now_ms() < seg->decayed_ms + h->refault_window_ms)
-    h->refault_bytes += PAGE_BYTES * (uint64_t)__builtin_popcountll(back);
+    h->refault_bytes += PAGE_BYTES * (uint64_t)_scr_popcount(back);
 }
 
 /* Fresh pages taken while segments a decay's trim unmapped are missed:
  * within the window, as many bytes as it unmapped are refaults (as the
  * huge cache counts a miss soon after a return). */
 static void note_refault_fresh(scr_heap *h, uint64_t fresh) {
-  uint64_t b = PAGE_BYTES * (uint64_t)__builtin_popcountll(fresh);
+  uint64_t b = PAGE_BYTES * (uint64_t)_scr_popcount(fresh);
   if (b > h->unmapped_decayed) b = h->unmapped_decayed;
   if (_scr_os_now_ms() < h->unmapped_decayed_ms + h->refault_window_ms) h->refault_bytes += b;
   else b = h->unmapped_decayed; /* past the window: none of it is */
@@ -304,13 +308,13 @@ static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigne
   avail_update(h, seg);
   seg->committed_free_mask &= ~bits;
   uint64_t dirty = (seg->dirty_new | seg->dirty_old) & bits;
-  dirty_pages_set(h, h->dirty_pages - (uint64_t)__builtin_popcountll(dirty));
+  if (dirty) dirty_pages_set(h, h->dirty_pages - (uint64_t)_scr_popcount(dirty));
   seg->dirty_new &= ~bits;
   seg->dirty_old &= ~bits;
-  h->over_pages -= (uint64_t)__builtin_popcountll(seg->dirty_over & bits);
+  if (seg->dirty_over & bits) h->over_pages -= (uint64_t)_scr_popcount(seg->dirty_over & bits);
   seg->dirty_over &= ~bits;
   seg->used_pages += n;
-  _scr_heap_bytes_add(h, PAGE_BYTES * (uint64_t)__builtin_popcountll(fresh));
+  if (fresh) _scr_heap_bytes_add(h, PAGE_BYTES * (uint64_t)_scr_popcount(fresh));
   h->page_acquires += n;
   for (unsigned i = first; i < first + n; i++) {
     scr_page *pg = &seg->pages[i];
@@ -453,7 +457,7 @@ static void over_flush(scr_heap *h);
 static uint64_t over_take(scr_heap *h, scr_segment *seg) {
   uint64_t m = seg->dirty_over;
   seg->dirty_over = 0;
-  h->over_pages -= (uint64_t)__builtin_popcountll(m);
+  h->over_pages -= (uint64_t)_scr_popcount(m);
   return m;
 }
 
@@ -563,12 +567,12 @@ static void purge(scr_heap *h, bool all, uint64_t decayed_ms) {
     if (seg->kind != SCR_SEG_NORMAL) continue;
     uint64_t over = over_take(h, seg);
     uint64_t old = all ? seg->committed_free_mask : seg->dirty_old | over;
-    dirty_pages_set(h, h->dirty_pages - (uint64_t)__builtin_popcountll(old & (seg->dirty_new | seg->dirty_old)));
+    dirty_pages_set(h, h->dirty_pages - (uint64_t)_scr_popcount(old & (seg->dirty_new | seg->dirty_old)));
     seg->dirty_new &= ~old;
     seg->dirty_old = seg->dirty_new;
     seg->dirty_new = 0;
     if (seg->used_pages == 0 && seg->dirty_old == 0) {
-      uint64_t back = decayed_ms ? PAGE_BYTES * (uint64_t)__builtin_popcountll(seg->committed_free_mask) : 0;
+      uint64_t back = decayed_ms ? PAGE_BYTES * (uint64_t)_scr_popcount(seg->committed_free_mask) : 0;
       if (kept_empty && segment_unmap(h, seg)) {
         h->unmapped_decayed += back; /* (note_refault_fresh) */
         if (back) h->unmapped_decayed_ms = decayed_ms;
@@ -627,7 +631,7 @@ size_t _scr_segment_decay(scr_heap *h, uint64_t delay_ms, bool *left) {
   for (scr_segment *seg = h->segments; seg && (h->dirty_pages || h->over_pages); seg = seg->next) {
     if (seg->kind != SCR_SEG_NORMAL) continue;
     uint64_t old = seg->dirty_old | over_take(h, seg);
-    dirty_pages_set(h, h->dirty_pages - (uint64_t)__builtin_popcountll(seg->dirty_old));
+    dirty_pages_set(h, h->dirty_pages - (uint64_t)_scr_popcount(seg->dirty_old));
     seg->dirty_old = seg->dirty_new;
     seg->dirty_new = 0;
     if (old == 0) continue;
@@ -662,7 +666,7 @@ static void purge_down(scr_heap *h, uint64_t keep) {
         need--;
       }
       if (take == 0) continue;
-      dirty_pages_set(h, h->dirty_pages - (uint64_t)__builtin_popcountll(take));
+      dirty_pages_set(h, h->dirty_pages - (uint64_t)_scr_popcount(take));
       seg->dirty_old &= ~take;
       seg->dirty_new &= ~take;
       decommit_mask(h, seg, take, &batch, &h->os);

@@ -54,8 +54,8 @@ static bool validate(const scr_heap *h) {
     if ((seg->committed_free_mask & ~seg->free_mask) != 0) SCR_VALIDATE_FAIL("segment %p: committed free mask holds used pages", (void *)seg);
     if ((seg->dirty_over & (seg->dirty_new | seg->dirty_old)) != 0 || (seg->dirty_over & ~seg->committed_free_mask) != 0)
       SCR_VALIDATE_FAIL("segment %p: pages waiting for the batched decommit are dirty too, or not committed and free", (void *)seg);
-    dirty += (uint64_t)__builtin_popcountll(seg->dirty_new | seg->dirty_old);
-    over += (uint64_t)__builtin_popcountll(seg->dirty_over);
+    dirty += (uint64_t)_scr_popcount(seg->dirty_new | seg->dirty_old);
+    over += (uint64_t)_scr_popcount(seg->dirty_over);
   }
   if (over != h->over_pages) SCR_VALIDATE_FAIL("over_pages %llu, counted %llu", (unsigned long long)h->over_pages, (unsigned long long)over);
   if (over != 0 && over * SCR_PAGE_SIZE >= h->opt.decommit_batch) SCR_VALIDATE_FAIL("%llu pages wait for a batch of %zu bytes", (unsigned long long)over, h->opt.decommit_batch);

@@ -242,7 +242,6 @@ SCR_INTERNAL void _scr_segment_purge_due(scr_heap *h);
  * the pages it keeps for the purge if that is what it takes. */
 SCR_INTERNAL bool _scr_segment_grow_ok(scr_heap *h, size_t more);
 SCR_INTERNAL size_t _scr_segment_meta_bytes(const scr_heap *h);
-/* Bits first .. first+n-1 of a segment's 64-bit page masks. */
 /* Set bits of m.  Without the POPCNT instruction (-mpopcnt: x86-64-v2)
  * gcc makes __builtin_popcountll a call into libgcc's table loop; the
  * page bookkeeping counts masks at every run taken or given back. */
@@ -256,6 +255,7 @@ static inline unsigned _scr_popcount(uint64_t m) {
   return (unsigned)((m * 0x0101010101010101ull) >> 56);
 #endif
 }
+/* Bits first .. first+n-1 of a segment's 64-bit page masks. */
 static inline uint64_t _scr_run_mask(unsigned first, unsigned n) {
   return (n >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << first;
 }

@@ -33,7 +33,8 @@ static void *cache_take(scr_heap *h, size_t n, size_t align, bool huge) {
   int best = -1;
   for (uint32_t i = 0; i < h->cache_count; i++) {
     scr_cached *e = &h->cache[i];
-    if (e->huge != huge) continue;
+    scr_segment *seg = _scr_segmap_get(e->block);
+    if ((seg->kind == SCR_SEG_HUGE) != huge) continue;
     if (e->size < n || e->size - n > n / 4 + SCR_PAGE_SIZE) continue;
     if (((uintptr_t)e->block & (align - 1)) != 0) continue;
     if (best < 0 || e->size < h->cache[best].size) best = (int)i;
@@ -65,7 +66,7 @@ static bool large_release(scr_heap *h, void *block) {
 /* Append to the cache (newest last).  false when the array is full. */
 static bool cache_push(scr_heap *h, void *block, size_t size) {
   if (h->cache_count >= SCR_LARGE_CACHE_MAX) return false;
-  h->cache[h->cache_count++] = (scr_cached){block, size, segment_of_block(block)->kind == SCR_SEG_HUGE};
+  h->cache[h->cache_count++] = (scr_cached){block, size};
   h->cache_bytes += size;
   return true;
 }

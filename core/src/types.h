@@ -198,7 +198,6 @@ typedef struct scr_prof_countdown {
 typedef struct scr_cached {
   void *block;                  /* start of the block */
   size_t size;                  /* usable bytes */
-  bool huge;                    /* a huge mapping's block, else a run of pages */
 } scr_cached;
 
 #define SCR_LARGE_CACHE_MAX 1024

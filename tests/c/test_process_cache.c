@@ -425,6 +425,35 @@ static void test_another_arenas_blocks_fill_the_pool_before_the_list_grows(void)
   CHECK(scr_process_validate() == SCR_OK);
 }
 
+/* A thread that frees before it ever mallocs takes an arena at its first
+ * free of a small block, and its cache keeps another arena's blocks (a
+ * list of 64 blocks of 48 B holds the 40): none goes home until the
+ * thread exits, when its arena parks and the cache's blocks go home. */
+enum { FREE_ONLY_N = 40 };
+static void *free_only[FREE_ONLY_N];
+static void *free_without_malloc(void *arg) {
+  uint64_t *got = arg;
+  struct scr_process_stats s0, s1;
+  scr_process_stats(&s0);
+  for (int i = 0; i < FREE_ONLY_N; i++) scr_free(free_only[i]);
+  scr_process_stats(&s1);
+  got[0] = s1.claims - s0.claims;
+  got[1] = s1.remote_frees - s0.remote_frees;
+  return NULL;
+}
+static void test_a_thread_that_only_frees_keeps_the_blocks(void) {
+  for (int i = 0; i < FREE_ONLY_N; i++) free_only[i] = memset(scr_malloc(48), 6, 48); /* arena 0's */
+  uint64_t got[2] = {99, 99};
+  struct scr_process_stats s0, s1;
+  scr_process_stats(&s0);
+  run_thread(free_without_malloc, got);
+  scr_process_stats(&s1);
+  CHECK_EQ(got[0], 1); /* its arena, at its first free */
+  CHECK_EQ(got[1], 0); /* every block kept in its cache */
+  CHECK_EQ(s1.remote_frees - s0.remote_frees, FREE_ONLY_N); /* home at its exit */
+  CHECK(scr_process_validate() == SCR_OK);
+}
+
 /* With sampling off the sampler's countdown still runs out, every
  * SCR_PROF_IDLE bytes (it looks at the rate then): that malloc samples
  * nothing and takes the block the thread's cache holds, as any other.
@@ -654,6 +683,7 @@ int main(void) {
   TEST(test_short_lists_leave_long_batches);
   TEST(test_a_full_list_hands_on_its_newer_half);
   TEST(test_another_arenas_blocks_fill_the_pool_before_the_list_grows);
+  TEST(test_a_thread_that_only_frees_keeps_the_blocks);
   TEST(test_an_idle_countdown_takes_the_cached_block);
   TEST(test_calloc_takes_a_kept_block_zeroed);
   TEST(test_small_alignments_take_a_kept_block);

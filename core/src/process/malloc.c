@@ -230,7 +230,8 @@ static void proc_free_claimed(void *p, scr_arena *a, scr_segment *seg, uintptr_t
 }
 
 /* Everything free does beyond its hit path; a is the caller's arena (NULL
- * when it holds none).  Whose block p is, decided once, from its segment
+ * when it holds none: it takes one for a block of a size class).  Whose
+ * block p is, decided once, from its segment
  * map entry; then p is claimed (one atomic exchange: of two frees of it,
  * racing or not, exactly one goes on) and goes to the one place it goes
  * next: the thread's cache when it may keep p (_scr_tcache_may_keep) and
@@ -258,6 +259,12 @@ static __attribute__((noinline)) void proc_free_slow(void *p, scr_arena *a) {
   }
   if (SCR_UNLIKELY(!_scr_proc_claim(p))) return _scr_proc_misuse("free", p, SCR_EDOUBLEFREE); /* lost a race */
   if (!screened) _scr_prof_free(p);
+  /* A thread that frees before it ever mallocs takes its arena now, as
+   * tcmalloc's and jemalloc's threads take their cache at their first
+   * free: its cache keeps the blocks, and hands them on in batches
+   * through the pool to the threads that malloc, instead of a push home
+   * per block. */
+  if (a == NULL && screened) a = _scr_holder_get();
   proc_free_claimed(p, a, seg, idx, tag, _scr_segmap_mark(e));
 }
 

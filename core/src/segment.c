@@ -43,22 +43,24 @@ static void avail_remove(scr_heap *h, scr_segment *seg) {
   seg->avail_run = 0;
 }
 
-/* The longest run of set bits in m. */
-static unsigned longest_run(uint64_t m) {
+/* The longest run of set bits in m (the lowest on a tie), its first bit
+ * in *first. */
+static unsigned longest_run(uint64_t m, unsigned *first) {
   unsigned best = 0;
+  *first = 0;
   while (m) {
     unsigned at = (unsigned)__builtin_ctzll(m);
     uint64_t rest = ~(m >> at);
     unsigned len = rest ? (unsigned)__builtin_ctzll(rest) : 64 - at;
-    if (len > best) best = len;
+    if (len > best) best = len, *first = at;
     m = at + len >= 64 ? 0 : m & (~(uint64_t)0 << (at + len));
   }
   return best;
 }
 
-/* seg's free_mask changed: it moves to the list of its longest run. */
-static void avail_update(scr_heap *h, scr_segment *seg) {
-  unsigned r = longest_run(seg->free_mask);
+/* seg's longest run is r pages from page at: it moves to list r. */
+static void avail_set(scr_heap *h, scr_segment *seg, unsigned r, unsigned at) {
+  seg->avail_at = at;
   if (r == seg->avail_run) return;
   avail_remove(h, seg);
   if (r == 0) return;
@@ -68,6 +70,32 @@ static void avail_update(scr_heap *h, scr_segment *seg) {
   h->avail[r] = seg;
   h->avail_runs |= (uint64_t)1 << r;
   seg->avail_run = r;
+}
+
+/* seg's free_mask changed: it moves to the list of its longest run. */
+static void avail_update(scr_heap *h, scr_segment *seg) {
+  unsigned at;
+  unsigned r = longest_run(seg->free_mask, &at);
+  avail_set(h, seg, r, at);
+}
+
+/* Pages first..first+n-1 of seg were taken: only a run that overlaps its
+ * longest one can shorten that (else the longest stays, where it is). */
+static void avail_taken(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
+  if (first < seg->avail_at + seg->avail_run && seg->avail_at < first + n) avail_update(h, seg);
+}
+
+/* Pages first..first+n-1 of seg became free: the run they join is the
+ * only one that grew, so it is the longest if it outgrew the old one.
+ * (Page 0, the header, is never free: a clear bit lies below first.) */
+static void avail_freed(scr_heap *h, scr_segment *seg, unsigned first, unsigned n) {
+  scr_assert(first >= SCR_FIRST_PAGE && !(seg->free_mask & 1));
+  uint64_t used = ~seg->free_mask;
+  uint64_t below = used & (((uint64_t)1 << first) - 1);
+  uint64_t above = first + n >= 64 ? 0 : used & (~(uint64_t)0 << (first + n));
+  unsigned start = 64 - (unsigned)__builtin_clzll(below);
+  unsigned end = above ? (unsigned)__builtin_ctzll(above) : 64;
+  if (end - start > seg->avail_run) avail_set(h, seg, end - start, start);
 }
 
 static void unlink_segment(scr_heap *h, scr_segment *seg) {
@@ -305,7 +333,7 @@ static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigne
   if (SCR_UNLIKELY(h->unmapped_decayed != 0) && fresh) note_refault_fresh(h, fresh);
   seg->lazy_free_mask &= ~bits;
   seg->free_mask &= ~bits;
-  avail_update(h, seg);
+  avail_taken(h, seg, first, n);
   seg->committed_free_mask &= ~bits;
   uint64_t dirty = (seg->dirty_new | seg->dirty_old) & bits;
   if (dirty) dirty_pages_set(h, h->dirty_pages - (uint64_t)_scr_popcount(dirty));
@@ -482,7 +510,7 @@ static void release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigne
   }
   SCR_UNPOISON((uint8_t *)seg + ((size_t)first << SCR_PAGE_SHIFT), (size_t)n << SCR_PAGE_SHIFT);
   seg->free_mask |= bits;
-  avail_update(h, seg);
+  avail_freed(h, seg, first, n);
   seg->committed_free_mask |= bits;
   seg->used_pages -= n;
   h->page_releases += n;

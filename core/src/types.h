@@ -96,8 +96,9 @@ typedef enum scr_segment_kind { SCR_SEG_NORMAL = 0, SCR_SEG_HUGE = 1 } scr_segme
 /* A segment header, at the start of every mapping.
  *   NORMAL: pages[0] is the header itself; free_mask has bit i set for
  *           every page i >= 1 of kind FREE; used_pages = 63 - popcount(free_mask);
- *           avail_run = the longest run of set bits in free_mask, and the
- *           segment is on the heap's list avail[avail_run] while it is not 0
+ *           avail_run = the longest run of set bits in free_mask, starting
+ *           at bit avail_at, and the segment is on the heap's list
+ *           avail[avail_run] while it is not 0
  *   HUGE:   block at base + huge_offset, huge_size usable bytes; huge_live
  *           is 1 while the block is live, 0 while cached. */
 typedef struct scr_segment {
@@ -106,7 +107,7 @@ typedef struct scr_segment {
   struct scr_segment *next, *prev; /* heap's segment list */
   struct scr_segment *avail_next, *avail_prev; /* NORMAL with a FREE page: heap's avail[avail_run] */
   uint32_t avail_run;           /* NORMAL: its longest run of FREE pages (0: on no avail list) */
-  uint32_t pad_;
+  uint32_t avail_at;            /* NORMAL: the first page of that run (one of them on a tie) */
   size_t size;                  /* bytes mapped */
   uint32_t kind;                /* scr_segment_kind */
   uint32_t used_pages;          /* NORMAL: pages not FREE */

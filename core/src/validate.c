@@ -48,6 +48,8 @@ static bool validate(const scr_heap *h) {
     unsigned run = 0;
     for (uint64_t m = seg->free_mask; m; m &= m >> 1) run++;
     if (seg->avail_run != run) SCR_VALIDATE_FAIL("segment %p: avail_run %u, its longest free run %u", (void *)seg, seg->avail_run, run);
+    if (run && (seg->avail_at + run > 64 || (seg->free_mask & _scr_run_mask(seg->avail_at, run)) != _scr_run_mask(seg->avail_at, run)))
+      SCR_VALIDATE_FAIL("segment %p: no free run of %u pages at page %u", (void *)seg, run, seg->avail_at);
     if ((seg->dirty_new & seg->dirty_old) != 0 ||
         ((seg->dirty_new | seg->dirty_old) & ~seg->committed_free_mask) != 0)
       SCR_VALIDATE_FAIL("segment %p: dirty masks overlap or hold pages that are not committed and free", (void *)seg);

@@ -401,13 +401,15 @@ static scr_page *take_pages(scr_heap *h, unsigned n, size_t align, bool fresh_fi
    * run, the first one found serves. */
   for (uint64_t runs = h->avail_runs & (~(uint64_t)0 << n); runs && !(best && looked >= TAKE_LOOK); runs &= runs - 1) {
     for (scr_segment *seg = h->avail[__builtin_ctzll(runs)]; seg; seg = seg->avail_next) {
-      uint64_t m = run_starts(seg->free_mask, n, align);
-      if (m == 0) continue; /* none aligned */
-      looked++;
+      /* committed pages are free pages: a committed run is the answer
+       * without fresh_first, whatever other runs seg has */
       if (committed == NULL && (committed_m = run_starts(seg->committed_free_mask, n, align)) != 0) {
         committed = seg;
         if (!fresh_first) break;
       }
+      uint64_t m = run_starts(seg->free_mask, n, align);
+      if (m == 0) continue; /* none aligned */
+      looked++;
       if (fresh_first && fresh == NULL) {
         uint64_t f = run_starts(seg->free_mask & ~seg->committed_free_mask, n, align);
         if (f) fresh = seg, fresh_m = f;

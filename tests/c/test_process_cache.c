@@ -81,6 +81,39 @@ static void *one_medium_free(void *arg) {
   *(uint64_t *)arg = class_pages(arena, c);
   return NULL;
 }
+/* A thread that frees before it mallocs takes an arena at that free
+ * (below); when it can have none (here the new arena's first OS call
+ * fails: no arena is parked yet), the block goes home as before, and
+ * free leaves errno as it was. */
+static void quiet(int err, const char *msg, void *arg) { (void)err; (void)msg; (void)arg; }
+struct claim_fails {
+  void *p;
+  int errno_after;
+  uint64_t claims;
+};
+static void *free_while_no_arena_can_be_had(void *arg) {
+  struct claim_fails *r = arg;
+  struct scr_process_stats s0, s1;
+  scr_process_stats(&s0);
+  errno = EINTR;
+  scr_debug_fail_os_call(1);
+  scr_free(r->p);
+  r->errno_after = errno;
+  scr_debug_fail_os_call(0);
+  scr_process_stats(&s1);
+  r->claims = s1.claims - s0.claims;
+  return NULL;
+}
+static void test_a_failed_claim_in_free_keeps_errno(void) {
+  struct claim_fails r = {memset(scr_malloc(48), 8, 48), 0, 99};
+  scr_set_error_handler(quiet, NULL); /* the failed mapping's report */
+  run_thread(free_while_no_arena_can_be_had, &r);
+  scr_set_error_handler(NULL, NULL);
+  CHECK_EQ(r.claims, 0);
+  CHECK_EQ(r.errno_after, EINTR);
+  CHECK(scr_process_validate() == SCR_OK);
+}
+
 static void test_the_first_arenas_medium_lists_open_late(void) {
   unsigned c = class_of_size(40960);
   CHECK(c < SCR_CLASS_COUNT);
@@ -673,6 +706,7 @@ int main(void) {
   scr_process_option_set("discard", "0"); /* parked arenas keep what they hold */
   scr_free(scr_malloc(16)); /* the main thread holds arena 0 */
   TEST(test_defaults);
+  TEST(test_a_failed_claim_in_free_keeps_errno); /* before any thread parks an arena */
   TEST(test_the_first_arenas_medium_lists_open_late);
   TEST(test_a_kept_block_keeps_its_page);
   TEST(test_cache_max_sends_big_blocks_home);

@@ -259,12 +259,10 @@ static __attribute__((noinline)) void proc_free_slow(void *p, scr_arena *a) {
   }
   if (SCR_UNLIKELY(!_scr_proc_claim(p))) return _scr_proc_misuse("free", p, SCR_EDOUBLEFREE); /* lost a race */
   if (!screened) _scr_prof_free(p);
-  /* A thread that frees before it ever mallocs takes its arena now, as
-   * tcmalloc's and jemalloc's threads take their cache at their first
-   * free: its cache keeps the blocks, and hands them on in batches
-   * through the pool to the threads that malloc, instead of a push home
-   * per block. */
-  if (a == NULL && screened) a = _scr_holder_get();
+  /* A thread that frees before it ever mallocs takes its arena (its cache,
+   * which hands blocks on through the pool) now, as tcmalloc's and jemalloc's
+   * threads do; free leaves errno alone (POSIX), whatever the claim met. */
+  if (a == NULL && screened) { int saved = errno; a = _scr_holder_get(); errno = saved; }
   proc_free_claimed(p, a, seg, idx, tag, _scr_segmap_mark(e));
 }
 

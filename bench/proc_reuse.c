@@ -1,9 +1,10 @@
 /* Breadth suite: a working set that is freed and reused at once, at every
  * block size.  Each thread keeps `live` blocks of random sizes between
  * `min` and `max` bytes (log-uniform: as many blocks of 1-2 KiB as of
- * 256-512 KiB) and replaces one at random, `ops` times.  Every freed byte
- * is wanted again within a few operations: an allocator that gives the
- * pages of a freed block back to the OS faults them in again on the next
+ * 256-512 KiB) and replaces one at random, `ops` times, writing a byte
+ * on each 4 KiB page of every block it gets.  Every freed byte is wanted
+ * again within a few operations: an allocator that gives the pages of a
+ * freed block back to the OS faults them in again on the next
  * replacement.  With `runs` instead (mode "runs"): one thread allocates
  * `live` blocks of `min` bytes, frees them all, and starts again.
  *
@@ -37,6 +38,13 @@ static double given_back_bytes(void) {
   return total;
 }
 
+/* The block is used, as a program uses the memory it asks for: a byte on
+ * each of its 4 KiB pages between the stamps (which hold its first bytes
+ * and its last), so that all of its pages are resident. */
+static void use(unsigned char *c, size_t n) {
+  for (size_t o = 4096; o + 1 < n; o += 4096) c[o] = (unsigned char)o;
+}
+
 typedef struct job {
   long live, ops;
   size_t min, max;
@@ -62,6 +70,7 @@ static void *worker(void *arg) {
     size_t n = draw(&s, lmin, lspan);
     blk[k] = must(malloc(n));
     stamp(blk[k], n);
+    use(blk[k], n);
   }
   for (long i = 0; i < j->ops; i++) {
     long k = (long)(rnd(&s) % (uint64_t)j->live);
@@ -70,6 +79,7 @@ static void *worker(void *arg) {
     free(blk[k]);
     blk[k] = must(malloc(n));
     stamp(blk[k], n);
+    use(blk[k], n);
   }
   if (j->seed == SEED0) j->back = given_back_bytes(); /* an exiting thread's arena gives back its free pages */
   for (long k = 0; k < j->live; k++) free(blk[k]);
@@ -83,6 +93,7 @@ static void runs(long rounds, long len, size_t size, unsigned long *bad) {
     for (long k = 0; k < len; k++) {
       run[k] = must(malloc(size));
       stamp(run[k], size);
+      use(run[k], size);
     }
     for (long k = 0; k < len; k++) {
       *bad += !stamp_ok(run[k], size);

@@ -300,7 +300,7 @@ void *_scr_heap_malloc(scr_heap *h, size_t n) {
     return NULL;
   }
   bool zero;
-  return _scr_large_alloc(h, n, SCR_PAGE_SIZE, &zero);
+  return _scr_large_alloc(h, n, SCR_MIN_ALIGN, &zero);
 }
 
 /* The countdown of h's sampler ran out at p, an allocation of n bytes
@@ -361,7 +361,7 @@ void *scr_heap_calloc(scr_heap *h, size_t count, size_t size) {
     p = small_calloc(h, _scr_class_of(n), n);
   } else {
     bool zero = false;
-    p = _scr_large_alloc(h, n, SCR_PAGE_SIZE, &zero);
+    p = _scr_large_alloc(h, n, SCR_MIN_ALIGN, &zero);
     if (p && !zero) memset(p, 0, n);
   }
   return HEAP_COUNTED(h, p, n);

@@ -1,8 +1,9 @@
 /* Blocks above the size classes.  Up to huge_threshold: a run of pages in
- * a segment (64 KiB granular, page-aligned).  Above: a mapping of its own,
- * the header page first and the block after it.  Freed large blocks go to
- * a bounded cache (count and bytes), oldest evicted first, so that a loop
- * of large alloc/free reuses one block instead of mapping every turn. */
+ * a segment (64 KiB granular), the block starting a few cache lines into
+ * it (its colour, below).  Above: a mapping of its own, the header page
+ * first and the block after it.  Freed large blocks go to a bounded cache
+ * (count and bytes), oldest evicted first, so that a loop of large
+ * alloc/free reuses one block instead of mapping every turn. */
 #include "internal.h"
 #include <errno.h>
 #include <string.h>
@@ -11,13 +12,37 @@ static size_t round_up(size_t n, size_t to) { return (n + to - 1) & ~(to - 1); }
 
 static uint8_t *huge_block(const scr_segment *seg) { return (uint8_t *)seg + seg->huge_offset; }
 
-static size_t block_bytes(const scr_segment *seg, const void *block) {
-  if (seg->kind == SCR_SEG_HUGE) return seg->huge_size;
-  const scr_page *pg = &seg->pages[((uintptr_t)block - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
-  return (size_t)pg->span << SCR_PAGE_SHIFT;
+static const scr_page *head_page(const scr_segment *seg, const void *block) {
+  return &seg->pages[((uintptr_t)block - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
 }
 
-size_t _scr_large_usable(const scr_segment *seg, const void *p) { return block_bytes(seg, p); }
+/* The bytes a block holds: its run's (the cache counts these), or its
+ * mapping's past the header. */
+static size_t block_bytes(const scr_segment *seg, const void *block) {
+  if (seg->kind == SCR_SEG_HUGE) return seg->huge_size;
+  return (size_t)head_page(seg, block)->span << SCR_PAGE_SHIFT;
+}
+
+/* Its usable bytes (the heap's large_bytes counts these): a run's less its
+ * colour. */
+size_t _scr_large_usable(const scr_segment *seg, const void *p) {
+  if (seg->kind == SCR_SEG_HUGE) return seg->huge_size;
+  const scr_page *pg = head_page(seg, p);
+  return ((size_t)pg->span << SCR_PAGE_SHIFT) - (size_t)pg->line_off * SCR_LINE;
+}
+
+/* ---- colour ---- */
+
+/* A large block for malloc starts SCR_COLOUR_LINES cache lines into its
+ * run, where the run's slack past the request has room: a program's
+ * stores at one offset of each block (a header, a byte on each 4 KiB
+ * page) then share one cache set, and not the set of a page's first line,
+ * where every page-aligned structure keeps its hot line (segment headers,
+ * arenas, the program's own mappings).  One colour for all blocks, not one
+ * per block as jemalloc's cache-oblivious large blocks: each colour in use
+ * is a set that such stores keep evicting.  docs/process.md, "why", has
+ * the measurements. */
+#define SCR_COLOUR_LINES 4
 
 /* ---- the cache ---- */
 
@@ -35,7 +60,8 @@ static void *cache_take(scr_heap *h, size_t n, size_t align, bool huge) {
     scr_cached *e = &h->cache[i];
     scr_segment *seg = _scr_segmap_get(e->block);
     if ((seg->kind == SCR_SEG_HUGE) != huge) continue;
-    if (e->size < n || e->size - n > n / 4 + SCR_PAGE_SIZE) continue;
+    size_t usable = _scr_large_usable(seg, e->block);
+    if (usable < n || usable - n > n / 4 + SCR_PAGE_SIZE) continue;
     if (((uintptr_t)e->block & (align - 1)) != 0) continue;
     if (best < 0 || e->size < h->cache[best].size) best = (int)i;
   }
@@ -159,6 +185,8 @@ static void mark_span(scr_segment *seg, unsigned first, unsigned span, bool cach
   }
 }
 
+/* align: SCR_MIN_ALIGN for malloc's blocks, which are coloured; more
+ * (SCR_PAGE_SIZE or above) for blocks that start on a page boundary. */
 void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
   if (n == 0) n = 1; /* aligned_alloc(big, 0): still a unique block */
   if (n > h->opt.huge_threshold || align > SCR_SEGMENT_SIZE / 2) return huge_alloc(h, n, align, zero);
@@ -172,7 +200,7 @@ void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
     pg->cached = 0;
     *zero = false;
     h->large_live++;
-    _scr_heap_large_add(h, (size_t)pg->span << SCR_PAGE_SHIFT);
+    _scr_heap_large_add(h, _scr_large_usable(seg, block));
     return handed_out(block, false);
   }
   scr_page *pg = _scr_segment_take_pages(h, span, align, false);
@@ -185,27 +213,29 @@ void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
   bool all_zero = true;
   for (unsigned i = first; i < first + span; i++) all_zero &= seg->pages[i].zero;
   mark_span(seg, first, span, false);
+  pg->line_off = align <= SCR_MIN_ALIGN && bytes - n >= SCR_COLOUR_LINES * SCR_LINE ? SCR_COLOUR_LINES : 0;
   *zero = all_zero;
   h->large_live++;
-  _scr_heap_large_add(h, bytes);
+  _scr_heap_large_add(h, bytes - (size_t)pg->line_off * SCR_LINE);
   scr_validate_heap(h);
-  return handed_out(_scr_page_start(seg, pg), all_zero);
+  return handed_out(_scr_page_start(seg, pg) + (size_t)pg->line_off * SCR_LINE, all_zero);
 }
 
 
 void _scr_large_free(scr_heap *h, scr_segment *seg, void *p) {
-  size_t size = block_bytes(seg, p);
+  size_t size = block_bytes(seg, p), usable = _scr_large_usable(seg, p);
   if (seg->kind == SCR_SEG_HUGE) {
     scr_assert(p == huge_block(seg) && seg->huge_live);
     seg->huge_live = 0;
   } else {
     scr_page *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
-    scr_assert(pg->kind == SCR_PAGE_LARGE && pg->used == 1 && (uint8_t *)p == _scr_page_start(seg, pg));
+    scr_assert(pg->kind == SCR_PAGE_LARGE && pg->used == 1 &&
+               (uint8_t *)p == _scr_page_start(seg, pg) + (size_t)pg->line_off * SCR_LINE);
     pg->used = 0;
     pg->cached = 1;
   }
   h->large_live--;
-  _scr_heap_large_sub(h, size);
+  _scr_heap_large_sub(h, usable);
   if (seg->kind == SCR_SEG_HUGE && h->hooks->huge_put) { /* the process's huge cache */
     _scr_segment_detach(h, seg);
     h->hooks->huge_put(h, seg, h->hooks->arg);
@@ -241,7 +271,7 @@ void *_scr_large_realloc_inplace(scr_heap *h, scr_segment *seg, void *p, size_t 
     if (n > h->opt.huge_threshold) return NULL;
     unsigned first = (unsigned)(((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT);
     scr_page *pg = &seg->pages[first];
-    unsigned want = (unsigned)(round_up(n, SCR_PAGE_SIZE) >> SCR_PAGE_SHIFT);
+    unsigned want = (unsigned)(round_up(n + (size_t)pg->line_off * SCR_LINE, SCR_PAGE_SIZE) >> SCR_PAGE_SHIFT);
     unsigned more = want - pg->span;
     if (first + want > SCR_PAGES_PER_SEGMENT) return NULL;
     uint64_t bits = _scr_run_mask(first + pg->span, more);

@@ -348,6 +348,7 @@ static scr_page *take_run(scr_heap *h, scr_segment *seg, unsigned first, unsigne
     scr_page *pg = &seg->pages[i];
     pg->zero = (zero >> i) & 1;
     pg->freed_block = 0;
+    pg->line_off = 0;
   }
   return &seg->pages[first];
 }
@@ -505,8 +506,10 @@ static void release_pages(scr_heap *h, scr_segment *seg, unsigned first, unsigne
   for (unsigned i = first; i < first + n; i++) {
     scr_page *pg = &seg->pages[i];
     bool block_start = pg->kind == SCR_PAGE_LARGE;
+    uint8_t line_off = pg->line_off;
     memset(pg, 0, sizeof *pg);
     pg->freed_block = block_start;
+    pg->line_off = block_start ? line_off : 0;
     scr_seg_set_tag(seg, i, SCR_TAG_OTHER);
     __atomic_store_n(&seg->slot_limit[i], 0, __ATOMIC_RELAXED);
   }

@@ -207,6 +207,48 @@ static void realloc_stays_in_place_when_it_fits(void) {
   scr_heap_destroy(h);
 }
 
+/* A large block malloc asks for starts 4 cache lines into its run when
+ * the run has that slack (large.c: its colour); one with no slack, and an
+ * aligned one, start on the page.  The bytes before a coloured block are
+ * no block's, the usable size and heap_used leave them out, and a second
+ * free is still a double free once the run went back to its segment. */
+static void large_blocks_start_a_colour_into_their_run(void) {
+  scr_options o;
+  scr_options_init(&o);
+  o.large_cache = 0;
+  scr_heap *h = scr_heap_new(&o);
+  uint8_t *p = scr_heap_malloc(h, 200000); /* 4 pages, 62144 bytes of slack */
+  uintptr_t run = (uintptr_t)p & ~(uintptr_t)(SCR_PAGE_SIZE - 1);
+  CHECK_EQ((uintptr_t)p - run, 256);
+  CHECK_EQ(scr_heap_usable_size(h, p), 4 * SCR_PAGE_SIZE - 256);
+  CHECK_EQ(stats(h).heap_used, 4 * SCR_PAGE_SIZE - 256);
+  CHECK_EQ(scr_heap_check(h, p), SCR_OK);
+  CHECK_EQ(scr_heap_check(h, (void *)run), SCR_ENOTALLOC);
+  CHECK_EQ(scr_heap_check(h, p + 16), SCR_EINTERIOR);
+  CHECK_EQ(scr_heap_check(h, p + SCR_PAGE_SIZE), SCR_EINTERIOR);
+  fill(p, 200000, 3);
+  uint8_t *q = scr_heap_calloc(h, 1, 2 * SCR_PAGE_SIZE); /* no slack: on the page */
+  CHECK_EQ((uintptr_t)q & (SCR_PAGE_SIZE - 1), 0);
+  CHECK(all_zero(q, 2 * SCR_PAGE_SIZE));
+  uint8_t *r = scr_heap_aligned_alloc(h, 4096, 200000); /* aligned: on the page */
+  CHECK_EQ((uintptr_t)r & (SCR_PAGE_SIZE - 1), 0);
+  scr_heap_free(h, q);
+  scr_heap_free(h, r);
+  /* grown in place over the free pages after it, keeping its colour: the
+   * request plus the colour decide the pages */
+  uint8_t *g = scr_heap_realloc(h, p, 4 * SCR_PAGE_SIZE);
+  CHECK(g == p);
+  CHECK(filled(g, 200000, 3));
+  CHECK(scr_heap_usable_size(h, g) >= 4 * SCR_PAGE_SIZE);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  scr_heap_free(h, g);
+  CHECK_EQ(stats(h).heap_used, 0);
+  CHECK_EQ(scr_heap_check(h, g), SCR_EDOUBLEFREE);
+  CHECK_EQ(scr_heap_check(h, (void *)run), SCR_ENOTALLOC);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  scr_heap_destroy(h);
+}
+
 /* Huge blocks move with mremap: no copy, and the counters follow. */
 static void huge_realloc_uses_mremap(void) {
   scr_heap *h = scr_heap_new(NULL);
@@ -365,6 +407,7 @@ int main(void) {
   TEST(calloc_leaves_fresh_pages_untouched);
   TEST(realloc_preserves_contents);
   TEST(realloc_stays_in_place_when_it_fits);
+  TEST(large_blocks_start_a_colour_into_their_run);
   TEST(huge_realloc_uses_mremap);
   TEST(large_cache_stops_map_unmap_loops);
   TEST(large_cache_is_bounded);

@@ -1,7 +1,7 @@
 /* Blocks above the size classes.  Up to huge_threshold: a run of pages in
- * a segment (64 KiB granular), the block starting a few cache lines into
- * it (its colour, below).  Above: a mapping of its own, the header page
- * first and the block after it.  Freed large blocks go to a bounded cache
+ * a segment, the block starting a few cache lines into it (its colour,
+ * below).  Above: a mapping of its own, the header page first and the
+ * block after it.  Freed large blocks go to a bounded cache
  * (count and bytes), oldest evicted first, so that a loop of large
  * alloc/free reuses one block instead of mapping every turn. */
 #include "internal.h"
@@ -35,8 +35,8 @@ size_t _scr_large_usable(const scr_segment *seg, const void *p) {
 
 /* A large block for malloc starts SCR_COLOUR_LINES cache lines into its
  * run, where the run's slack past the request has room: a program's
- * stores at one offset of each block (a header, a byte on each 4 KiB
- * page) then share one cache set, and not the set of a page's first line,
+ * stores at one offset of each block (a header, a byte on each OS page)
+ * then share one cache set, and not the set of a page's first line,
  * where every page-aligned structure keeps its hot line (segment headers,
  * arenas, the program's own mappings).  One colour for all blocks, not one
  * per block as jemalloc's cache-oblivious large blocks: each colour in use

@@ -57,7 +57,7 @@ static int classify_in(const scr_heap *h, const scr_segment *seg, const void *p)
   uintptr_t start = base + (idx << SCR_PAGE_SHIFT);
   switch (pg->kind) {
   case SCR_PAGE_LARGE:
-    start += (uintptr_t)pg->line_off * SCR_LINE; /* the block's colour (large.c) */
+    start += _scr_large_colour(pg);
     if (a != start) return a < start ? SCR_ENOTALLOC : SCR_EINTERIOR;
     return pg->used && !(arena && _scr_block_word1(p) == _scr_misuse.key) ? SCR_OK : SCR_EDOUBLEFREE;
   case SCR_PAGE_TAIL: {
@@ -70,7 +70,7 @@ static int classify_in(const scr_heap *h, const scr_segment *seg, const void *p)
      * that went back to the OS read as zero).  The process allocator
      * reads its arenas' free pages itself (a discard may have made them
      * inaccessible). */
-    if (pg->freed_block && a == start + (uintptr_t)pg->line_off * SCR_LINE) return SCR_EDOUBLEFREE;
+    if (pg->freed_block && a == start + _scr_large_colour(pg)) return SCR_EDOUBLEFREE;
     if (!arena && idx != 0 && (a & (SCR_MIN_ALIGN - 1)) == 0 && _scr_block_word1(p) == _scr_misuse.key)
       return SCR_EDOUBLEFREE;
     return SCR_ENOTALLOC;

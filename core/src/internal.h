@@ -268,6 +268,9 @@ static inline unsigned _scr_page_index(const scr_segment *seg, const scr_page *p
 static inline uint8_t *_scr_page_start(const scr_segment *seg, const scr_page *pg) {
   return (uint8_t *)seg + ((size_t)_scr_page_index(seg, pg) << SCR_PAGE_SHIFT);
 }
+/* The bytes from a large block's first page to the block (its colour,
+ * large.c); also for a FREE page whose freed_block is set. */
+static inline size_t _scr_large_colour(const scr_page *pg) { return (size_t)pg->line_off * SCR_LINE; }
 static inline scr_segment *_scr_page_segment(const scr_page *pg) {
   return _scr_segment_of(pg);
 }

@@ -28,21 +28,20 @@ static size_t block_bytes(const scr_segment *seg, const void *block) {
 size_t _scr_large_usable(const scr_segment *seg, const void *p) {
   if (seg->kind == SCR_SEG_HUGE) return seg->huge_size;
   const scr_page *pg = head_page(seg, p);
-  return ((size_t)pg->span << SCR_PAGE_SHIFT) - (size_t)pg->line_off * SCR_LINE;
+  return ((size_t)pg->span << SCR_PAGE_SHIFT) - _scr_large_colour(pg);
 }
 
 /* ---- colour ---- */
 
-/* A large block for malloc starts SCR_COLOUR_LINES cache lines into its
- * run, where the run's slack past the request has room: a program's
- * stores at one offset of each block (a header, a byte on each OS page)
- * then share one cache set, and not the set of a page's first line,
- * where every page-aligned structure keeps its hot line (segment headers,
- * arenas, the program's own mappings).  One colour for all blocks, not one
- * per block as jemalloc's cache-oblivious large blocks: each colour in use
- * is a set that such stores keep evicting.  docs/process.md, "why", has
- * the measurements. */
-#define SCR_COLOUR_LINES 4
+/* A large block for malloc starts SCR_COLOUR_LINES (types.h) cache lines
+ * into its run, where the run's slack past the request has room (set in
+ * _scr_large_alloc): a program's stores at one offset of each block (a
+ * header, a byte on each OS page) then share one cache set, and not the
+ * set of a page's first line, where every page-aligned structure keeps
+ * its hot line (segment headers, arenas, the program's own mappings).  One
+ * colour for all blocks, not one per block as jemalloc's cache-oblivious
+ * large blocks: each colour in use is a set that such stores keep
+ * evicting.  docs/process.md, "why", has the measurements. */
 
 /* ---- the cache ---- */
 
@@ -216,9 +215,9 @@ void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
   pg->line_off = align <= SCR_MIN_ALIGN && bytes - n >= SCR_COLOUR_LINES * SCR_LINE ? SCR_COLOUR_LINES : 0;
   *zero = all_zero;
   h->large_live++;
-  _scr_heap_large_add(h, bytes - (size_t)pg->line_off * SCR_LINE);
+  _scr_heap_large_add(h, bytes - _scr_large_colour(pg));
   scr_validate_heap(h);
-  return handed_out(_scr_page_start(seg, pg) + (size_t)pg->line_off * SCR_LINE, all_zero);
+  return handed_out(_scr_page_start(seg, pg) + _scr_large_colour(pg), all_zero);
 }
 
 
@@ -230,7 +229,7 @@ void _scr_large_free(scr_heap *h, scr_segment *seg, void *p) {
   } else {
     scr_page *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
     scr_assert(pg->kind == SCR_PAGE_LARGE && pg->used == 1 &&
-               (uint8_t *)p == _scr_page_start(seg, pg) + (size_t)pg->line_off * SCR_LINE);
+               (uint8_t *)p == _scr_page_start(seg, pg) + _scr_large_colour(pg));
     pg->used = 0;
     pg->cached = 1;
   }
@@ -271,7 +270,7 @@ void *_scr_large_realloc_inplace(scr_heap *h, scr_segment *seg, void *p, size_t 
     if (n > h->opt.huge_threshold) return NULL;
     unsigned first = (unsigned)(((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT);
     scr_page *pg = &seg->pages[first];
-    unsigned want = (unsigned)(round_up(n + (size_t)pg->line_off * SCR_LINE, SCR_PAGE_SIZE) >> SCR_PAGE_SHIFT);
+    unsigned want = (unsigned)(round_up(n + _scr_large_colour(pg), SCR_PAGE_SIZE) >> SCR_PAGE_SHIFT);
     unsigned more = want - pg->span;
     if (first + want > SCR_PAGES_PER_SEGMENT) return NULL;
     uint64_t bits = _scr_run_mask(first + pg->span, more);

@@ -31,7 +31,8 @@
 #define SCR_SEGMENT_SHIFT 22
 #define SCR_PAGES_PER_SEGMENT (SCR_SEGMENT_SIZE / SCR_PAGE_SIZE) /* 64 */
 #define SCR_FIRST_PAGE 1                 /* page 0 is the segment header */
-#define SCR_LINE 64                      /* a CPU cache line (a large block's colour is counted in them: large.c) */
+#define SCR_LINE 64                      /* a CPU cache line */
+#define SCR_COLOUR_LINES 4               /* a coloured large block starts this many lines into its run (large.c) */
 #define SCR_MAX_SLOTS (SCR_PAGE_SIZE / SCR_MIN_ALIGN) /* 4096 slots of 16 B */
 /* Medium classes (SCR_MEDIUM_MIN up to SCR_SMALL_MAX, 20-64 KiB): a page of
  * theirs is a run of SCR_MEDIUM_SPAN pages starting on a multiple of
@@ -80,7 +81,7 @@ typedef struct scr_page {
   uint8_t idle;                /* SMALL: empty, the head of its queue and not counted in
                                   empty_count (the class's current page: heap_fast.h) */
   uint8_t line_off;            /* LARGE, and FREE with freed_block: the block starts this many
-                                  64 B lines into its first page (large.c: its colour) */
+                                  SCR_LINEs into its first page, 0 or SCR_COLOUR_LINES (large.c) */
   uint8_t pad_[2];
   uint8_t kind;                /* scr_page_kind */
   uint8_t cls;                 /* size class (SMALL, RUN_TAIL) */
@@ -290,7 +291,7 @@ struct scr_heap {
                                             it without the lock when a page empties (heap_fast.h) */
   uint64_t over_pages;                   /* sum of popcount(dirty_over) */
   uint64_t purge_at_ms;                  /* next purge pass (monotonic ms) */
-  uint64_t large_live, large_bytes;      /* live large blocks, the bytes of their runs */
+  uint64_t large_live, large_bytes;      /* live large blocks, their usable bytes (a run's less its colour) */
   uint64_t decommits, page_acquires, page_releases;
   uint64_t purge_passes;                 /* timed purge passes (not trims), the decay's included */
   uint64_t refault_bytes;                /* bytes the decay gave back that were taken again within

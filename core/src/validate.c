@@ -40,9 +40,10 @@ static bool validate(const scr_heap *h) {
         if (pg->head >= i || head->kind != SCR_PAGE_SMALL || head->cls != pg->cls || i >= pg->head + head->span)
           SCR_VALIDATE_FAIL("page %u of %p: run tail without its run", i, (void *)seg);
       } else if (pg->kind == SCR_PAGE_LARGE) {
-        if (pg->used) large_live++, large_bytes += (uint64_t)pg->span * SCR_PAGE_SIZE - (uint64_t)pg->line_off * SCR_LINE;
+        if (pg->used) large_live++, large_bytes += (uint64_t)pg->span * SCR_PAGE_SIZE - _scr_large_colour(pg);
         if (pg->used == pg->cached) SCR_VALIDATE_FAIL("large page %u of %p: live and cached disagree", i, (void *)seg);
-        if ((size_t)pg->line_off * SCR_LINE >= 4096) SCR_VALIDATE_FAIL("large page %u of %p: colour past 4 KiB", i, (void *)seg);
+        if (pg->line_off != 0 && pg->line_off != SCR_COLOUR_LINES)
+          SCR_VALIDATE_FAIL("large page %u of %p: colour %u lines", i, (void *)seg, (unsigned)pg->line_off);
       }
     }
     if (used != seg->used_pages) SCR_VALIDATE_FAIL("segment %p: used_pages %u, counted %u", (void *)seg, seg->used_pages, used);

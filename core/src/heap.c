@@ -68,6 +68,7 @@ scr_heap *scr_heap_new(const scr_options *opt) {
   heap_set_keep(h);
   pthread_mutex_init(&h->lock, NULL);
   h->hooks = &no_hooks;
+  h->last_free_seg = SCR_NO_SEGMENT;
   h->magic = SCR_HEAP_MAGIC;
   (void)_scr_prof_next(&h->prof, h->opt.profile_rate);
   scr_validate_heap(h);
@@ -256,6 +257,8 @@ static void heap_set_keep(scr_heap *h) {
   uint64_t pages = h->opt.retain_bytes / SCR_PAGE_SIZE;
   h->keep_current = keeps_current(h->opt.retain, h->opt.retain_bytes);
   h->keep_pages = h->keep_current ? pages - SCR_MEDIUM_FIRST : pages;
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++)
+    h->idle_retain[c] = h->keep_current && _scr_class_span(c) == 1 ? (uint32_t)h->opt.retain : 0;
 }
 
 /* The idle page pg is settled as any page that empties (kept and
@@ -340,7 +343,7 @@ static __attribute__((noinline)) void *heap_malloc_sampled(scr_heap *h, size_t n
 void *scr_heap_malloc(scr_heap *h, size_t n) {
   if (SCR_LIKELY(n <= SCR_SMALL_MAX && _scr_heap_live(h))) {
     if (SCR_UNLIKELY(_scr_prof_due(&h->prof, n))) return heap_malloc_sampled(h, n, __builtin_return_address(0));
-    return _scr_small_alloc(h, _scr_class_of(n));
+    return _scr_small_alloc_x4(h, _scr_class_x4(n));
   }
   return heap_malloc_other(h, n, __builtin_return_address(0));
 }
@@ -437,7 +440,7 @@ void _scr_heap_free_block(scr_heap *h, void *p) {
    * arithmetic lands there (it only ever holds a NORMAL segment of this
    * heap, whose base is never a block), else the segment map. */
   scr_segment *seg = _scr_segment_of(p);
-  if (SCR_LIKELY(seg == h->last_free_seg && seg != NULL)) {
+  if (SCR_LIKELY(seg == h->last_free_seg)) {
     scr_page *pg = small_page_of(seg, p);
     if (SCR_LIKELY(pg != NULL)) {
       _scr_small_free(h, pg, p);
@@ -503,11 +506,15 @@ static __attribute__((noinline)) void heap_free_slow(scr_heap *h, void *p) {
  * stack frame: the rest is a tail call. */
 void scr_heap_free(scr_heap *h, void *p) {
   scr_segment *seg = _scr_segment_of(p);
-  if (SCR_LIKELY(_scr_heap_live(h) && seg == h->last_free_seg && seg != NULL)) {
-    uintptr_t idx = ((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT;
-    unsigned tag = scr_seg_tag(seg, idx);
-    if (SCR_LIKELY(tag < SCR_CLASS_COUNT && !_scr_block_suspect(seg, idx, p, tag))) {
-      _scr_small_free(h, _scr_class_page(seg, idx, tag), p);
+  if (SCR_LIKELY(_scr_heap_live(h) && seg == h->last_free_seg)) {
+    /* _scr_block_suspect's screen, by the page's tag times 4 (no test of
+     * the tag: a page of no class fails the slot test), and the page's
+     * descriptor from the offset of p in its run, which the test needs */
+    uintptr_t rel = (uintptr_t)p - (uintptr_t)seg, idx = rel >> SCR_PAGE_SHIFT;
+    const _scr_slot_geom *g = _scr_slot_geom_x4(seg->page_tag4[idx]);
+    uint64_t off = (uintptr_t)p & g->mask;
+    if (SCR_LIKELY(!_scr_slot_beyond(seg, idx, off * g->magic) && _scr_block_word1(p) != _scr_misuse.key)) {
+      _scr_small_free(h, _scr_run_page(seg, rel - off), p);
       return;
     }
   }

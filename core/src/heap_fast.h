@@ -71,9 +71,14 @@ static inline void *_scr_page_alloc(scr_heap *h, scr_page *pg) {
     b = (scr_block *)(pg->start + (size_t)cap * pg->block_size);
     if (!pg->zero) _scr_block_set_word1(b, 0); /* reused memory may hold an old key there */
   }
-  if (SCR_UNLIKELY(pg->used++ == 0)) {
+  /* (a test of the count in memory, then its increment: two
+   * instructions fewer than a test of its old value) */
+  if (SCR_UNLIKELY(pg->used == 0)) {
+    pg->used = 1;
     if (pg->idle) pg->idle = 0; /* never counted; keeps its list (a pair's page) */
     else return _scr_page_first_take(h, pg, b);
+  } else {
+    pg->used++;
   }
   scr_validate_page(pg);
   return b;
@@ -88,6 +93,13 @@ static inline void *_scr_small_alloc(scr_heap *h, unsigned c) {
   scr_page *pg = h->queue[c];
   if (SCR_LIKELY(pg != NULL && _scr_page_has_room(pg))) return _scr_page_alloc(h, pg);
   return _scr_heap_alloc_small_slow(h, c);
+}
+/* The same by the class times 4 (_scr_class_x4): the queue's entries are
+ * 8 bytes, so x4 * 2 is the offset, no shift on the hit path. */
+static inline void *_scr_small_alloc_x4(scr_heap *h, unsigned x4) {
+  scr_page *pg = *(scr_page **)((char *)h->queue + (size_t)x4 * 2);
+  if (SCR_LIKELY(pg != NULL && _scr_page_has_room(pg))) return _scr_page_alloc(h, pg);
+  return _scr_heap_alloc_small_slow(h, x4 >> 2);
 }
 
 /* A page's last block was freed: keep it (at the tail of its queue) while
@@ -112,7 +124,7 @@ static inline bool _scr_page_keep(const scr_heap *h, const scr_page *pg) {
  * count of kept pages either way.  It is settled as any emptied page when
  * another page takes its place (_scr_heap_page_requeue), and given back
  * by a trim. */
-static inline void _scr_small_free(scr_heap *h, scr_page *pg, void *p) {
+static inline __attribute__((always_inline)) void _scr_small_free(scr_heap *h, scr_page *pg, void *p) {
   scr_assert(((uint8_t *)p - pg->start) % pg->block_size == 0);
   scr_block *b = p;
   b->next = pg->free;
@@ -126,7 +138,9 @@ static inline void _scr_small_free(scr_heap *h, scr_page *pg, void *p) {
    * more): nothing else to do (a tail call) */
   if (SCR_UNLIKELY(!pg->in_queue)) return _scr_heap_page_requeue(h, pg);
   if (SCR_UNLIKELY(pg->used == 0)) {
-    if (h->queue[pg->cls] == pg && h->keep_current && pg->span == 1 && h->empty_count[pg->cls] < h->opt.retain) {
+    /* (keep_current, a page of one page and fewer than retain kept: one
+     * compare, idle_retain) */
+    if (h->queue[pg->cls] == pg && h->empty_count[pg->cls] < h->idle_retain[pg->cls]) {
       pg->idle = 1;
     } else if (h->queue_tail[pg->cls] == pg && _scr_page_keep(h, pg)) {
       h->empty_count[pg->cls]++;

@@ -155,6 +155,11 @@ static inline uintptr_t _scr_class_first(uintptr_t idx, unsigned c) {
 static inline scr_page *_scr_class_page(scr_segment *seg, uintptr_t idx, unsigned c) {
   return &seg->pages[_scr_class_first(idx, c)];
 }
+/* The descriptor of the page (run) that starts run_off bytes into seg:
+ * one shift, descriptors being a line each and pages SCR_PAGE_SIZE. */
+static inline scr_page *_scr_run_page(scr_segment *seg, uintptr_t run_off) {
+  return (scr_page *)((char *)seg->pages + (run_off >> (SCR_PAGE_SHIFT - 6)));
+}
 
 /* segmap.c: process-wide map from segment number to segment header.
  * Two levels over a 48-bit address space; lookups are inline here. */
@@ -423,11 +428,17 @@ typedef struct _scr_slot_geom {
   uint32_t mask;                         /* offset of an address in its page (run) */
   uint32_t step;                         /* size * magic mod 2^64: a slot's share of a page's slot_limit */
 } _scr_slot_geom;
+_Static_assert(sizeof(_scr_slot_geom) == 16, "_scr_slot_geom_x4 scales a tag times 4 by 4");
 typedef struct _scr_misuse_globals {
   _Alignas(64) uint64_t key;             /* in the second word of every free small block */
   _scr_slot_geom geom[SCR_TAG_OTHER + 1];/* by page tag; OTHER's fails every address */
 } _scr_misuse_globals;
 SCR_INTERNAL extern _scr_misuse_globals _scr_misuse;
+/* The slot geometry of a page whose page_tag4 is x4 (its tag times 4):
+ * x4 * 4 is the entry's offset, no shift. */
+static inline const _scr_slot_geom *_scr_slot_geom_x4(unsigned x4) {
+  return (const _scr_slot_geom *)((const char *)_scr_misuse.geom + (size_t)x4 * 4);
+}
 SCR_INTERNAL void _scr_misuse_init(void);
 /* The words for a misuse kind (SCR_EDOUBLEFREE, ...) given to call
  * ("free", "realloc", ...): a freed block is a "double free" to a free,

@@ -99,7 +99,7 @@ static void avail_freed(scr_heap *h, scr_segment *seg, unsigned first, unsigned 
 }
 
 static void unlink_segment(scr_heap *h, scr_segment *seg) {
-  if (h->last_free_seg == seg) h->last_free_seg = NULL;
+  if (h->last_free_seg == seg) h->last_free_seg = SCR_NO_SEGMENT;
   if (seg->prev) seg->prev->next = seg->next; else h->segments = seg->next;
   if (seg->next) seg->next->prev = seg->prev;
   avail_remove(h, seg);

@@ -262,12 +262,19 @@ struct _scr_heap_hooks {
  * (huge blocks), and so is dirty_pages, which it reads outside.  free_mask, the page descriptors and the segment list
  * are the holder's alone: the decay reads the list under the lock (the
  * holder changes it under the lock too) and never maps or unmaps. */
-#define SCR_HEAP_MAGIC 0x53435248454150ull /* "SCRHEAP": a heap not yet destroyed */
+/* "HEAP": a heap not yet destroyed.  32 bits, so that the entry points
+ * test it with one compare (a 64-bit constant needs a register load). */
+#define SCR_HEAP_MAGIC 0x50414548u
+/* last_free_seg when it holds none: not a segment's address (those are
+ * multiples of SCR_SEGMENT_SIZE), so that no address's segment, NULL
+ * included, equals it and the free fast path needs no NULL test. */
+#define SCR_NO_SEGMENT ((scr_segment *)(uintptr_t)SCR_PAGE_SIZE)
 struct scr_heap {
-  uint64_t magic;                        /* SCR_HEAP_MAGIC while the heap lives, 0 once destroyed */
+  uint32_t magic;                        /* SCR_HEAP_MAGIC while the heap lives, 0 once destroyed */
   scr_page *queue[SCR_CLASS_COUNT];      /* head of each class queue */
   scr_page *queue_tail[SCR_CLASS_COUNT]; /* tail of each class queue */
   uint32_t empty_count[SCR_CLASS_COUNT]; /* retained pages per class */
+  uint32_t idle_retain[SCR_CLASS_COUNT]; /* opt.retain for a small class while keep_current, else 0 (heap_fast.h) */
   uint64_t class_pages[SCR_CLASS_COUNT]; /* pages per class */
   uint64_t class_bank[SCR_CLASS_COUNT];  /* live blocks of class c outside the head of queue c */
   uint32_t fresh_taken[SCR_CLASS_COUNT]; /* pages class c took fresh first (heap.c: SCR_FRESH_PAGES) */
@@ -279,7 +286,7 @@ struct scr_heap {
    * reads only the headers of segments with a run long enough. */
   scr_segment *avail[SCR_PAGES_PER_SEGMENT];
   uint64_t avail_runs;
-  scr_segment *last_free_seg;            /* NORMAL segment of the last free (NULL once unmapped) */
+  scr_segment *last_free_seg;            /* NORMAL segment of the last free, else SCR_NO_SEGMENT (never NULL) */
   pthread_mutex_t lock;                  /* see "who may touch what" above */
   uint64_t mmaps;                        /* live mappings */
   _Atomic uint64_t bytes;                /* committed bytes */

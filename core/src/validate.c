@@ -89,6 +89,8 @@ static bool validate(const scr_heap *h) {
     unsigned idle = _scr_heap_idle_page(h, c) != NULL;
     if (empties + idle > h->opt.retain) SCR_VALIDATE_FAIL("class %u: %u retained pages above retain=%u", c, empties + idle, h->opt.retain);
     if (class_pages[c] != h->class_pages[c]) SCR_VALIDATE_FAIL("class %u: page count", c);
+    if (h->idle_retain[c] != (h->keep_current && _scr_class_span(c) == 1 ? h->opt.retain : 0))
+      SCR_VALIDATE_FAIL("class %u: idle_retain %u, keep_current %u, retain %u", c, h->idle_retain[c], h->keep_current, (unsigned)h->opt.retain);
     if (class_live[c] != _scr_class_live(h, c)) SCR_VALIDATE_FAIL("class %u: live count", c);
     retained += (uint64_t)empties * _scr_class_span(c);
   }

@@ -125,7 +125,7 @@ bool _scr_heap_grow_ok(const scr_heap *h, size_t more) {
  * empty page of c. */
 static scr_page *page_steal(scr_heap *h, scr_page *pg, unsigned k, unsigned c) {
   scr_assert(pg->used == 0);
-  if (pg->idle) pg->idle = 0, h->retained_pages += pg->span; /* (it was not counted) */
+  if (!pg->counted) h->retained_pages += pg->span; /* idle */
   else h->empty_count[k]--;
   _scr_queue_remove(h, pg);
   h->class_pages[k]--;
@@ -134,6 +134,7 @@ static scr_page *page_steal(scr_heap *h, scr_page *pg, unsigned k, unsigned c) {
   pg->zero = 0; /* reused memory is not zero */
   _scr_gone_note(h, pg->start, pg->block_size, pg->capacity); /* its blocks of class k */
   _scr_page_format(pg, c);
+  pg->counted = 1;
   return pg;
 }
 
@@ -147,6 +148,7 @@ static scr_page *page_steal(scr_heap *h, scr_page *pg, unsigned k, unsigned c) {
  * order when it is used again; like mimalloc, a queue's only page, here
  * the idle one, keeps its list). */
 void *_scr_page_first_take(scr_heap *h, scr_page *pg, void *b) {
+  pg->counted = 0;
   h->empty_count[pg->cls]--;
   h->retained_pages -= pg->span;
   if (pg->capacity > 1) {
@@ -181,6 +183,7 @@ static scr_page *page_for_class(scr_heap *h, unsigned c) {
   if (pg == NULL) return NULL;
   h->fresh_taken[c] += fresh_first; /* a failed take does not count */
   _scr_page_format(pg, c);
+  pg->counted = 1;
   h->class_pages[c]++;
   h->empty_count[c]++;
   h->retained_pages += span;
@@ -264,7 +267,6 @@ static void heap_set_keep(scr_heap *h) {
 /* The idle page pg is settled as any page that empties (kept and
  * counted, or given back). */
 static void settle_idle(scr_heap *h, scr_page *pg) {
-  pg->idle = 0;
   _scr_heap_page_emptied(h, pg);
 }
 
@@ -281,6 +283,7 @@ void _scr_heap_page_requeue(scr_heap *h, scr_page *pg) {
 void _scr_heap_page_emptied(scr_heap *h, scr_page *pg) {
   unsigned c = pg->cls;
   if (_scr_page_keep(h, pg)) {
+    pg->counted = 1;
     h->empty_count[c]++;
     h->retained_pages += pg->span;
     if (h->queue_tail[c] != pg) {
@@ -592,14 +595,14 @@ static void release_retained(scr_heap *h) {
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     while (h->empty_count[c] > 0) {
       scr_page *pg = h->queue_tail[c];
-      scr_assert(pg && pg->used == 0 && !pg->idle);
+      scr_assert(pg && pg->used == 0 && pg->counted);
+      pg->counted = 0;
       h->empty_count[c]--;
       h->retained_pages -= pg->span;
       page_release(h, pg);
     }
     scr_page *pg = _scr_heap_idle_page(h, c);
     if (pg != NULL) {
-      pg->idle = 0;
       page_release(h, pg);
     }
   }

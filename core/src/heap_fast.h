@@ -75,8 +75,8 @@ static inline void *_scr_page_alloc(scr_heap *h, scr_page *pg) {
    * instructions fewer than a test of its old value) */
   if (SCR_UNLIKELY(pg->used == 0)) {
     pg->used = 1;
-    if (pg->idle) pg->idle = 0; /* never counted; keeps its list (a pair's page) */
-    else return _scr_page_first_take(h, pg, b);
+    /* an idle page was never counted and keeps its list (a pair's page) */
+    if (pg->counted) return _scr_page_first_take(h, pg, b);
   } else {
     pg->used++;
   }
@@ -110,8 +110,10 @@ static inline void *_scr_small_alloc_x4(scr_heap *h, unsigned x4) {
  * (docs/process.md has the faults it saves).  The common case (kept,
  * already last in its queue) is inline in _scr_small_free. */
 static inline bool _scr_page_keep(const scr_heap *h, const scr_page *pg) {
-  /* an idle page is one of the `retain` a class keeps */
-  unsigned kept = h->empty_count[pg->cls] + (_scr_heap_idle_page(h, pg->cls) != NULL);
+  /* an idle page is one of the `retain` a class keeps (pg, empty and
+   * not counted yet, is not) */
+  const scr_page *idle = _scr_heap_idle_page(h, pg->cls);
+  unsigned kept = h->empty_count[pg->cls] + (idle != NULL && idle != pg);
   return (pg->span == 1 || h->opt.purge_delay_ms == 0) && kept < h->opt.retain &&
          h->retained_pages + h->dirty_pages + pg->span <= h->keep_pages;
 }
@@ -141,8 +143,9 @@ static inline __attribute__((always_inline)) void _scr_small_free(scr_heap *h, s
     /* (keep_current, a page of one page and fewer than retain kept: one
      * compare, idle_retain) */
     if (h->queue[pg->cls] == pg && h->empty_count[pg->cls] < h->idle_retain[pg->cls]) {
-      pg->idle = 1;
+      /* idle: nothing to write (an empty head not counted is idle) */
     } else if (h->queue_tail[pg->cls] == pg && _scr_page_keep(h, pg)) {
+      pg->counted = 1;
       h->empty_count[pg->cls]++;
       h->retained_pages += pg->span;
     } else {

@@ -294,7 +294,7 @@ SCR_INTERNAL void _scr_heap_page_requeue(scr_heap *h, scr_page *pg);
  * or NULL; and its live blocks (types.h: the bank and the head's). */
 static inline scr_page *_scr_heap_idle_page(const scr_heap *h, unsigned c) {
   scr_page *pg = h->queue[c];
-  return pg != NULL && pg->idle ? pg : NULL;
+  return pg != NULL && pg->used == 0 && !pg->counted ? pg : NULL;
 }
 static inline uint64_t _scr_class_live(const scr_heap *h, unsigned c) {
   return h->class_bank[c] + (h->queue[c] ? h->queue[c]->used : 0);

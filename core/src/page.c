@@ -30,7 +30,7 @@ void _scr_page_format(scr_page *pg, unsigned cls) {
   pg->start = _scr_page_start(seg, pg);
   _scr_page_uncarve(pg); /* (a retained page changing class: unpoisoned) */
   pg->used = 0;
-  pg->idle = 0;
+  pg->counted = 0;
   __atomic_store_n(&pg->sampled, 0, __ATOMIC_RELAXED);
   pg->in_queue = 0;
   pg->next = pg->prev = NULL;

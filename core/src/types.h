@@ -78,8 +78,9 @@ typedef struct scr_page {
   uint32_t sampled;            /* SMALL: live sampled blocks (profile.c); while nonzero the page's
                                   slot_limit is 0, so that their frees take the slow side, which
                                   finds their samples.  Atomic: any thread that frees one writes it */
-  uint8_t idle;                /* SMALL: empty, the head of its queue and not counted in
-                                  empty_count (the class's current page: heap_fast.h) */
+  uint8_t counted;             /* SMALL: empty and counted in empty_count (retained).  An
+                                  empty page of a queue that is not counted is its idle head
+                                  (the class's current page: heap_fast.h) */
   uint8_t line_off;            /* LARGE, and FREE with freed_block: the block starts this many
                                   SCR_LINEs into its first page, 0 or SCR_COLOUR_LINES (large.c) */
   uint8_t pad_[2];

@@ -77,9 +77,10 @@ static bool validate(const scr_heap *h) {
     for (const scr_page *pg = h->queue[c]; pg; pg = pg->next) {
       if (pg->cls != c || !pg->in_queue) SCR_VALIDATE_FAIL("class %u queue holds a foreign page", c);
       if (pg->next == NULL && h->queue_tail[c] != pg) SCR_VALIDATE_FAIL("class %u queue tail wrong", c);
-      if (pg->idle) {
-        if (pg != h->queue[c] || pg->used != 0 || pg->span != 1 || !h->keep_current)
-          SCR_VALIDATE_FAIL("class %u: an idle page that is not an empty head of one page (keep_current %u)", c, h->keep_current);
+      if (pg->counted && pg->used != 0) SCR_VALIDATE_FAIL("class %u: a counted page with live blocks", c);
+      if (pg->used == 0 && !pg->counted) { /* idle */
+        if (pg != h->queue[c] || pg->span != 1 || !h->keep_current)
+          SCR_VALIDATE_FAIL("class %u: an idle page that is not the head of one page (keep_current %u)", c, h->keep_current);
         continue;
       }
       if (pg->used == 0) empties++, seen_empty = true;

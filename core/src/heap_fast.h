@@ -71,15 +71,8 @@ static inline void *_scr_page_alloc(scr_heap *h, scr_page *pg) {
     b = (scr_block *)(pg->start + (size_t)cap * pg->block_size);
     if (!pg->zero) _scr_block_set_word1(b, 0); /* reused memory may hold an old key there */
   }
-  /* (a test of the count in memory, then its increment: two
-   * instructions fewer than a test of its old value) */
-  if (SCR_UNLIKELY(pg->used == 0)) {
-    pg->used = 1;
-    /* an idle page was never counted and keeps its list (a pair's page) */
-    if (pg->counted) return _scr_page_first_take(h, pg, b);
-  } else {
-    pg->used++;
-  }
+  /* an idle page was never counted and keeps its list (a pair's page) */
+  if (SCR_UNLIKELY(pg->used++ == 0) && pg->counted) return _scr_page_first_take(h, pg, b);
   scr_validate_page(pg);
   return b;
 }

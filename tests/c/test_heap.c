@@ -230,6 +230,16 @@ static void large_blocks_start_a_colour_into_their_run(void) {
   uint8_t *q = scr_heap_calloc(h, 1, 2 * SCR_PAGE_SIZE); /* no slack: on the page */
   CHECK_EQ((uintptr_t)q & (SCR_PAGE_SIZE - 1), 0);
   CHECK(all_zero(q, 2 * SCR_PAGE_SIZE));
+  /* the colour needs SCR_COLOUR_LINES lines of slack: exactly that much
+   * is enough, less is not */
+  uint8_t *s = scr_heap_malloc(h, 3 * SCR_PAGE_SIZE - 256);
+  CHECK_EQ((uintptr_t)s & (SCR_PAGE_SIZE - 1), 256);
+  CHECK_EQ(scr_heap_usable_size(h, s), 3 * SCR_PAGE_SIZE - 256);
+  uint8_t *t = scr_heap_malloc(h, 3 * SCR_PAGE_SIZE - 255);
+  CHECK_EQ((uintptr_t)t & (SCR_PAGE_SIZE - 1), 0);
+  CHECK_EQ(scr_heap_usable_size(h, t), 3 * SCR_PAGE_SIZE);
+  scr_heap_free(h, s);
+  scr_heap_free(h, t);
   uint8_t *r = scr_heap_aligned_alloc(h, 4096, 200000); /* aligned: on the page */
   CHECK_EQ((uintptr_t)r & (SCR_PAGE_SIZE - 1), 0);
   scr_heap_free(h, q);

@@ -258,10 +258,13 @@ static bool keeps_current(unsigned retain, size_t retain_bytes) {
 
 static void heap_set_keep(scr_heap *h) {
   uint64_t pages = h->opt.retain_bytes / SCR_PAGE_SIZE;
-  h->keep_current = keeps_current(h->opt.retain, h->opt.retain_bytes);
-  h->keep_pages = h->keep_current ? pages - SCR_MEDIUM_FIRST : pages;
-  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++)
-    h->idle_retain[c] = h->keep_current && _scr_class_span(c) == 1 ? (uint32_t)h->opt.retain : 0;
+  bool keep = keeps_current(h->opt.retain, h->opt.retain_bytes);
+  h->keep_pages = keep ? pages - SCR_MEDIUM_FIRST : pages;
+  if (keep == h->keep_current) return; /* idle_retain follows keep_current (retain is set once) */
+  h->keep_current = keep;
+  /* the small classes' (a medium class's stays 0: a run is never idle) */
+  uint32_t v = keep ? (uint32_t)h->opt.retain : 0;
+  for (unsigned c = 0; c < SCR_MEDIUM_FIRST; c++) h->idle_retain[c] = v;
 }
 
 /* The idle page pg is settled as any page that empties (kept and
@@ -674,11 +677,6 @@ void _scr_heap_set_retain_bytes(scr_heap *h, size_t bytes) {
 }
 
 /* ---- hooks for the process allocator ---- */
-
-uint64_t _scr_heap_unused_bytes(const scr_heap *h) {
-  uint64_t used = _scr_heap_used_bytes(h);
-  return h->bytes > used ? h->bytes - used : 0;
-}
 
 size_t _scr_heap_decay(scr_heap *h, uint64_t delay_ms, bool *left) {
   return _scr_segment_decay(h, delay_ms, left);

@@ -362,10 +362,8 @@ SCR_INTERNAL size_t _scr_heap_usable_size(const scr_heap *h, const void *p);
 /* process allocator's hooks into the core */
 SCR_INTERNAL scr_heap *_scr_heap_of(const void *p);
 SCR_INTERNAL void _scr_heap_set_retain_bytes(scr_heap *h, size_t bytes);
-/* Bytes in live blocks (stats.c: heap_used), and committed bytes not in
- * live blocks (heap_total - heap_used). */
-SCR_INTERNAL uint64_t _scr_heap_used_bytes(const scr_heap *h);
-SCR_INTERNAL uint64_t _scr_heap_unused_bytes(const scr_heap *h);
+/* Committed bytes (heap_total), current for any thread: bytes is atomic. */
+static inline uint64_t _scr_heap_bytes(const scr_heap *h) { return h->bytes; }
 /* The process allocator's decay (process/decay.c), by the holder or its
  * helper thread: when due, h's dirty pages freed before its last pass go
  * back (segment.c: _scr_segment_decay); a page taken again within twice

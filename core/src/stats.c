@@ -14,11 +14,6 @@ static uint64_t heap_used_bytes(const scr_heap *h, const uint64_t live[SCR_CLASS
 }
 
 /* Bytes in live blocks (usable sizes): heap_used. */
-uint64_t _scr_heap_used_bytes(const scr_heap *h) {
-  uint64_t live[SCR_CLASS_COUNT];
-  heap_class_live(h, live);
-  return heap_used_bytes(h, live);
-}
 
 _Atomic uint64_t _scr_owned_bytes, _scr_owned_peak;
 

@@ -71,7 +71,7 @@ CORE_ALLOWED = {
     "scr_segment.size": "return", "scr_segment.huge_offset": "return", "scr_segment.next": "return",
     "scr_segment.free_mask": "return",
     # purge up to a time: the decay, its refaults, what a heap could give
-    "_scr_heap_decay": "purge", "_scr_heap_trim_decayed": "purge", "_scr_heap_relink_free": "purge", "_scr_heap_refault_bytes": "purge", "_scr_heap_unused_bytes": "purge",
+    "_scr_heap_decay": "purge", "_scr_heap_trim_decayed": "purge", "_scr_heap_relink_free": "purge", "_scr_heap_refault_bytes": "purge", "_scr_heap_bytes": "purge",
     # reports, statistics, options (core/src/options.c: the one parser)
     "_scr_report": "report", "_scr_verbose": "report", "_scr_assert_fail": "report",
     "_scr_out_put": "report", "_scr_heap_large_bytes": "report", "_scr_owned_peak": "report",

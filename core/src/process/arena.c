@@ -53,16 +53,17 @@ static scr_arena *proc_arena_new(void) {
 }
 
 /* The parked arena with the most committed bytes not in live blocks
- * (free slots, retained and dirty pages), which the new holder fills
- * before it faults anything new; the most recently parked among equals;
- * NULL when none is parked.  Taken off the parked list.  Under the lock
- * (which lets us read parked heaps). */
+ * (free slots, retained and dirty pages; live ones as last published),
+ * which the new holder fills before it faults anything new; the most
+ * recently parked among equals; NULL when none is parked.  Taken off the
+ * parked list.  Under the lock. */
 static scr_arena *proc_take_parked(void) {
   scr_proc *P = &_scr_proc;
   scr_arena *best = NULL, *best_prev = NULL, *prev = NULL;
   uint64_t best_free = 0;
   for (scr_arena *a = P->parked; a; prev = a, a = a->next_parked) {
-    uint64_t f = _scr_heap_unused_bytes(a->heap);
+    uint64_t bytes = _scr_heap_bytes(a->heap), used = atomic_load_explicit(&a->used_published, memory_order_relaxed);
+    uint64_t f = bytes > used ? bytes - used : 0;
     if (best == NULL || f > best_free) best = a, best_prev = prev, best_free = f;
   }
   if (best == NULL) return NULL;
@@ -189,6 +190,7 @@ void _scr_arena_publish_figures(scr_arena *a, const struct scr_stats *st, const 
   a->snap = *st;
   a->snap_lent = *lent;
   pthread_mutex_unlock(&a->snap_lock);
+  atomic_store_explicit(&a->used_published, st->heap_used, memory_order_relaxed);
   a->ops_published = a->ops;
 }
 

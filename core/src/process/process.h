@@ -158,6 +158,7 @@ typedef struct scr_arena {
   struct scr_stats snap;            /* heap stats as of the last publish, less the blocks the
                                        holder keeps for reuse (tcache.c) */
   struct scr_stats snap_lent;       /* other arenas' blocks the holder kept, at that publish */
+  _Atomic uint64_t used_published;  /* snap's heap_used (a parked heap's live bytes: arena.c) */
   uint64_t cache_grown;             /* bytes its lists' caps grew past their base (tcache.c) (holder) */
   scr_prof_countdown prof;          /* the sampler's countdown of scr_malloc & co. (holder; profile.c) */
   /* The thread cache: freed blocks per class (holder).  On a line boundary, so that no

@@ -38,8 +38,8 @@ static uint32_t tcache_base_max(unsigned c) {
   return (uint32_t)max;
 }
 
-/* Under the process lock, when a thread takes the arena (its lists are
- * empty then): the caps as the options say now.  alone: no other arena is
+/* When a thread has taken the arena (its lists are empty then): the caps
+ * as the options say now.  alone: no other arena is
  * held; its medium lists stay closed until their class's
  * cache_medium_after-th malloc. */
 void _scr_tcache_init(scr_arena *a, bool alone) {

@@ -10,7 +10,15 @@ CSTD    := -std=gnu11
 INC     := -Icore/include -Icore/src
 BASE    := $(CSTD) $(WARN) $(INC) -fPIC -fvisibility=hidden -pthread
 
-REL_FLAGS   := $(BASE) -O2 -DNDEBUG -DSCR_DEBUG=0
+# Intel's JCC erratum (Skylake-derived cores, this project's VM among
+# them): a jump that crosses or ends on a 32-byte boundary is not kept in
+# the decoded-instruction cache, so a hit path runs slower or faster as
+# unrelated code moves it by a few bytes.  The assembler pads such jumps
+# off those boundaries (with prefixes first: the hit paths keep their
+# instruction counts).  docs/process.md has the measurements.
+JCC_PAD := $(shell $(CC) -Wa,-mbranches-within-32B-boundaries -x c -c /dev/null -o /dev/null 2>/dev/null && \
+             echo -Wa,-mbranches-within-32B-boundaries)
+REL_FLAGS   := $(BASE) -O2 -DNDEBUG -DSCR_DEBUG=0 $(JCC_PAD)
 DBG_FLAGS   := $(BASE) -O1 -g -DSCR_DEBUG=3
 ASAN_FLAGS  := $(BASE) -O1 -g -DSCR_DEBUG=2 -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 TSAN_FLAGS  := $(BASE) -O1 -g -DSCR_DEBUG=1 -fsanitize=thread

@@ -513,13 +513,13 @@ static __attribute__((noinline)) void heap_free_slow(scr_heap *h, void *p) {
 void scr_heap_free(scr_heap *h, void *p) {
   scr_segment *seg = _scr_segment_of(p);
   if (SCR_LIKELY(_scr_heap_live(h) && seg == h->last_free_seg)) {
-    /* _scr_block_suspect's screen, by the page's tag times 4 (no test of
-     * the tag: a page of no class fails the slot test), and the page's
-     * descriptor from the offset of p in its run, which the test needs */
+    /* the screen by the page's tag times 4 (no test of the tag: a page
+     * of no class fails the slot test), and the page's descriptor from
+     * the offset of p in its run, which the screen needs anyway */
     uintptr_t rel = (uintptr_t)p - (uintptr_t)seg, idx = rel >> SCR_PAGE_SHIFT;
     const _scr_slot_geom *g = _scr_slot_geom_x4(seg->page_tag4[idx]);
     uint64_t off = (uintptr_t)p & g->mask;
-    if (SCR_LIKELY(!_scr_slot_beyond(seg, idx, off * g->magic) && _scr_block_word1(p) != _scr_misuse.key)) {
+    if (SCR_LIKELY(!_scr_block_suspect_at(seg, idx, p, g, off))) {
       _scr_small_free(h, _scr_run_page(seg, rel - off), p);
       return;
     }

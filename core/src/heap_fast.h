@@ -44,17 +44,22 @@ static inline bool _scr_slot_beyond(const scr_segment *seg, uintptr_t idx, uint6
   return y >= __atomic_load_n(&seg->slot_limit[idx], __ATOMIC_RELAXED);
 #endif
 }
-/* p, on page idx of the NORMAL segment seg, whose tag is `tag`, is not
- * plainly a live block of a size class: not a slot the page carved (the
+/* p, on page idx of the NORMAL segment seg, whose page's slot geometry
+ * is g and in whose page (run) p is off bytes in, is not plainly a live block of a size class: not a slot the page carved (the
  * slot test against the page's slot_limit, misuse.c: 0 for a page of no
  * size class and for a page with live sampled blocks), or it holds the
  * freed-block key.  False for every live small block (but one holding the
  * key by chance).  || : the key is read only at a carved slot, memory
  * that is mapped and readable.  The exact verdict is classify.c's. */
+static inline bool _scr_block_suspect_at(const scr_segment *seg, uintptr_t idx, const void *p, const _scr_slot_geom *g,
+                                         uint64_t off) {
+  return _scr_slot_beyond(seg, idx, off * g->magic) || _scr_block_word1(p) == _scr_misuse.key;
+}
+/* The same by tag, which gives the slot geometry and p's offset in its
+ * page (_scr_block_suspect_at takes them from a caller that has them). */
 static inline bool _scr_block_suspect(const scr_segment *seg, uintptr_t idx, const void *p, unsigned tag) {
   const _scr_slot_geom *g = &_scr_misuse.geom[tag];
-  uint64_t off = (uintptr_t)p & g->mask;
-  return _scr_slot_beyond(seg, idx, off * g->magic) || _scr_block_word1(p) == _scr_misuse.key;
+  return _scr_block_suspect_at(seg, idx, p, g, (uintptr_t)p & g->mask);
 }
 
 /* Take a block from a page that has one (free list first, then bump). */
@@ -81,19 +86,16 @@ static inline bool _scr_page_has_room(const scr_page *pg) {
   return pg->free != NULL || pg->capacity < pg->reserved;
 }
 
-/* A block of class c: the head page of its queue, else the slow path. */
-static inline void *_scr_small_alloc(scr_heap *h, unsigned c) {
-  scr_page *pg = h->queue[c];
-  if (SCR_LIKELY(pg != NULL && _scr_page_has_room(pg))) return _scr_page_alloc(h, pg);
-  return _scr_heap_alloc_small_slow(h, c);
-}
-/* The same by the class times 4 (_scr_class_x4): the queue's entries are
- * 8 bytes, so x4 * 2 is the offset, no shift on the hit path. */
+/* A block of the class whose index times 4 is x4 (_scr_class_x4): the
+ * head page of its queue, else the slow path.  The queue's entries are 8
+ * bytes, so x4 * 2 is the offset, no shift on the hit path. */
 static inline void *_scr_small_alloc_x4(scr_heap *h, unsigned x4) {
   scr_page *pg = *(scr_page **)((char *)h->queue + (size_t)x4 * 2);
   if (SCR_LIKELY(pg != NULL && _scr_page_has_room(pg))) return _scr_page_alloc(h, pg);
   return _scr_heap_alloc_small_slow(h, x4 >> 2);
 }
+/* A block of class c. */
+static inline void *_scr_small_alloc(scr_heap *h, unsigned c) { return _scr_small_alloc_x4(h, c * 4); }
 
 /* A page's last block was freed: keep it (at the tail of its queue) while
  * the class holds fewer than `retain` empty pages and the heap's retained

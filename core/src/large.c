@@ -12,8 +12,10 @@ static size_t round_up(size_t n, size_t to) { return (n + to - 1) & ~(to - 1); }
 
 static uint8_t *huge_block(const scr_segment *seg) { return (uint8_t *)seg + seg->huge_offset; }
 
-static const scr_page *head_page(const scr_segment *seg, const void *block) {
-  return &seg->pages[((uintptr_t)block - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
+/* The descriptor of the first page of block's run (its caller's to
+ * write when it holds the segment). */
+static scr_page *head_page(const scr_segment *seg, const void *block) {
+  return (scr_page *)&seg->pages[((uintptr_t)block - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
 }
 
 /* The bytes a block holds: its run's (the cache counts these), or its
@@ -194,7 +196,7 @@ void *_scr_large_alloc(scr_heap *h, size_t n, size_t align, bool *zero) {
   void *block = cache_take(h, bytes, align, false);
   if (block) {
     scr_segment *seg = _scr_segment_of(block);
-    scr_page *pg = &seg->pages[((uintptr_t)block - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
+    scr_page *pg = head_page(seg, block);
     pg->used = 1;
     pg->cached = 0;
     *zero = false;
@@ -227,7 +229,7 @@ void _scr_large_free(scr_heap *h, scr_segment *seg, void *p) {
     scr_assert(p == huge_block(seg) && seg->huge_live);
     seg->huge_live = 0;
   } else {
-    scr_page *pg = &seg->pages[((uintptr_t)p - (uintptr_t)seg) >> SCR_PAGE_SHIFT];
+    scr_page *pg = head_page(seg, p);
     scr_assert(pg->kind == SCR_PAGE_LARGE && pg->used == 1 &&
                (uint8_t *)p == _scr_page_start(seg, pg) + _scr_large_colour(pg));
     pg->used = 0;

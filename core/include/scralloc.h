@@ -135,7 +135,7 @@ enum scr_option_scope { SCR_SCOPE_HEAP = 1, SCR_SCOPE_PROCESS = 2, SCR_SCOPE_BOT
   E(X, PROCESS, uint64_t, cache_max, 65536, 0, 65536, "",                       \
     "blocks above this size skip the thread's cache (0: no cache)")            \
   E(X, PROCESS, uint64_t, cache_grow, (uint64_t)4 << 20, 0, (uint64_t)1 << 30, "", \
-    "bytes by which the caps of one thread's cache lists may grow (below 4 KiB up to 1024 blocks, the others up to 64), a block at a time when a full list is freed into; back to their bases when the thread exits or trims (0: the caps stay as cache_bytes and cache_medium set them)") \
+    "bytes by which the caps of one thread's cache lists may grow (below 4 KiB up to 1024 blocks, the others up to 64), a block at a time when a full list is freed into; back to their bases when the thread exits or trims, or when no malloc found the list empty for a decay delay (0: the caps stay as cache_bytes and cache_medium set them)") \
   E(X, PROCESS, uint64_t, decay_ms, 1000, 0, 3600000, "",                       \
     "free memory unused this long goes back to the OS (pages between half of it and all of it after they were freed, cached huge blocks after it), by the helper thread, without a call from the program; 0: at once") \
   E(X, PROCESS, uint64_t, decay_max_ms, 10000, 0, 3600000, "",                  \
@@ -377,6 +377,7 @@ SCR_API void scr_stats(struct scr_stats *out);
   X(pool_puts, "batches of other arenas' blocks that full thread caches gave the pool (cumulative)") \
   X(pool_takes, "batches that threads with an empty cache took from the pool (cumulative)") \
   X(cache_grows, "blocks by which threads' full cache lists grew within cache_grow (cumulative)") \
+  X(cache_gc_blocks, "blocks thread caches sent home from lists no malloc had emptied for the decay delay (cumulative)") \
   X(remote_frees, "blocks freed by another thread than their arena's")          \
   X(remote_pending, "remote frees not yet taken by their arena")                \
   X(foreign_frees, "frees, reallocs and usable sizes of memory scralloc does not own (SCRALLOC_ON_ERROR)") \

@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 static void run_thread(void *(*fn)(void *), void *arg) {
   pthread_t t;
@@ -244,6 +245,47 @@ static void test_small_lists_grow_to_a_run(void) {
   run_rounds(grows);
   CHECK_EQ(grows[0], 0); /* fixed caps */
   CHECK(scr_process_option_set("cache_grow", "4M") == SCR_OK);
+}
+
+/* Decay reaches the thread's cache: at the holder's tick after a decay
+ * delay (100 ms here), a list that no malloc found empty in that time sends
+ * its blocks home (cache_gc_blocks counts them), even while the thread
+ * only takes blocks of its cache (its sampler's countdown ticks); a list
+ * that a malloc finds empty in every round keeps them.  Blocks of 8000
+ * bytes (class 8192), a list grown to 24 or 64; for 400 ms, either 1 KiB
+ * pairs (the list of 8000 left unused) or rounds of 65 blocks of 8000. */
+static uint64_t ms_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+static void *unused_lists(void *arg) {
+  uint64_t *got = arg; /* in: 0 pairs, 1 rounds; out: the blocks sent home */
+  int rounds = (int)*got;
+  static void *p[65];
+  for (int i = 0; i < 24; i++) p[i] = memset(scr_malloc(8000), i, 8000);
+  for (int i = 0; i < 24; i++) scr_free(p[i]);
+  struct scr_process_stats s0, s1;
+  scr_process_stats(&s0);
+  for (uint64_t t0 = ms_now(); ms_now() - t0 < 400;) {
+    for (int i = 0; i < 65 && rounds; i++) p[i] = memset(scr_malloc(8000), i, 8000);
+    for (int i = 0; i < 65 && rounds; i++) scr_free(p[i]);
+    for (int i = 0; i < 1000 && !rounds; i++) scr_free(memset(scr_malloc(1024), i, 1024));
+  }
+  scr_process_stats(&s1);
+  *got = s1.cache_gc_blocks - s0.cache_gc_blocks;
+  return NULL;
+}
+static void test_lists_left_unused_go_home(void) {
+  CHECK(scr_process_option_set("decay_ms", "100") == SCR_OK);
+  uint64_t got = 0;
+  run_thread(unused_lists, &got);
+  CHECK(got >= 24);      /* the 8000s, and the 1 KiB list's block now and then */
+  CHECK(got < 24 + 10);
+  got = 1;
+  run_thread(unused_lists, &got);
+  CHECK_EQ(got, 0);      /* emptied every round */
+  CHECK(scr_process_option_set("decay_ms", "1000") == SCR_OK);
 }
 
 /* A realloc that moves a block of a size class goes through the thread's
@@ -712,6 +754,7 @@ int main(void) {
   TEST(test_cache_max_sends_big_blocks_home);
   TEST(test_full_big_lists_grow_within_the_budget);
   TEST(test_small_lists_grow_to_a_run);
+  TEST(test_lists_left_unused_go_home);
   TEST(test_realloc_moves_through_the_cache);
   TEST(test_realloc_leaves_another_arenas_block_in_the_cache);
   TEST(test_short_lists_leave_long_batches);

@@ -2,12 +2,11 @@
  * exits, claimed again by the next thread that needs one; borrowed
  * meanwhile by threads that work on a parked arena's heap (remote.c,
  * discard.c); their figures published for the stats.
- * Layer: arenas.  Owns the arena lists and states (_scr_proc.all,
- * parked, the counts: under _scr_proc.lock), each arena's snapshot
- * (under its snap_lock), its heap's cap while parked (keep, with
- * decay.c's share while held) and the drain of its remote ring and stack (its holder).  The thread's cache is the
- * caches' layer's: holder.c sets it after a claim and flushes it before
- * a park, and wakes the helper a park asks for. */
+ * Layer: arenas.  Owns the arena lists and states (_scr_proc.all, parked,
+ * the counts: under _scr_proc.lock), each arena's snapshot (under its
+ * snap_lock), its heap's cap while parked (keep, with decay.c's share
+ * while held) and the drain of its remote ring and stack (its holder).
+ * The thread's cache is the caches' layer's (holder.c). */
 #include "arenas.h"
 #include <errno.h>
 #include <string.h>
@@ -40,9 +39,8 @@ static scr_arena *proc_arena_new(void) {
   _scr_huge_cache_install(&a->hooks);
   a->hooks.arg = a;
   /* Its segments' mark in the segment map: id + 1 while that fits (0,
-   * unmarked, is every other heap's), else none, and own_mark then
-   * matches no entry (past 4 Mi arenas: their blocks skip the threads'
-   * caches and go to their heaps, malloc.c's slow side). */
+   * unmarked, is every other heap's), else none and an own_mark that
+   * matches no entry (past 4 Mi arenas: their blocks skip the caches). */
   uintptr_t mark = (uintptr_t)a->id + 1 <= SCR_SEGMAP_MARK_MASK ? (uintptr_t)a->id + 1 : 0;
   a->own_mark = mark != 0 ? mark : UINTPTR_MAX;
   _scr_heap_set_owner(h, &a->hooks, mark);

@@ -55,32 +55,29 @@ SCR_INTERNAL void _scr_tcache_init(scr_arena *a, bool alone);
 SCR_INTERNAL void _scr_tcache_medium_malloc(scr_arena *a, unsigned c);
 SCR_INTERNAL void _scr_tcache_flush(scr_arena *a);
 SCR_INTERNAL bool _scr_tcache_grow(scr_arena *a, unsigned c);
+SCR_INTERNAL void _scr_tcache_gc(scr_arena *a);
 SCR_INTERNAL void _scr_tcache_account(const scr_arena *a, struct scr_stats *st, struct scr_stats *lent);
 #if SCR_DEBUG > 0
 SCR_INTERNAL bool _scr_tcache_refused(const scr_tcache_list *r, const scr_segment *seg, uintptr_t idx, unsigned c, void *p);
 #endif
 /* Whether a's holder may keep a block it frees whose segment has the
  * mark `mark` in the segment map (internal.h): a's own, or another
- * arena's while another thread holds an arena (tcache.c says why).  Not
- * a heap the program made (unmarked), and not another arena's while the
- * caller is alone: that arena is then parked (or borrowed by a helper,
- * or a claim or park is under way), and its blocks go home so that its
- * pages can go back.
- * The marks tell arenas' blocks from others without reading the segment
- * or its heap, which for another thread's block are lines that thread
- * may have written since.  (scr_free's fast path keeps the thread's own
- * blocks only: another arena's block is claimed first, on the slow side,
- * _scr_proc_claim.) */
+ * arena's while another thread holds an arena (tcache.c says why); not a
+ * heap the program made (unmarked), nor another arena's while the caller
+ * is alone: that arena is parked (or borrowed, or being claimed or
+ * parked), and its blocks go home so that its pages can go back.  The
+ * marks tell without reading the segment or its heap, lines another
+ * thread may have written since.  (scr_free's fast path keeps the
+ * thread's own blocks only: another's is claimed first, _scr_proc_claim.) */
 static inline bool _scr_tcache_may_keep(const scr_arena *a, uintptr_t mark) {
   unsigned held = atomic_load_explicit(&_scr_proc.owned_hint, memory_order_relaxed);
   return mark == a->own_mark || (mark != 0 && held > 1);
 }
 /* List r takes a block's room: true, or false when it had none (room
- * stays 0).  One decrement in memory whose borrow says "full" (a test of
- * the room first, then the decrement, is an instruction more on the free
- * fast path, and read into a register, two more).  A decrement the
- * compiler cannot see into (as _scr_slot_beyond); ThreadSanitizer builds
- * and other targets test and decrement plainly. */
+ * stays 0).  One decrement in memory whose borrow says "full" (a test
+ * first is an instruction more on the free fast path, a register two),
+ * which the compiler cannot see into (as _scr_slot_beyond); ThreadSanitizer
+ * builds and other targets test and decrement plainly. */
 static inline bool _scr_tcache_take_room(scr_tcache_list *r) {
 #if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
   bool full;
@@ -139,9 +136,11 @@ static inline void *_scr_tcache_take_at(scr_arena *a, uintptr_t at) {
   _scr_block_set_word1(b, 0); /* handed out: no longer free */
   return b;
 }
-/* A kept block of class c, or NULL. */
+/* A kept block of class c, or NULL: the list found empty (_scr_tcache_gc). */
 static inline void *_scr_tcache_take(scr_arena *a, unsigned c) {
-  return _scr_tcache_take_at(a, (uintptr_t)c * sizeof(scr_tcache_list));
+  void *b = _scr_tcache_take_at(a, (uintptr_t)c * sizeof(scr_tcache_list));
+  if (b == NULL) a->cache_emptied |= (uint64_t)1 << c;
+  return b;
 }
 
 /* holder.c: the holder's side of its arena */
@@ -157,13 +156,13 @@ static inline scr_arena *_scr_holder_get(void) {
 }
 #define SCR_ARENA_PUBLISH_EVERY 65536 /* calls between stats snapshots */
 /* Counts the holder's heap calls: a malloc or free that the thread's cache
- * serves (tcache.c) changes nothing in the heap and does not tick (a
- * count on the cache's hits would tax every pair: docs/process.md, "Why
- * it is built this way").  Every SCR_ARENA_POLL_EVERY heap
- * calls the slow side frees what other threads pushed (reading the remote
- * stack's cache line, which pushers keep writing, on every call would
- * cost a miss each time), applies retain_max's share and now and then
- * publishes a stats snapshot. */
+ * serves changes nothing in the heap and does not tick (a count on the
+ * cache's hits would tax every pair: docs/process.md); its sampler's
+ * countdown, which they do take, ticks when it runs out.  Every
+ * SCR_ARENA_POLL_EVERY heap calls the slow side frees what other threads
+ * pushed (reading the remote stack's line, which pushers keep writing, on
+ * every call would cost a miss each time), applies retain_max's share,
+ * empties lists left unused (tcache.c) and now and then publishes. */
 SCR_INTERNAL void _scr_holder_tick_slow(scr_arena *a);
 
 static inline void _scr_holder_tick(scr_arena *a) {

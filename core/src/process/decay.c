@@ -17,6 +17,8 @@
  *     of at least an eighth of what went back double the delay, up to
  *     decay_max_ms; twice the delay without one halves it, down to
  *     decay_ms (by time, not passes).
+ *   - Threads' caches: a list no malloc found empty for the delay goes
+ *     home at its holder's tick (tcache.c), and its pages after them.
  *   - A parked arena keeps retain_bytes (arena.c), the rest after the
  *     delay (discard.c); retain_max caps what the held arenas keep.
  * Layer: arenas (the arenas' state is not changed here, only their heaps'

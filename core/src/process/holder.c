@@ -7,7 +7,8 @@
  *          thread's exit hook;
  *   park:  the cache, the pool's batches and the batch of remote frees
  *          flushed, then the arena parked, then the helper woken;
- *   tick:  every SCR_ARENA_POLL_EVERY heap calls (caches.h says what).
+ *   tick:  every SCR_ARENA_POLL_EVERY heap calls (caches.h says what),
+ *          and when the sampler's countdown runs out (malloc.c).
  * Owns the thread-exit key (the destructor parks the thread's arena). */
 #include "caches.h"
 
@@ -45,9 +46,9 @@ scr_arena *_scr_holder_claim(void) {
 }
 
 /* The holder gives the arena up; the blocks its cache kept go home.  The
- * helper is woken unless it looks within the decay delay anyway (then it
- * finds the parked arena: a wake per exiting thread doubled the context
- * switches of a program whose threads come and go). */
+ * helper is woken unless it looks within the decay delay anyway (a wake
+ * per exiting thread doubled the context switches of threads that come
+ * and go). */
 void _scr_holder_park(scr_arena *a) {
   _scr_tcache_flush(a);
   _scr_pool_flush(a);
@@ -78,6 +79,7 @@ void _scr_holder_tick_slow(scr_arena *a) {
     SCR_PC_ADD(trim_answer_bytes, n);
   }
   _scr_remote_poll(a);
+  _scr_tcache_gc(a);
   if (_scr_decay_tick()) _scr_helper_post();
   _scr_decay_keep_update(a);
   /* its heap's decay pass when due: one clock read per tick while it

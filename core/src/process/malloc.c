@@ -48,15 +48,14 @@ static __attribute__((noinline)) void *proc_malloc_general(scr_arena *a, size_t 
   return p;
 }
 
-/* The slow side of a small request of class c by a's holder, whose list
- * of the class was empty: the common case first, with few registers (as
- * free's, below), a block of the arena's own page of a class below the
- * medium ones, a free slot, or carved when the pool holds none of the
- * class (proc_malloc_general takes the same block).  x4: the class the
- * fast path looked up, times 4 (a program that mallocs runs of blocks
- * longer than a list comes here for every other malloc). */
+/* A small request of class c (x4: c times 4, from the fast path) whose
+ * list was empty.  The common case first, with few registers (as free's):
+ * a free or carved slot of the arena's own page of a class below the
+ * medium ones, carved when the pool holds none (proc_malloc_general takes
+ * the same block); a program's runs longer than a list come here often. */
 static __attribute__((noinline)) void *proc_malloc_slow(size_t n, scr_arena *a, uintptr_t x4) {
   unsigned c = (unsigned)(x4 / 4);
+  a->cache_emptied |= (uint64_t)1 << c; /* (as _scr_tcache_take) */
   scr_page *pg = a->heap->queue[c];
   if (SCR_LIKELY(c < SCR_MEDIUM_FIRST && pg != NULL) &&
       (pg->free != NULL || (pg->capacity < pg->reserved && _scr_pool_empty(c)))) {
@@ -67,16 +66,16 @@ static __attribute__((noinline)) void *proc_malloc_slow(size_t n, scr_arena *a, 
   return proc_malloc_general(a, n);
 }
 
-/* The countdown of a's sampler ran out at p, an allocation of n bytes
- * (NULL: it failed); caller: the entry point's return address.  p is a
- * block of a's own heap, never one of another arena from the thread's
- * cache or the pool: marking a page sampled stores 0 as its slot limit,
- * and should the page's holder carve a slot meanwhile, its store of the
- * limit could land last; the block's free would then take the fast path
- * and its sample stay.  Only a's holder carves a's pages. */
+/* The countdown of a's sampler ran out at p, n bytes (NULL: failed);
+ * caller: the entry point's return address.  p is of a's own heap, never
+ * another arena's from the cache or the pool: marking a page sampled
+ * stores 0 as its slot limit, and a store of the limit by a holder that
+ * carves meanwhile could land last (the free would then take the fast
+ * path and the sample stay).  Only a's holder carves a's pages. */
 static __attribute__((noinline)) void *proc_sampled(scr_arena *a, void *p, size_t n, const void *caller) {
   uint64_t rate = _scr_prof_next(&a->prof, atomic_load_explicit(&_scr_proc.opt.profile_rate, memory_order_relaxed));
   if (p != NULL && rate != 0) _scr_prof_take(NULL, p, n, rate, caller);
+  _scr_holder_tick_slow(a); /* the holder's clock: its cache hits make no tick */
   return p;
 }
 /* p, n bytes an entry point just allocated for a's holder (a may be NULL
@@ -84,13 +83,13 @@ static __attribute__((noinline)) void *proc_sampled(scr_arena *a, void *p, size_
 #define PROC_COUNTED(a, p, n) \
   ((a) != NULL && _scr_prof_due(&(a)->prof, (n)) ? proc_sampled((a), (p), (n), __builtin_return_address(0)) : (p))
 
-/* The countdown of a's sampler ran out while sampling was off (it then
- * looks at the rate every SCR_PROF_IDLE bytes): re-armed, and true, the
- * allocation is not sampled, so it may take a block of the thread's
- * cache as if the countdown had not run out. */
+/* The countdown ran out while sampling was off (it looks at the rate
+ * every SCR_PROF_IDLE bytes): re-armed, and true: not sampled, so the
+ * allocation may take a block of the cache as if it had not run out. */
 static bool proc_prof_idle(scr_arena *a) {
   if (a->prof.rate != 0) return false;
   (void)_scr_prof_next(&a->prof, atomic_load_explicit(&_scr_proc.opt.profile_rate, memory_order_relaxed));
+  _scr_holder_tick_slow(a); /* the holder's clock: its cache hits make no tick */
   return true;
 }
 
@@ -104,8 +103,7 @@ static __attribute__((noinline)) void *proc_malloc_sampled(size_t n, scr_arena *
 }
 
 /* scr_malloc of a large block, or before the thread holds an arena (the
- * countdown first: a sampled small block is then one of a's heap, not of
- * the pool, proc_sampled). */
+ * countdown first: a sampled block is one of a's heap, proc_sampled). */
 static __attribute__((noinline)) void *proc_malloc_other(scr_arena *a, size_t n, const void *caller) {
   if (a == NULL && (a = _scr_holder_claim()) == NULL) return NULL;
   if (_scr_prof_due(&a->prof, n)) {
@@ -183,8 +181,7 @@ static __attribute__((noinline)) void *proc_aligned_other(size_t alignment, size
 
 /* The hit path, as malloc's: an alignment above 16 that every block of a
  * size class has (its size a multiple of it), a block of that class's
- * list (the countdown first: a block it samples is one of a's heap,
- * proc_sampled). */
+ * list (the countdown first, as in proc_malloc_other). */
 void *scr_aligned_alloc(size_t alignment, size_t n) {
   scr_tl *t = &_scr_tl;
   if (SCR_LIKELY(n < t->small_end && alignment > SCR_MIN_ALIGN && (alignment & (alignment - 1)) == 0)) {
@@ -231,26 +228,22 @@ static void proc_free_claimed(void *p, scr_arena *a, scr_segment *seg, uintptr_t
 
 /* Everything free does beyond its hit path; a is the caller's arena (NULL
  * when it holds none: it takes one for a block of a size class).  Whose
- * block p is, decided once, from its segment
- * map entry; then p is claimed (one atomic exchange: of two frees of it,
- * racing or not, exactly one goes on) and goes to the one place it goes
- * next: the thread's cache when it may keep p (_scr_tcache_may_keep) and
- * the list has room, or another arena's block makes room by sending the
- * list's newer half to the pool, or a full list grows (within
- * cache_grow); else p's heap, the caller's at once, another arena's
- * through its remote ring (proc_free_claimed).  A parked arena's blocks
- * never grow a list or go to the pool: they go home, so that its pages
- * can go back. */
+ * block p is, decided once, from its segment map entry; then p is claimed
+ * (one atomic exchange: of two frees of it, racing or not, exactly one
+ * goes on) and goes to its one next place (proc_free_claimed): the
+ * thread's cache when it may keep p, with room, room made by sending the
+ * list's newer half to the pool or a grown cap; else p's heap, the
+ * caller's at once, another arena's through its remote ring.  A parked
+ * arena's blocks go home, so that its pages can go back. */
 static __attribute__((noinline)) void proc_free_slow(void *p, scr_arena *a) {
   uintptr_t e = _scr_segmap_entry(p);
   scr_segment *seg = _scr_segmap_seg(e);
   uintptr_t idx = 0;
   unsigned tag = seg != NULL ? _scr_block_tag(seg, p, &idx) : SCR_TAG_OTHER;
-  /* The screen first, as on the hit path, for an arena's segment (marked),
-   * whether or not the caller holds an arena; the exact check (misuse.c)
-   * for what it stops: NULL, large and huge blocks, a page with live
-   * sampled blocks (slot_limit 0: profile.c), a heap the program made,
-   * misuse. */
+  /* The hit path's screen for an arena's segment (marked), held or not;
+   * the exact check (misuse.c) for what it stops: NULL, large and huge
+   * blocks, a page with live sampled blocks (slot_limit 0: profile.c), a
+   * heap the program made, misuse. */
   const _scr_slot_geom *g = &_scr_misuse.geom[tag];
   bool screened = _scr_segmap_mark(e) != 0 && !_scr_proc_block_suspect(seg, p, idx, g->magic, g->mask, _scr_misuse.key);
   if (!screened) {
@@ -266,13 +259,11 @@ static __attribute__((noinline)) void proc_free_slow(void *p, scr_arena *a) {
   proc_free_claimed(p, a, seg, idx, tag, _scr_segmap_mark(e));
 }
 
-/* The slow side of a free the thread's cache refused because the list
- * of p's class is full, p a block of a's own heap (the mark map said
- * so) that the hit path screened: it grows the list or goes to its page,
- * with few registers; a block of no class (large, huge) takes
- * proc_free_slow.  A program that frees runs of blocks longer than a list
- * (Python's containers: half its frees came here) would otherwise take
- * proc_free_slow's screen and claim again for each. */
+/* A free the hit path screened and the cache refused (p's list is full;
+ * p of a's own heap, as the mark map said): the list grows or p goes to
+ * its page, with few registers; a block of no class takes proc_free_slow.
+ * Runs of frees longer than a list (half of Python's) would otherwise
+ * take proc_free_slow's screen and claim again for each. */
 static __attribute__((noinline)) void proc_free_refused(void *p, scr_arena *a) {
   scr_segment *seg = _scr_segment_of(p);
   uintptr_t idx;
@@ -331,12 +322,10 @@ size_t _scr_proc_usable_size_named(const void *p, const char *call) {
 
 size_t scr_usable_size(const void *p) { return _scr_proc_usable_size_named(p, "scr_usable_size"); }
 
-/* realloc of p, a block of a size class of a's own heap, usable bytes,
- * to n bytes that do not fit it: through the thread's cache, as the
- * malloc and free it stands for would (through the heap, a buffer grown
- * by doubling and freed, time after time, took a new block of each class
- * at each step while its frees filled the cache with blocks realloc
- * never took). */
+/* realloc of p (of a size class of a's own heap, usable bytes) to n
+ * bytes that do not fit it: through the thread's cache, as the malloc and
+ * free it stands for (through the heap, a buffer grown by doubling took
+ * new blocks while its frees filled the cache with blocks never taken). */
 static __attribute__((noinline)) void *proc_realloc_move(scr_arena *a, void *p, size_t usable, size_t n) {
   size_t m = _scr_realloc_size(usable, n);
   void *q = m <= SCR_SMALL_MAX ? _scr_tcache_take(a, _scr_class_of(m)) : NULL;
@@ -387,7 +376,7 @@ void *scr_realloc(void *p, size_t n) {
   if (SCR_UNLIKELY(a == NULL)) return NULL;
   if (SCR_LIKELY(a->heap == h)) {
     _scr_prof_free(p); /* (a block realloc keeps in place is counted anew too) */
-    /* the countdown first: a block it samples is one of a's heap (proc_sampled) */
+    /* the countdown first, as in proc_malloc_other */
     bool sampled = _scr_prof_due(&a->prof, n) && !proc_prof_idle(a);
     uintptr_t idx;
     unsigned c = _scr_block_tag(_scr_segment_of(p), p, &idx);

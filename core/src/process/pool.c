@@ -1,21 +1,19 @@
 /* The pool: other arenas' blocks that overflowed a thread's cache, in
- * batches per size class, for any thread whose cache list of the class
- * runs empty and whose own page of the class has no free slot.  Why
+ * batches per size class, for any thread whose list of the class runs
+ * empty and whose own page of the class has no free slot.  Why
  * (docs/process.md): with more threads than CPUs the owners sleep most
  * of the time, and blocks sent home wait while other threads carve fresh
- * memory.  The blocks stay live in their owners' heaps all along, as in
- * the caches (tcache.c).
+ * memory.  The blocks stay live in their owners' heaps all along.
  *
  * A batch is made of the other arenas' blocks among the newer half of a
  * full list (the arena's own go back to its heap), linked through their
  * first words.  At most SCR_POOL_BATCHES batches per class: past that
- * the freeing thread's list grows instead (within cache_grow: malloc.c's
- * proc_free_claimed), else the block goes home, as blocks of parked
- * arenas do.  The pool is
- * emptied at every park and trim.  One mutex per class, taken once per
- * batch and never waited for on the malloc and free paths (a holder may
- * be preempted): a thread that finds it taken treats the pool as full
- * (its batch goes home) or empty (it carves).
+ * the freeing thread's list grows instead (within cache_grow), else the
+ * block goes home, as blocks of parked arenas do.  The pool is emptied at
+ * every park and trim.  One mutex per class, taken once per batch and
+ * never waited for on the malloc and free paths (a holder may be
+ * preempted): a thread that finds it taken treats the pool as full (its
+ * batch goes home) or empty (it carves).
  *
  * Layer: caches.  Owns _scr_pool (each class under its lock; the batch
  * count peeked without it). */
@@ -24,12 +22,11 @@
 scr_pool_line _scr_pool[SCR_CLASS_COUNT] = {[0 ... SCR_CLASS_COUNT - 1] = {{.lock = PTHREAD_MUTEX_INITIALIZER}}};
 
 /* a's list of class c is full: its newer half leaves it (as tcmalloc's
- * thread cache hands its newest blocks on), of a grown list half its
- * base cap, so that any thread's list takes the batch; a's own blocks for
- * its heap, the others for the pool: one walk, over the blocks that
- * leave.  false when nothing moved (a list of one block, or a pool that
- * holds enough of the class: the caller's block then goes home, as those
- * of the batch would have). */
+ * thread cache hands its newest blocks on), of a grown list half its base
+ * cap, so that any thread's list takes the batch; a's own blocks for its
+ * heap, the others for the pool, in one walk.  false when nothing moved (a
+ * list of one block, or a pool that holds enough of the class: the
+ * caller's block then goes home, as those of the batch would have). */
 bool _scr_pool_overflow(scr_arena *a, unsigned c) {
   scr_tcache_list *r = &a->tc[c];
   uint32_t moved = (r->max < r->base ? r->max : r->base) / 2;

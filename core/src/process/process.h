@@ -121,10 +121,9 @@ typedef struct scr_tcache_list {
    * the line the free fast path reads anyway */
   uint64_t magic;
   uint32_t mask;
-  uint32_t base;                    /* the cap before any growth, as the claim, the last flush or
-                                       the opening of a closed list set it: max >= base while max
-                                       != 0, and max - base blocks of cache_grown (tcache.c); the
-                                       pool's overflow sizes its batch by it */
+  uint32_t base;                    /* the cap before growth, as the claim, the last flush or a list's
+                                       opening set it: max >= base while max != 0, and max - base
+                                       blocks of cache_grown (tcache.c); the pool's batch size */
 } scr_tcache_list;
 _Static_assert(sizeof(scr_tcache_list) == 32, "two lists a line, none across two");
 
@@ -160,17 +159,17 @@ typedef struct scr_arena {
   struct scr_stats snap_lent;       /* other arenas' blocks the holder kept, at that publish */
   _Atomic uint64_t used_published;  /* snap's heap_used (a parked heap's live bytes: arena.c) */
   uint64_t cache_grown;             /* bytes its lists' caps grew past their base (tcache.c) (holder) */
+  uint64_t cache_emptied;           /* bit c: a malloc found list c empty since cache_gc_ns (tcache.c) (holder) */
+  uint64_t cache_gc_ns;             /* when its lists were last looked at for blocks left unused (holder) */
   scr_prof_countdown prof;          /* the sampler's countdown of scr_malloc & co. (holder; profile.c) */
-  /* The thread cache: freed blocks per class (holder).  On a line boundary, so that no
-   * list's 32 bytes straddle two lines: the malloc and free fast paths
-   * touch one line per call.  One list more, for tag
-   * SCR_TAG_OTHER, always empty and full (room 0): a free looks a
-   * block's list up by its page's tag without testing the tag first, and
-   * a block of no size class finds no room there. */
+  /* The thread cache: freed blocks per class (holder), from a line boundary
+   * (no list straddles two lines: the fast paths touch one line a call).
+   * One list more, for tag SCR_TAG_OTHER, always empty and full (room 0):
+   * free looks a block's list up by its page's tag, untested, and a block
+   * of no size class finds no room there. */
   _Alignas(64) scr_tcache_list tc[SCR_CLASS_COUNT + 1];
-  /* a medium class's list, closed until the holder's cache_medium_after-th
-   * malloc of the class (tcache.c): its cap once open (0: open, or never
-   * to open), and the mallocs that found it closed */
+  /* a medium list closed until the cache_medium_after-th malloc of its class
+   * (tcache.c): its cap once open (0: open, or never), the mallocs so far */
   uint8_t medium_cap[SCR_CLASS_COUNT - SCR_MEDIUM_FIRST];
   uint16_t medium_mallocs[SCR_CLASS_COUNT - SCR_MEDIUM_FIRST];
   struct scr_arena *next_all;       /* next on _scr_proc.all (set before publishing) */
@@ -250,6 +249,7 @@ static inline void _scr_tl_set(scr_arena *a) {
   X(claims) X(parks) X(foreign_frees) X(double_frees) X(interior_frees)                  \
   X(unallocated_frees) X(realloc_moves) X(discards) X(discard_bytes)                     \
   X(dontdump_segments) X(parked_drains) X(pool_puts) X(pool_takes) X(cache_grows)        \
+  X(cache_gc_blocks)                                                                     \
   X(trim_answers) X(trim_answer_bytes) X(interior_bytes) X(interior_lazy_bytes)          \
   X(huge_cache_puts) X(huge_cache_hits) X(huge_cache_evicted) X(huge_cache_decayed)      \
   X(decay_bytes) X(decay_passes) X(decay_backoffs) X(forks)

@@ -287,8 +287,8 @@ static void proc_report_threads(const proc_report *r, const struct scr_process_s
             U(ps->arenas), U(ps->arenas_owned), U(ps->arenas_parked), U(ps->claims), U(ps->parks));
   proc_line(r, "remote frees: %llu (%llu not yet taken back by their arena); %llu realloc moves",
             U(ps->remote_frees), U(ps->remote_pending), U(ps->realloc_moves));
-  proc_line(r, "thread caches: %llu pool batches given (%llu taken), %llu cache grows",
-            U(ps->pool_puts), U(ps->pool_takes), U(ps->cache_grows));
+  proc_line(r, "thread caches: %llu pool batches given (%llu taken), %llu grows, %llu unused sent home",
+            U(ps->pool_puts), U(ps->pool_takes), U(ps->cache_grows), U(ps->cache_gc_blocks));
   proc_line(r, "bad pointers: %llu double frees, %llu interior, %llu never allocated, %llu foreign",
             U(ps->double_frees), U(ps->interior_frees), U(ps->unallocated_frees), U(ps->foreign_frees));
   proc_line(r, "  SCRALLOC_ON_ERROR=%s", on_error[mode < 3 ? mode : 0]);

@@ -8,7 +8,8 @@
  * line this thread touched last, and another arena's block kept here
  * takes no trip home.  It stays live in its owner's heap the whole time
  * (holder.c's figures leave it out of what is used) and goes back when
- * this thread frees past the caps, exits or calls scr_trim (the flush).
+ * this thread frees past the caps, exits or calls scr_trim (the flush),
+ * or leaves its list unused for a decay delay (_scr_tcache_gc).
  * A parked arena's blocks are kept only while another thread holds an
  * arena too (else they go home, so that its pages can go back).  The
  * figures behind the caps: docs/process.md, "Why it is built this way".
@@ -22,13 +23,12 @@
 #define SCR_TCACHE_RUN_MAX 1024 /* blocks a list of a class below SCR_RUN_CLASS_END may grow to */
 #define SCR_RUN_CLASS_END 35    /* (_scr_tcache_init asserts its size) */
 _Static_assert(SCR_RUN_CLASS_END < SCR_CLASS_COUNT, "the first class whose list grows to SCR_TCACHE_CLASS_MAX");
-/* cache_medium (2 blocks a medium class) and cache_medium_after (16: the
- * medium lists of an arena claimed while no other is held open at the
- * holder's 16th malloc of their class, so that a program's start, which
- * uses many medium sizes once, keeps none of them): docs/process.md. */
+_Static_assert(SCR_CLASS_COUNT <= 64, "cache_emptied has a bit per class");
+/* cache_medium (2 blocks a medium class) and cache_medium_after (16: an
+ * arena claimed while no other is held opens them at its 16th malloc of
+ * the class; a program's start uses many once): docs/process.md. */
 
-/* List c's cap as the options set it (its base: what a grown cap goes
- * back to). */
+/* List c's cap as the options set it (its base, where a grown cap returns). */
 static uint32_t tcache_base_max(unsigned c) {
   const scr_proc_options *o = &_scr_proc.opt;
   uint64_t size = _scr_class_sizes[c], max = (o->cache_bytes + size - 1) / size;
@@ -39,13 +39,14 @@ static uint32_t tcache_base_max(unsigned c) {
 }
 
 /* When a thread has taken the arena (its lists are empty then): the caps
- * as the options say now.  alone: no other arena is
- * held; its medium lists stay closed until their class's
- * cache_medium_after-th malloc. */
+ * as the options say now.  alone: no other arena is held; its medium
+ * lists stay closed until their class's cache_medium_after-th malloc. */
 void _scr_tcache_init(scr_arena *a, bool alone) {
   const scr_proc_options *o = &_scr_proc.opt;
   scr_assert(_scr_class_sizes[SCR_RUN_CLASS_END] == 4096);
   a->cache_grown = 0;
+  a->cache_emptied = 0;
+  a->cache_gc_ns = _scr_proc_now_ns();
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     uint32_t max = tcache_base_max(c);
     a->tc[c].base = max;
@@ -89,23 +90,19 @@ static void tcache_empty_list(scr_arena *a, unsigned c, uint32_t max) {
 }
 
 /* a's holder frees a block of class c into its full list: the cap grows
- * by one block, up to SCR_TCACHE_RUN_MAX blocks for a class below
- * SCR_RUN_CLASS_END and SCR_TCACHE_CLASS_MAX for the others, while the
- * arena's grown bytes stay within cache_grow (false: it does not).  Why:
- * a thread whose frees of a class come in runs longer than its list
- * (containers built and dropped; phases of frees, many of other threads'
- * blocks, before phases of mallocs) took its heap's path, or the pool's
- * and the owners', for the rest, at a higher cost (docs/process.md).  A
- * list grows only as far as its thread's runs need, and each thread's
- * growth is bounded, as tcmalloc bounds each thread's cache.  The caps go
- * back to their bases at park and trim. */
+ * by one block, up to SCR_TCACHE_RUN_MAX blocks below SCR_RUN_CLASS_END
+ * and SCR_TCACHE_CLASS_MAX above, while the arena's grown bytes stay
+ * within cache_grow (false: they would not).  Why: frees in runs longer
+ * than a list (containers dropped; phases of frees before phases of
+ * mallocs) took the heap's path, or the pool's and the owners', for the
+ * rest, at a higher cost (docs/process.md).  A list grows as far as its
+ * runs need, within a bound per thread, as tcmalloc bounds each thread's
+ * cache; the caps go back to their bases at park, trim and gc. */
 bool _scr_tcache_grow(scr_arena *a, unsigned c) {
   scr_tcache_list *r = &a->tc[c];
   uint64_t size = _scr_class_sizes[c], budget = _scr_proc.opt.cache_grow;
   uint32_t cap = c < SCR_RUN_CLASS_END ? SCR_TCACHE_RUN_MAX : SCR_TCACHE_CLASS_MAX;
-  if (r->max == 0 || r->max >= cap || budget == 0)
-    return false;
-  if (a->cache_grown + size > budget) return false;
+  if (r->max == 0 || r->max >= cap || a->cache_grown + size > budget) return false;
   r->max++;
   r->room++;
   a->cache_grown += size;
@@ -136,6 +133,22 @@ bool _scr_tcache_refused(const scr_tcache_list *r, const scr_segment *seg, uintp
   return false;
 }
 #endif
+
+/* At the holder's tick, once a decay delay has passed: a list no malloc
+ * found empty in that time (bit c of cache_emptied) held blocks its thread
+ * did not need; they go home and its cap back to its base, as jemalloc's
+ * tcache GC flushes what stays below a bin's low-water mark. */
+void _scr_tcache_gc(scr_arena *a) {
+  uint64_t now = _scr_proc_now_ns();
+  if (now - a->cache_gc_ns < _scr_decay_delay_ms() * 1000000u) return;
+  for (unsigned c = 0; c < SCR_CLASS_COUNT; c++)
+    if (a->tc[c].room < a->tc[c].max && !(a->cache_emptied >> c & 1)) {
+      SCR_PC_ADD(cache_gc_blocks, a->tc[c].max - a->tc[c].room);
+      tcache_empty_list(a, c, a->tc[c].base);
+    }
+  a->cache_emptied = 0;
+  a->cache_gc_ns = now;
+}
 
 /* Every kept block goes back (at park and trim). */
 void _scr_tcache_flush(scr_arena *a) {

@@ -18,6 +18,7 @@ replace the process's malloc.
 """
 import os
 import re
+import subprocess
 import sys
 
 from setuptools import Extension, setup
@@ -86,12 +87,30 @@ if _have_process(header):
     macros.append(("SCR_HAVE_PROCESS", "1"))
 
 
+# The release build pads jumps off 32-byte boundaries where the assembler
+# can, as the Makefile's JCC_PAD does for the C library: on x86 cores with
+# the JCC erratum a jump that crosses or ends on one leaves the decoded-
+# instruction cache, and the heap's hit paths then run slower or faster as
+# unrelated code moves them (docs/process.md).
+JCC_PAD = "-Wa,-mbranches-within-32B-boundaries"
+
+
+def _assembler_pads_jumps(cc):
+    try:
+        return subprocess.run([cc, JCC_PAD, "-x", "c", "-c", os.devnull, "-o", os.devnull],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode == 0
+    except OSError:
+        return False
+
+
 class BuildExt(build_ext):
     """On Linux, export PyInit__scralloc only: the scr_* symbols stay
     private to the extension, so it cannot clash with libscralloc.so or
     the Lua module loaded in the same process."""
 
     def build_extension(self, ext):
+        if not debug and _assembler_pads_jumps(self.compiler.compiler_so[0]):
+            ext.extra_compile_args = list(ext.extra_compile_args) + [JCC_PAD]
         if sys.platform.startswith("linux"):
             os.makedirs(self.build_temp, exist_ok=True)
             path = os.path.join(self.build_temp, "scralloc-exports.map")

@@ -136,7 +136,7 @@ static inline void *_scr_tcache_take_at(scr_arena *a, uintptr_t at) {
   _scr_block_set_word1(b, 0); /* handed out: no longer free */
   return b;
 }
-/* A kept block of class c, or NULL: the list found empty (_scr_tcache_gc). */
+/* A kept block of class c, or NULL (the list marked found empty: tcache.c). */
 static inline void *_scr_tcache_take(scr_arena *a, unsigned c) {
   void *b = _scr_tcache_take_at(a, (uintptr_t)c * sizeof(scr_tcache_list));
   if (b == NULL) a->cache_emptied |= (uint64_t)1 << c;

@@ -231,10 +231,10 @@ static void proc_free_claimed(void *p, scr_arena *a, scr_segment *seg, uintptr_t
  * block p is, decided once, from its segment map entry; then p is claimed
  * (one atomic exchange: of two frees of it, racing or not, exactly one
  * goes on) and goes to its one next place (proc_free_claimed): the
- * thread's cache when it may keep p, with room, room made by sending the
- * list's newer half to the pool or a grown cap; else p's heap, the
- * caller's at once, another arena's through its remote ring.  A parked
- * arena's blocks go home, so that its pages can go back. */
+ * thread's cache when it may keep p and the list has room, is made room
+ * (another arena's block: its newer half to the pool) or grows; else p's
+ * heap, the caller's at once, another arena's through its remote ring.
+ * A parked arena's blocks go home, so that its pages can go back. */
 static __attribute__((noinline)) void proc_free_slow(void *p, scr_arena *a) {
   uintptr_t e = _scr_segmap_entry(p);
   scr_segment *seg = _scr_segmap_seg(e);

@@ -45,8 +45,6 @@ void _scr_tcache_init(scr_arena *a, bool alone) {
   const scr_proc_options *o = &_scr_proc.opt;
   scr_assert(_scr_class_sizes[SCR_RUN_CLASS_END] == 4096);
   a->cache_grown = 0;
-  a->cache_emptied = 0;
-  a->cache_gc_ns = _scr_proc_now_ns();
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++) {
     uint32_t max = tcache_base_max(c);
     a->tc[c].base = max;

@@ -44,11 +44,11 @@ static inline bool _scr_slot_beyond(const scr_segment *seg, uintptr_t idx, uint6
   return y >= __atomic_load_n(&seg->slot_limit[idx], __ATOMIC_RELAXED);
 #endif
 }
-/* p, on page idx of the NORMAL segment seg, whose page's slot geometry
- * is g and in whose page (run) p is off bytes in, is not plainly a live block of a size class: not a slot the page carved (the
- * slot test against the page's slot_limit, misuse.c: 0 for a page of no
- * size class and for a page with live sampled blocks), or it holds the
- * freed-block key.  False for every live small block (but one holding the
+/* p, on page idx of the NORMAL segment seg (its page's slot geometry g,
+ * p off bytes into its page or run), is not plainly a live block of a
+ * size class: not a slot the page carved (the slot test against the
+ * page's slot_limit, misuse.c: 0 for a page of no size class and for a
+ * page with live sampled blocks), or it holds the freed-block key.  False for every live small block (but one holding the
  * key by chance).  || : the key is read only at a carved slot, memory
  * that is mapped and readable.  The exact verdict is classify.c's. */
 static inline bool _scr_block_suspect_at(const scr_segment *seg, uintptr_t idx, const void *p, const _scr_slot_geom *g,

@@ -159,8 +159,8 @@ typedef struct scr_arena {
   struct scr_stats snap_lent;       /* other arenas' blocks the holder kept, at that publish */
   _Atomic uint64_t used_published;  /* snap's heap_used (a parked heap's live bytes: arena.c) */
   uint64_t cache_grown;             /* bytes its lists' caps grew past their base (tcache.c) (holder) */
-  uint64_t cache_emptied;           /* bit c: a malloc found list c empty since cache_gc_ns (tcache.c) (holder) */
-  uint64_t cache_gc_ns;             /* when its lists were last looked at for blocks left unused, by
+  uint64_t cache_emptied;           /* bit c: a malloc found list c empty since cache_gc_ms (tcache.c) (holder) */
+  uint64_t cache_gc_ms;             /* when its lists were last looked at for blocks left unused, by
                                        this holder or the last (0: never) (holder) */
   scr_prof_countdown prof;          /* the sampler's countdown of scr_malloc & co. (holder; profile.c) */
   /* The thread cache: freed blocks per class (holder), from a line boundary

@@ -137,15 +137,15 @@ bool _scr_tcache_refused(const scr_tcache_list *r, const scr_segment *seg, uintp
  * did not need; they go home and its cap back to its base, as jemalloc's
  * tcache GC flushes what stays below a bin's low-water mark. */
 void _scr_tcache_gc(scr_arena *a) {
-  uint64_t now = _scr_proc_now_ns();
-  if (now - a->cache_gc_ns < _scr_decay_delay_ms() * 1000000u) return;
+  uint64_t now = _scr_os_now_ms(); /* the coarse clock: every tick reads it */
+  if (now - a->cache_gc_ms < _scr_decay_delay_ms()) return;
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++)
     if (a->tc[c].room < a->tc[c].max && !(a->cache_emptied >> c & 1)) {
       SCR_PC_ADD(cache_gc_blocks, a->tc[c].max - a->tc[c].room);
       tcache_empty_list(a, c, a->tc[c].base);
     }
   a->cache_emptied = 0;
-  a->cache_gc_ns = now;
+  a->cache_gc_ms = now;
 }
 
 /* Every kept block goes back (at park and trim). */

@@ -305,6 +305,14 @@ static uint64_t run_starts(uint64_t free_mask, unsigned n, size_t align) {
   return m;
 }
 
+/* Where in a segment a run of n pages starts, of the possible `starts`:
+ * a single page at the top, a longer run at the bottom, so that the
+ * pages of size classes (one page each, scattered by their lifetimes)
+ * do not split the free space that long runs need. */
+static unsigned run_start(uint64_t starts, unsigned n) {
+  return n == 1 ? 63 - (unsigned)__builtin_clzll(starts) : (unsigned)__builtin_ctzll(starts);
+}
+
 /* Pages of `bits` that the decay gave back are taken again: within its
  * window, a refault (the decay backs off on them: process/decay.c). */
 static void note_refault(scr_heap *h, scr_segment *seg, uint64_t bits) {
@@ -421,8 +429,8 @@ static scr_page *take_pages(scr_heap *h, unsigned n, size_t align, bool fresh_fi
     if (committed && !fresh_first) break;
   }
   bool grow_ok = _scr_heap_grow_ok(h, (size_t)n * SCR_PAGE_SIZE);
-  if (fresh && grow_ok) return take_run(h, fresh, (unsigned)__builtin_ctzll(fresh_m), n);
-  if (committed) return take_run(h, committed, (unsigned)__builtin_ctzll(committed_m), n);
+  if (fresh && grow_ok) return take_run(h, fresh, run_start(fresh_m, n), n);
+  if (committed) return take_run(h, committed, run_start(committed_m, n), n);
   if (!grow_ok && !room_from_kept_pages(h, (size_t)n * SCR_PAGE_SIZE)) return NULL;
   if (best == NULL) {
     best = segment_map(h, SCR_SEGMENT_SIZE, SCR_SEGMENT_SIZE, SCR_SEG_NORMAL);
@@ -430,7 +438,7 @@ static scr_page *take_pages(scr_heap *h, unsigned n, size_t align, bool fresh_fi
     best_m = run_starts(best->free_mask, n, align);
     scr_assert(best_m != 0);
   }
-  return take_run(h, best, (unsigned)__builtin_ctzll(best_m), n);
+  return take_run(h, best, run_start(best_m, n), n);
 }
 
 scr_page *_scr_segment_take_pages(scr_heap *h, unsigned n, size_t align, bool fresh_first) {

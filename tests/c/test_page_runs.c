@@ -63,8 +63,32 @@ static void large_blocks_land_in_holes_of_their_length(void) {
   scr_heap_destroy(h);
 }
 
+/* A single page (a size class's) comes from the top of its segment and a
+ * run from the bottom, so that class pages do not split the free space
+ * between runs: two runs taken around a class page lie side by side. */
+static void single_pages_from_the_top_runs_from_the_bottom(void) {
+  scr_heap *h = scr_heap_new(NULL);
+  CHECK(h != NULL);
+  void *a = scr_heap_malloc(h, 4 * SCR_PAGE_SIZE - 4096); /* a run of 4 pages */
+  void *s = scr_heap_malloc(h, 100);                    /* a page of class 112 */
+  void *b = scr_heap_malloc(h, 4 * SCR_PAGE_SIZE - 4096);
+  CHECK(a != NULL && s != NULL && b != NULL);
+  const scr_segment *seg = _scr_segment_of(a);
+  CHECK(_scr_segment_of(s) == seg && _scr_segment_of(b) == seg);
+  uintptr_t base = (uintptr_t)seg;
+  CHECK_EQ(((uintptr_t)a - base) >> SCR_PAGE_SHIFT, SCR_FIRST_PAGE);
+  CHECK_EQ(((uintptr_t)s - base) >> SCR_PAGE_SHIFT, SCR_PAGES_PER_SEGMENT - 1);
+  CHECK_EQ(((uintptr_t)b - base) >> SCR_PAGE_SHIFT, SCR_FIRST_PAGE + 4);
+  CHECK_EQ(scr_heap_validate(h), SCR_OK);
+  scr_heap_free(h, a);
+  scr_heap_free(h, s);
+  scr_heap_free(h, b);
+  scr_heap_destroy(h);
+}
+
 int main(void) {
   TEST(popcount_counts_every_bit);
   TEST(large_blocks_land_in_holes_of_their_length);
+  TEST(single_pages_from_the_top_runs_from_the_bottom);
   return check_done();
 }

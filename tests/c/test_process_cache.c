@@ -288,6 +288,33 @@ static void test_lists_left_unused_go_home(void) {
   CHECK(scr_process_option_set("decay_ms", "1000") == SCR_OK);
 }
 
+/* The gc gives back a grown cap with the blocks: a list grown to 64
+ * blocks of 8000 and then emptied by mallocs, left unused for 400 ms
+ * (decay 100 ms), grows again block by block when 64 are freed into it;
+ * a cap kept grown would have taken them without a grow. */
+static void *regrow_after_gc(void *arg) {
+  uint64_t *grows = arg;
+  static void *p[64];
+  struct scr_process_stats s0, s1;
+  for (int i = 0; i < 64; i++) p[i] = memset(scr_malloc(8000), i, 8000);
+  for (int i = 0; i < 64; i++) scr_free(p[i]); /* the list grows to 64 */
+  for (int i = 0; i < 64; i++) p[i] = scr_malloc(8000); /* and is emptied */
+  for (uint64_t t0 = ms_now(); ms_now() - t0 < 400;)
+    for (int i = 0; i < 1000; i++) scr_free(memset(scr_malloc(1024), i, 1024));
+  scr_process_stats(&s0);
+  for (int i = 0; i < 64; i++) scr_free(p[i]);
+  scr_process_stats(&s1);
+  *grows = s1.cache_grows - s0.cache_grows;
+  return NULL;
+}
+static void test_an_empty_list_left_unused_gives_back_its_cap(void) {
+  CHECK(scr_process_option_set("decay_ms", "100") == SCR_OK);
+  uint64_t grows = 0;
+  run_thread(regrow_after_gc, &grows);
+  CHECK(grows >= 32); /* from its base of 2 blocks */
+  CHECK(scr_process_option_set("decay_ms", "1000") == SCR_OK);
+}
+
 /* A realloc that moves a block of a size class goes through the thread's
  * cache, as the malloc and free it stands for: the new block is the last
  * one freed of its class, and a buffer grown by doubling and then freed,
@@ -755,6 +782,7 @@ int main(void) {
   TEST(test_full_big_lists_grow_within_the_budget);
   TEST(test_small_lists_grow_to_a_run);
   TEST(test_lists_left_unused_go_home);
+  TEST(test_an_empty_list_left_unused_gives_back_its_cap);
   TEST(test_realloc_moves_through_the_cache);
   TEST(test_realloc_leaves_another_arenas_block_in_the_cache);
   TEST(test_short_lists_leave_long_batches);

@@ -134,13 +134,14 @@ bool _scr_tcache_refused(const scr_tcache_list *r, const scr_segment *seg, uintp
 
 /* At the holder's tick, once a decay delay has passed: a list no malloc
  * found empty in that time (bit c of cache_emptied) held blocks its thread
- * did not need; they go home and its cap back to its base, as jemalloc's
- * tcache GC flushes what stays below a bin's low-water mark. */
+ * did not need; they go home and its cap back to its base (a grown cap
+ * too where the list is empty: it holds cache_grow), as jemalloc's tcache
+ * GC flushes what stays below a bin's low-water mark. */
 void _scr_tcache_gc(scr_arena *a) {
   uint64_t now = _scr_os_now_ms(); /* the coarse clock: every tick reads it */
   if (now - a->cache_gc_ms < _scr_decay_delay_ms()) return;
   for (unsigned c = 0; c < SCR_CLASS_COUNT; c++)
-    if (a->tc[c].room < a->tc[c].max && !(a->cache_emptied >> c & 1)) {
+    if ((a->tc[c].room < a->tc[c].max || a->tc[c].max > a->tc[c].base) && !(a->cache_emptied >> c & 1)) {
       SCR_PC_ADD(cache_gc_blocks, a->tc[c].max - a->tc[c].room);
       tcache_empty_list(a, c, a->tc[c].base);
     }
